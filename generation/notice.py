@@ -1,0 +1,107 @@
+"""The notice: one event and the users it goes to, as it travels to the server.
+
+Wire form (orjson): `{"event": {"type": str, ...}, "users": [...], "realm_id": int}`.
+`users` holds user ids, or dicts `{"id": int, ...}` whose other keys are that
+user's own data (for message events, `flags`). `realm_id` is optional on the
+wire for compatibility with Zulip's notices; when present the server delivers
+only to queues of that realm, and public channel messages also reach the
+realm's `all_public_streams` queues.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from generation.errors import BadNotice
+
+NoticeUser = int | dict[str, Any]
+
+# An event type is an identifier, not free text; Zulip's longest is 31 chars.
+MAX_EVENT_TYPE_LENGTH = 64
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Notice:
+    """A validated notice. `users` has no duplicate ids (first one wins)."""
+
+    event: dict[str, Any]
+    users: list[NoticeUser]
+    realm_id: int | None = None
+
+    def user_ids(self) -> list[int]:
+        return [user if isinstance(user, int) else user["id"] for user in self.users]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def make_notice(
+    event: Mapping[str, Any], users: Sequence[object], realm_id: int | None = None
+) -> Notice:
+    """Validate the parts of a notice; raises `BadNotice` saying what is wrong."""
+    if not isinstance(event, Mapping):
+        raise BadNotice("event is not an object")
+    event_type = event.get("type")
+    if not isinstance(event_type, str) or not event_type:
+        raise BadNotice("event has no string 'type'")
+    if len(event_type) > MAX_EVENT_TYPE_LENGTH:
+        raise BadNotice(f"event type is longer than {MAX_EVENT_TYPE_LENGTH} characters")
+    if "id" in event:
+        raise BadNotice("event must not carry an 'id': ids are assigned per queue")
+    if event_type == "message" and not isinstance(event.get("message"), Mapping):
+        raise BadNotice("a message event needs a 'message' object")
+    if isinstance(users, str | bytes) or not isinstance(users, Sequence):
+        raise BadNotice("users is not a list")
+    if realm_id is not None and not _is_int(realm_id):
+        raise BadNotice("realm_id is not an integer")
+    seen: set[int] = set()
+    clean: list[NoticeUser] = []
+    for index, user in enumerate(users):
+        entry: NoticeUser
+        if isinstance(user, int) and not isinstance(user, bool):
+            user_id = user
+            entry = user
+        elif isinstance(user, Mapping):
+            raw_id = user.get("id")
+            if not isinstance(raw_id, int) or isinstance(raw_id, bool):
+                raise BadNotice(f"users[{index}] has no integer 'id'")
+            user_id = raw_id
+            if "flags" in user and (
+                not isinstance(user["flags"], list)
+                or not all(isinstance(flag, str) for flag in user["flags"])
+            ):
+                raise BadNotice(f"users[{index}].flags is not a list of strings")
+            entry = dict(user)
+        else:
+            raise BadNotice(f"users[{index}] is neither a user id nor an object with 'id'")
+        if user_id in seen:
+            continue
+        seen.add(user_id)
+        clean.append(entry)
+    return Notice(dict(event), clean, realm_id)
+
+
+def parse_notice(raw: bytes | str) -> Notice:
+    """Decode and validate a notice from its wire form."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadNotice(f"notice is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise BadNotice("notice is not an object")
+    if "event" not in data or "users" not in data:
+        raise BadNotice("notice needs 'event' and 'users'")
+    return make_notice(data["event"], data["users"], data.get("realm_id"))
+
+
+def encode_notice(notice: Notice) -> bytes:
+    """The wire form of a validated notice."""
+    body: dict[str, Any] = {"event": notice.event, "users": notice.users}
+    if notice.realm_id is not None:
+        body["realm_id"] = notice.realm_id
+    return orjson.dumps(body)

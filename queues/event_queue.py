@@ -1,0 +1,218 @@
+"""One client's ordered event queue: ids, acknowledgement, and flag collapsing.
+
+Pure and single-threaded: called only from the server's IO loop.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from itertools import islice
+from typing import Any
+
+from queues.errors import EventAlreadyPruned, EventNotInQueue
+from queues.payload import Encoder, Event, Payload
+
+Item = tuple[int, Payload]
+
+
+def collapse_key(event: Event) -> str | None:
+    """The "full type" under which consecutive unread events merge, or None.
+
+    Only `update_message_flags` events collapse (reference 2.6): their full type
+    is `all_flags/<flag>/<op>` when `all` is true, else `flags/<op>/<flag>`; all
+    of the `flags/` kinds collapse except `flags/remove/read`, because a client
+    must see each "mark unread" on its own to keep its unread counts right.
+    """
+    if event.get("type") != "update_message_flags":
+        return None
+    operation = event.get("operation", event.get("op"))
+    flag = event.get("flag")
+    if not isinstance(operation, str) or not isinstance(flag, str):
+        return None
+    if event.get("all"):
+        return None  # all_flags/...: never collapsible
+    full_type = f"flags/{operation}/{flag}"
+    if full_type == "flags/remove/read":
+        return None
+    if not isinstance(event.get("messages"), list):
+        return None
+    return full_type
+
+
+class EventQueue:
+    """Events waiting for one client, in id order, until it acknowledges them.
+
+    Ids start at 0 and grow by one per push (a push folded into a collapsed
+    event still uses up an id, so delivered ids may skip).
+    """
+
+    __slots__ = ("_items", "_virtual", "bytes", "newest_pruned_id", "next_event_id")
+
+    def __init__(self) -> None:
+        # Ids in `_items` strictly increase; all are > newest_pruned_id.
+        self._items: deque[Item] = deque()
+        # Collapsible events not yet read, by full type; each one's id is the
+        # newest id folded into it and is larger than every id in `_items` that
+        # existed when it was created. Materialized into `_items` on read.
+        self._virtual: dict[str, Item] = {}
+        # The id the next push gets; every id in the queue is below it.
+        self.next_event_id = 0
+        # The newest id acknowledged and dropped; -1 before the first prune.
+        self.newest_pruned_id = -1
+        # Sum of `Payload.size` over `_items` and `_virtual`: the byte budget used.
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._items) + len(self._virtual)
+
+    def empty(self) -> bool:
+        return not self._items and not self._virtual
+
+    def push(self, payload: Payload, encode: Encoder) -> int:
+        """Append `payload` with the next id and return that id.
+
+        A collapsible flag event merges into the unread one of its kind, which
+        becomes a private copy (payloads may be shared between queues).
+        """
+        event_id = self.next_event_id
+        self.next_event_id += 1
+        key = collapse_key(payload.event)
+        if key is None:
+            self._items.append((event_id, payload))
+            self.bytes += payload.size
+            return event_id
+        previous = self._virtual.get(key)
+        if previous is None:
+            self._virtual[key] = (event_id, payload)
+            self.bytes += payload.size
+            return event_id
+        old_payload = previous[1]
+        merged: Event = dict(old_payload.event)
+        merged["messages"] = [*old_payload.event["messages"], *payload.event["messages"]]
+        if "timestamp" in payload.event:
+            merged["timestamp"] = payload.event["timestamp"]
+        new_payload = Payload.build(merged, encode)
+        self.bytes += new_payload.size - old_payload.size
+        self._virtual[key] = (event_id, new_payload)
+        return event_id
+
+    def prune(self, last_event_id: int) -> None:
+        """Drop every event with id <= `last_event_id`: the client has them.
+
+        Re-sending the last acknowledged id is allowed and drops nothing (the
+        client retries and gets the unacknowledged events again). An id older
+        than that raises `EventAlreadyPruned`; an id this queue never delivered
+        raises `EventNotInQueue`. Unlike Zulip, a rejected id changes nothing.
+        """
+        if last_event_id < self.newest_pruned_id:
+            raise EventAlreadyPruned(last_event_id)
+        if last_event_id == self.newest_pruned_id:
+            return
+        if last_event_id >= self.next_event_id:
+            raise EventNotInQueue(last_event_id)
+        count = 0
+        boundary = self.newest_pruned_id
+        for event_id, _ in self._items:
+            if event_id > last_event_id:
+                break
+            count += 1
+            boundary = event_id
+        if boundary != last_event_id:
+            raise EventNotInQueue(last_event_id)
+        for _ in range(count):
+            _, payload = self._items.popleft()
+            self.bytes -= payload.size
+        self.newest_pruned_id = last_event_id
+
+    def contents(self) -> list[Item]:
+        """Every unacknowledged event in id order.
+
+        Collapsed events are merged in at the position of their newest id and
+        become ordinary events, so later flag changes start a new collapse.
+        """
+        if self._virtual:
+            merged = sorted([*self._items, *self._virtual.values()], key=lambda item: item[0])
+            self._items = deque(merged)
+            self._virtual.clear()
+        return list(self._items)
+
+    def last_id(self) -> int | None:
+        """The id of the newest event held (read or not), or None when empty."""
+        newest = self._items[-1][0] if self._items else None
+        for event_id, _ in self._virtual.values():
+            if newest is None or event_id > newest:
+                newest = event_id
+        return newest
+
+    def iter_oldest(self, limit: int) -> Iterator[Item]:
+        """The first `limit` held events, without materializing collapsed ones."""
+        return islice(self._items, limit)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The queue as plain JSON-able data (stored form, internal keys kept)."""
+        return {
+            "next_event_id": self.next_event_id,
+            "newest_pruned_id": self.newest_pruned_id,
+            "events": [payload.stored_event(event_id) for event_id, payload in self._items],
+            "virtual_events": {
+                key: payload.stored_event(event_id)
+                for key, (event_id, payload) in self._virtual.items()
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], encode: Encoder) -> EventQueue:
+        """Rebuild a queue saved by `to_dict`; raises ValueError if it is inconsistent."""
+        queue = cls()
+        queue.next_event_id = _int(data, "next_event_id")
+        queue.newest_pruned_id = _int(data, "newest_pruned_id", default=-1)
+        previous = queue.newest_pruned_id
+        for raw in _list(data, "events"):
+            event_id, payload = _stored_item(raw, encode)
+            if event_id <= previous:
+                raise ValueError(f"event ids out of order at {event_id}")
+            previous = event_id
+            queue._items.append((event_id, payload))
+            queue.bytes += payload.size
+        virtual = data.get("virtual_events", {})
+        if not isinstance(virtual, dict):
+            raise ValueError("virtual_events is not an object")
+        for key, raw in virtual.items():
+            event_id, payload = _stored_item(raw, encode)
+            if collapse_key(payload.event) != key:
+                raise ValueError(f"virtual event {key!r} has another type")
+            queue._virtual[key] = (event_id, payload)
+            queue.bytes += payload.size
+        newest = queue.last_id()
+        if newest is not None and newest >= queue.next_event_id:
+            raise ValueError("next_event_id is not above the ids held")
+        if queue.newest_pruned_id >= queue.next_event_id:
+            raise ValueError("newest_pruned_id is not below next_event_id")
+        return queue
+
+
+def _int(data: dict[str, Any], key: str, default: int | None = None) -> int:
+    value = data.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{key} is not an integer")
+    return value
+
+
+def _list(data: dict[str, Any], key: str) -> list[Any]:
+    value = data.get(key, [])
+    if not isinstance(value, list):
+        raise ValueError(f"{key} is not a list")
+    return value
+
+
+def _stored_item(raw: object, encode: Encoder) -> Item:
+    if not isinstance(raw, dict):
+        raise ValueError("a stored event is not an object")
+    event = dict(raw)
+    event_id = event.pop("id", None)
+    if not isinstance(event_id, int) or isinstance(event_id, bool):
+        raise ValueError("a stored event has no integer id")
+    if not isinstance(event.get("type"), str):
+        raise ValueError(f"stored event {event_id} has no string type")
+    return event_id, Payload.build(event, encode)

@@ -1,0 +1,433 @@
+"""Every queue of one server process, indexed by queue, user and realm.
+
+The registry owns the queues' lifecycle: allocation, delivery of notices,
+parking and waking of long-poll requests, idle expiry, bounds, deletion and
+snapshots. It is pure: the caller passes the time (`now`, in seconds of a clock
+that never goes back) and provides `Waiter`s to be woken. All methods run on the
+server's IO loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal
+
+from queues.client import ClientDescriptor, QueueOptions, Waiter
+from queues.errors import BadQueueId, TooManyQueues
+from queues.payload import Encoder, Event, Payload
+from queues.specialize import NoticePayloads, is_public_channel_message
+
+# Why a queue ended; passed to end hooks and, for some, shown to its client.
+EndReason = Literal["expired", "deleted", "overflow", "evicted"]
+
+# A user in a notice: an id, or a dict with "id" and that user's own data.
+NoticeUser = int | Mapping[str, Any]
+
+# Called on the IO loop after a queue was removed: the queue, why, and whether
+# it was its user's last queue on this process (for offline notifications).
+EndHook = Callable[[ClientDescriptor, EndReason, bool], None]
+
+SNAPSHOT_VERSION = 1
+# Older snapshot versions this reader still accepts (none yet).
+SNAPSHOT_VERSIONS_READ = frozenset({1})
+
+HEARTBEAT_EVENT: Event = {"type": "heartbeat"}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """Bounds that keep one process's memory finite. See README "Limits"."""
+
+    # 10 minutes (design.md): long enough to ride out a network change or a
+    # laptop lid, short enough that dead browser tabs do not hold memory.
+    default_lifespan_secs: float = 600.0
+    # 7 days: Zulip's cap for a requested `queue_lifespan_secs`.
+    max_lifespan_secs: float = 7 * 24 * 3600.0
+    # A client this far behind is better served by a fresh register than by a
+    # replay: 10,000 events is about ten minutes of a very busy organization
+    # (Zulip's busiest users see a few events per second).
+    max_events: int = 10_000
+    # 16 MiB: 10,000 typical 1.5 KB message events fit; one queue can never
+    # hold more than a client could reasonably download in one response.
+    max_bytes: int = 16 * 1024 * 1024
+    # Browser tabs, phones and bots of one user; past this the least recently
+    # active idle queue is evicted (its client re-registers).
+    max_queues_per_user: int = 100
+    # Ended queues remembered to tell their client why ("overflow").
+    max_tombstones: int = 10_000
+
+
+@dataclasses.dataclass(slots=True)
+class DeliveryReport:
+    """What one `deliver` call did."""
+
+    queues: int = 0  # queues that received the event
+    overflowed: int = 0  # queues ended because the event did not fit
+    foreign: int = 0  # queues skipped because they belong to another realm
+
+
+class QueueRegistry:
+    """All queues of this process. Not thread-safe: IO loop only."""
+
+    def __init__(
+        self,
+        encode: Encoder,
+        limits: QueueLimits | None = None,
+        new_queue_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+    ):
+        self.encode = encode
+        self.limits = limits if limits is not None else QueueLimits()
+        self._new_queue_id = new_queue_id
+        self.end_hooks: list[EndHook] = []
+        # Every live queue. Each is also in exactly one `_by_user` entry, and in
+        # `_public_by_realm` iff its options ask for all public streams.
+        self._clients: dict[str, ClientDescriptor] = {}
+        # user id -> that user's queues; no empty inner dicts are kept.
+        self._by_user: dict[int, dict[str, ClientDescriptor]] = {}
+        # realm id -> its all_public_streams queues; no empty inner dicts.
+        self._public_by_realm: dict[int, dict[str, ClientDescriptor]] = {}
+        # Queues with no parked request, grouped by lifespan, each group in
+        # ascending `last_active` order: a queue is here iff its waiter is None.
+        # The expiry sweep then only looks at the oldest of each group.
+        self._idle: dict[float, OrderedDict[str, ClientDescriptor]] = {}
+        # queue id -> (owner, reason) for queues ended by overflow or eviction.
+        self._tombstones: OrderedDict[str, tuple[int, EndReason]] = OrderedDict()
+        # Number of queues with a parked request.
+        self.parked = 0
+        self._heartbeat = Payload.build(HEARTBEAT_EVENT, encode)
+
+    # -- lookup -------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+    def __iter__(self) -> Iterator[ClientDescriptor]:
+        return iter(list(self._clients.values()))
+
+    def user_queues(self, user_id: int) -> list[ClientDescriptor]:
+        return list(self._by_user.get(user_id, {}).values())
+
+    def users(self) -> int:
+        return len(self._by_user)
+
+    def get(self, queue_id: str, user_id: int) -> ClientDescriptor:
+        """The queue `queue_id` if `user_id` owns it; else `BadQueueId`.
+
+        An ended queue's reason is told only to its owner.
+        """
+        client = self._clients.get(queue_id)
+        if client is not None:
+            if client.user_id != user_id:
+                raise BadQueueId(queue_id, wrong_owner=True)
+            return client
+        tombstone = self._tombstones.get(queue_id)
+        if tombstone is not None and tombstone[0] == user_id:
+            raise BadQueueId(queue_id, reason=tombstone[1])
+        raise BadQueueId(queue_id, wrong_owner=tombstone is not None)
+
+    def effective_lifespan(self, requested_secs: float) -> float:
+        """0 means the default; anything else is capped at the maximum."""
+        if requested_secs <= 0:
+            return self.limits.default_lifespan_secs
+        return min(float(requested_secs), self.limits.max_lifespan_secs)
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def allocate(
+        self, user_id: int, realm_id: int, options: QueueOptions, now: float
+    ) -> ClientDescriptor:
+        """Create an empty queue for `user_id`.
+
+        At the per-user limit, the user's least recently active queue without a
+        parked request is evicted first; if every one has a request parked,
+        raises `TooManyQueues`.
+        """
+        existing = self._by_user.get(user_id)
+        if existing is not None and len(existing) >= self.limits.max_queues_per_user:
+            idle = [c for c in existing.values() if c.waiter is None]
+            if not idle:
+                raise TooManyQueues(self.limits.max_queues_per_user)
+            self.end(min(idle, key=lambda c: c.last_active), "evicted", now)
+        queue_id = self._new_queue_id()
+        assert queue_id not in self._clients, queue_id
+        client = ClientDescriptor(queue_id, user_id, realm_id, options, now)
+        self._insert(client)
+        return client
+
+    def _insert(self, client: ClientDescriptor) -> None:
+        self._clients[client.queue_id] = client
+        self._by_user.setdefault(client.user_id, {})[client.queue_id] = client
+        if client.options.all_public_streams:
+            self._public_by_realm.setdefault(client.realm_id, {})[client.queue_id] = client
+        self._idle_group(client)[client.queue_id] = client
+
+    def _idle_group(self, client: ClientDescriptor) -> OrderedDict[str, ClientDescriptor]:
+        lifespan = client.options.lifespan_secs
+        group = self._idle.get(lifespan)
+        if group is None:
+            group = self._idle[lifespan] = OrderedDict()
+        return group
+
+    def end(self, client: ClientDescriptor, reason: EndReason, now: float) -> None:
+        """Remove `client`'s queue; a parked request is answered first."""
+        if self._clients.pop(client.queue_id, None) is None:
+            return
+        user_queues = self._by_user[client.user_id]
+        del user_queues[client.queue_id]
+        last_for_user = not user_queues
+        if last_for_user:
+            del self._by_user[client.user_id]
+        if client.options.all_public_streams:
+            realm_queues = self._public_by_realm[client.realm_id]
+            del realm_queues[client.queue_id]
+            if not realm_queues:
+                del self._public_by_realm[client.realm_id]
+        waiter = client.waiter
+        if waiter is not None:
+            self._detach(client, now, reinsert=False)
+            waiter.wake("overflow" if reason in ("overflow", "evicted") else "deleted")
+        else:
+            group = self._idle[client.options.lifespan_secs]
+            del group[client.queue_id]
+            if not group:
+                del self._idle[client.options.lifespan_secs]
+        if reason in ("overflow", "evicted"):
+            self._tombstones[client.queue_id] = (client.user_id, reason)
+            while len(self._tombstones) > self.limits.max_tombstones:
+                self._tombstones.popitem(last=False)
+        for hook in self.end_hooks:
+            hook(client, reason, last_for_user)
+
+    def delete(self, queue_id: str, user_id: int, now: float) -> ClientDescriptor:
+        """The client deleted its queue (`DELETE /events`)."""
+        client = self.get(queue_id, user_id)
+        self.end(client, "deleted", now)
+        return client
+
+    def collect_expired(self, now: float) -> list[ClientDescriptor]:
+        """End every queue idle for its whole lifespan; cost grows with the
+        number collected plus the number of distinct lifespans, not with the
+        number of queues."""
+        expired: list[ClientDescriptor] = []
+        for lifespan, group in list(self._idle.items()):
+            for client in group.values():
+                if now - client.last_active < lifespan:
+                    break
+                expired.append(client)
+        for client in expired:
+            self.end(client, "expired", now)
+        return expired
+
+    # -- requests -----------------------------------------------------------
+
+    def touch(self, client: ClientDescriptor, now: float) -> None:
+        """A request for this queue arrived: restart its idle clock.
+
+        (Zulip refreshes only when a request parks; any request is safer.)
+        """
+        client.last_active = now
+        if client.waiter is None:
+            self._idle_group(client).move_to_end(client.queue_id)
+
+    def displace(self, client: ClientDescriptor, now: float) -> None:
+        """A newer request for this queue passed validation: answer the parked
+        one (told it was displaced). Only one request is ever parked per queue."""
+        waiter = client.waiter
+        if waiter is not None:
+            self._detach(client, now)
+            waiter.wake("displaced")
+
+    def park(self, client: ClientDescriptor, waiter: Waiter, now: float) -> None:
+        """Attach a long-poll request to this queue until an event, a heartbeat,
+        deletion or shutdown wakes it. Call `displace` first."""
+        assert client.waiter is None, "park on a queue that has a parked request"
+        group = self._idle[client.options.lifespan_secs]
+        del group[client.queue_id]
+        if not group:
+            del self._idle[client.options.lifespan_secs]
+        client.waiter = waiter
+        client.last_active = now
+        self.parked += 1
+
+    def unpark(self, client: ClientDescriptor, waiter: Waiter, now: float) -> bool:
+        """Detach `waiter` (its connection closed) if it is still the one
+        parked; the queue and its events stay. Returns whether it was."""
+        if client.waiter is not waiter or client.queue_id not in self._clients:
+            return False
+        self._detach(client, now, reinsert=True)
+        return True
+
+    def _detach(self, client: ClientDescriptor, now: float, *, reinsert: bool = True) -> None:
+        assert client.waiter is not None
+        client.waiter = None
+        client.last_active = now
+        self.parked -= 1
+        if reinsert:
+            self._idle_group(client)[client.queue_id] = client
+
+    def wake_all(self, reason: Literal["shutdown"], now: float) -> int:
+        """Answer every parked request (on shutdown); queues stay."""
+        count = 0
+        for client in list(self._clients.values()):
+            waiter = client.waiter
+            if waiter is not None:
+                self._detach(client, now)
+                waiter.wake(reason)
+                count += 1
+        return count
+
+    # -- delivery -----------------------------------------------------------
+
+    def _push(self, client: ClientDescriptor, payload: Payload, now: float) -> bool:
+        """Append to one queue and wake its request. Returns True when the
+        queue is now over a bound (the caller ends it)."""
+        queue = client.event_queue
+        queue.push(payload, self.encode)
+        if len(queue) > self.limits.max_events or queue.bytes > self.limits.max_bytes:
+            return True
+        waiter = client.waiter
+        if waiter is not None:
+            self._detach(client, now)
+            waiter.wake("events")
+        return False
+
+    def deliver(
+        self,
+        event: Event,
+        users: Sequence[NoticeUser],
+        realm_id: int | None,
+        now: float,
+    ) -> DeliveryReport:
+        """Put `event` into every queue of `users` that accepts it, plus, for a
+        public channel message of `realm_id`, every all_public_streams queue of
+        that realm (with empty flags). Parked requests are woken.
+
+        `event` must have a string "type" and must not be mutated afterwards.
+        When `realm_id` is given, queues of other realms are skipped.
+        """
+        event_type: str = event["type"]
+        payloads = NoticePayloads(event, self.encode)
+        report = DeliveryReport()
+        overflowed: list[ClientDescriptor] = []
+        public = (
+            realm_id is not None
+            and realm_id in self._public_by_realm
+            and is_public_channel_message(event)
+        )
+        reached: set[str] = set()
+        by_user = self._by_user
+        for user in users:
+            if isinstance(user, int):
+                clients = by_user.get(user)
+                data: Mapping[str, Any] | None = None
+            else:
+                clients = by_user.get(user["id"])
+                data = user
+            if clients is None:
+                continue
+            for client in clients.values():
+                if realm_id is not None and client.realm_id != realm_id:
+                    report.foreign += 1
+                    continue
+                if not client.accepts(event_type, event):
+                    continue
+                payload = payloads.for_client(client, data)
+                if payload is None:
+                    continue
+                if public:
+                    reached.add(client.queue_id)
+                report.queues += 1
+                if self._push(client, payload, now):
+                    overflowed.append(client)
+        if public:
+            assert realm_id is not None
+            for client in self._public_by_realm[realm_id].values():
+                if client.queue_id in reached or not client.accepts(event_type, event):
+                    continue
+                payload = payloads.for_client(client, None)
+                if payload is None:
+                    continue
+                report.queues += 1
+                if self._push(client, payload, now):
+                    overflowed.append(client)
+        for client in overflowed:
+            self.end(client, "overflow", now)
+        report.overflowed = len(overflowed)
+        return report
+
+    def push_heartbeat(self, client: ClientDescriptor, now: float) -> None:
+        """Push a heartbeat (bypassing `event_types`) and wake the request."""
+        if client.queue_id not in self._clients:
+            return
+        if self._push(client, self._heartbeat, now):
+            self.end(client, "overflow", now)
+
+    def push_to_accepting(self, event: Event, now: float) -> int:
+        """Push `event` to every queue whose `event_types` accepts it (the
+        `restart` event after a reload). Returns how many queues got it."""
+        payload = Payload.build(event, self.encode)
+        overflowed: list[ClientDescriptor] = []
+        count = 0
+        for client in self._clients.values():
+            if client.accepts(event["type"], event):
+                count += 1
+                if self._push(client, payload, now):
+                    overflowed.append(client)
+        for client in overflowed:
+            self.end(client, "overflow", now)
+        return count
+
+    # -- snapshots ----------------------------------------------------------
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """Every queue as plain data (parked requests are not saved)."""
+        return {
+            "version": SNAPSHOT_VERSION,
+            "queues": [client.to_dict(now) for client in self._clients.values()],
+        }
+
+    def restore(self, data: Mapping[str, Any], now: float) -> list[ClientDescriptor]:
+        """Load a `snapshot` into an empty registry; all or nothing.
+
+        Raises ValueError if the data is not a snapshot this version can read.
+        """
+        assert not self._clients, "restore into a registry that has queues"
+        version = data.get("version")
+        if version not in SNAPSHOT_VERSIONS_READ:
+            raise ValueError(f"unsupported queue snapshot version {version!r}")
+        raw_queues = data.get("queues")
+        if not isinstance(raw_queues, list):
+            raise ValueError("queues is not a list")
+        clients = [self._restore_one(raw, now) for raw in raw_queues]
+        seen: set[str] = set()
+        for client in clients:
+            if client.queue_id in seen:
+                raise ValueError(f"queue {client.queue_id} appears twice")
+            seen.add(client.queue_id)
+        for client in sorted(clients, key=lambda c: c.last_active):
+            self._insert(client)
+        return clients
+
+    def _restore_one(self, raw: object, now: float) -> ClientDescriptor:
+        if not isinstance(raw, dict):
+            raise ValueError("a saved queue is not an object")
+        client = ClientDescriptor.from_dict(raw, now, self.encode)
+        # Limits may have changed since the save: keep the lifespan within them.
+        lifespan = min(client.options.lifespan_secs, self.limits.max_lifespan_secs)
+        if lifespan != client.options.lifespan_secs:
+            client.options = dataclasses.replace(client.options, lifespan_secs=lifespan)
+        return client
+
+    # -- introspection ------------------------------------------------------
+
+    def held(self) -> tuple[int, int]:
+        """(events, bytes) held over all queues; O(queues), for stats only."""
+        events = 0
+        size = 0
+        for client in self._clients.values():
+            events += len(client.event_queue)
+            size += client.event_queue.bytes
+        return events, size

@@ -1,0 +1,112 @@
+"""Per-client forms of one notice's event, built once per distinct variant.
+
+A notice names an event and its users; each target queue may need a slightly
+different event (the user's own `flags`, rendered or raw content, the sender's
+`local_message_id`). `NoticePayloads` builds and encodes each distinct form
+once and hands the same `Payload` to every queue that needs it, so the cost of
+a fan-out grows with the number of variants, not the number of queues.
+
+The message event contract (what a producer sends for a message):
+`{"type": "message", "message": {...}, "sender_queue_id"?: str,
+"local_id"?: str, "invite_only"?: bool, "internal_data"?: {...}}` where
+`message` is the client message dict, optionally with `rendered_content` (the
+HTML) beside the raw `content`. Clients receive
+`{"type": "message", "message": ..., "flags": [...]}`, plus `local_message_id`
+on the sender's own queue (reference 3.3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from queues.client import ClientDescriptor
+from queues.narrow import narrow_matches
+from queues.payload import Encoder, Event, Payload
+
+UserData = Mapping[str, Any]
+
+
+class NoticePayloads:
+    """The payloads of one notice, memoised by variant. Lives for one delivery."""
+
+    __slots__ = ("_by_key", "_encode", "_event", "_event_type", "_messages", "_shared")
+
+    def __init__(self, event: Event, encode: Encoder):
+        self._event = event
+        self._event_type: str = event["type"]
+        self._encode = encode
+        self._shared: Payload | None = None
+        self._by_key: dict[object, Payload] = {}
+        self._messages: dict[bool, dict[str, Any]] = {}
+
+    def for_client(self, client: ClientDescriptor, user_data: UserData | None) -> Payload | None:
+        """The payload for `client` (whose user's own data is `user_data`), or
+        None if the client's narrow filters this event out."""
+        if self._event_type == "message":
+            return self._message_payload(client, user_data)
+        if not user_data or len(user_data) == 1:
+            if self._shared is None:
+                self._shared = Payload.build(self._event, self._encode)
+            return self._shared
+        extra = {k: v for k, v in user_data.items() if k != "id"}
+        key = self._encode(extra)
+        payload = self._by_key.get(key)
+        if payload is None:
+            payload = Payload.build({**self._event, **extra}, self._encode)
+            self._by_key[key] = payload
+        return payload
+
+    def _message_payload(
+        self, client: ClientDescriptor, user_data: UserData | None
+    ) -> Payload | None:
+        event = self._event
+        message: dict[str, Any] = event["message"]
+        raw_flags = user_data.get("flags", ()) if user_data else ()
+        flags: Sequence[str] = raw_flags if isinstance(raw_flags, list | tuple) else ()
+        options = client.options
+        if options.narrow and not narrow_matches(options.narrow, message, flags):
+            return None
+        local_id = event.get("local_id")
+        is_sender_queue = local_id is not None and event.get("sender_queue_id") == client.queue_id
+        key = ("message", options.apply_markdown, tuple(flags), is_sender_queue)
+        payload = self._by_key.get(key)
+        if payload is None:
+            client_event: Event = {
+                "type": "message",
+                "message": self._message_variant(options.apply_markdown),
+                "flags": list(flags),
+            }
+            if is_sender_queue:
+                client_event["local_message_id"] = local_id
+            if "internal_data" in event:
+                client_event["internal_data"] = event["internal_data"]
+            payload = Payload.build(client_event, self._encode)
+            self._by_key[key] = payload
+        return payload
+
+    def _message_variant(self, apply_markdown: bool) -> dict[str, Any]:
+        variant = self._messages.get(apply_markdown)
+        if variant is None:
+            variant = dict(self._event["message"])
+            rendered = variant.pop("rendered_content", None)
+            if isinstance(rendered, str):
+                if apply_markdown:
+                    variant["content"] = rendered
+                    variant["content_type"] = "text/html"
+                else:
+                    variant["content_type"] = "text/x-markdown"
+            self._messages[apply_markdown] = variant
+        return variant
+
+
+def is_public_channel_message(event: Mapping[str, Any]) -> bool:
+    """Whether a message event may reach `all_public_streams` queues: a channel
+    message whose producer said explicitly that the channel is public."""
+    message = event.get("message")
+    return (
+        event.get("type") == "message"
+        and isinstance(message, Mapping)
+        and message.get("type") == "stream"
+        and event.get("invite_only") is False
+    )
