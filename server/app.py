@@ -1,0 +1,277 @@
+"""The server process: its state, its startup and its shutdown.
+
+`EventServer` holds the queue registry, the database pool and the timers, and
+is what every handler reaches through `self.server`. Lifecycle (style item 11):
+`start()` loads saved queues, opens the pool and listens; `stop()` refuses new
+work, answers parked requests, waits for requests in progress, saves the
+queues and closes the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import socket
+import time
+from typing import Any
+
+import tornado.httpserver
+import tornado.netutil
+import tornado.web
+from tornado.ioloop import PeriodicCallback
+
+from generation.notice import Notice
+from queues.client import ClientDescriptor
+from queues.registry import DeliveryReport, EndReason, QueueRegistry
+from server import persistence
+from server.auth import Authenticator
+from server.config import Settings
+from server.db import Database
+from server.looplag import LoopLagMonitor
+from server.responses import encode
+from server.routes import make_application
+from server.version import ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION
+
+log = logging.getLogger("eventq.server")
+
+
+class EventServer:
+    """One eventq server process. Every method runs on the IO loop."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.registry = QueueRegistry(encode, settings.queue_limits)
+        self.registry.end_hooks.append(self._on_queue_end)
+        self.db = Database(
+            settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max
+        )
+        self.auth = Authenticator(self.db.api_key, ttl_secs=settings.auth_cache_secs)
+        self.shared_secret = settings.load_shared_secret()
+        # Identifies this run of the server to clients (Zulip: start time, s).
+        self.server_generation = int(time.time())
+        self.started_at = time.monotonic()
+        self.loop_lag = LoopLagMonitor()
+        self.stopping = False
+        # Requests being served (including parked ones); shutdown waits for 0.
+        self.in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._gc: PeriodicCallback | None = None
+        self._http: tornado.httpserver.HTTPServer | None = None
+        self._collected_since_log = 0
+        self.port: int | None = None
+
+    @staticmethod
+    def clock() -> float:
+        """The registry's clock: seconds, never going back."""
+        return time.monotonic()
+
+    # -- lifecycle ----------------------------------------------------------
+
+    async def start(self, port: int | None = None, host: str | None = None) -> None:
+        """Restore queues, connect to the database, listen. Returns once
+        listening; `port` 0 picks a free port (see `self.port`)."""
+        self.loop_lag.start()
+        await self._restore_queues()
+        await self.db.open()
+        self._gc = PeriodicCallback(self.collect_garbage, self.settings.gc_interval_secs * 1000)
+        self._gc.start()
+        app = make_application(self)
+        self._http = tornado.httpserver.HTTPServer(
+            app,
+            # The handlers enforce their own (smaller) limits with a JSON 413;
+            # this is the hard cap for a body without a Content-Length.
+            max_body_size=self.settings.max_internal_request_bytes,
+            idle_connection_timeout=3600,
+        )
+        sockets = tornado.netutil.bind_sockets(
+            self.settings.port if port is None else port,
+            host or self.settings.host,
+            family=socket.AF_INET,
+            backlog=4096,
+        )
+        self.port = sockets[0].getsockname()[1]
+        self._http.add_sockets(sockets)
+        log.info(
+            "listening on http://%s:%d (generation %d, %d queues)",
+            host or self.settings.host,
+            self.port,
+            self.server_generation,
+            len(self.registry),
+        )
+
+    async def stop(self) -> None:
+        """Graceful shutdown; queues are saved for the next start."""
+        if self.stopping:
+            return
+        self.stopping = True
+        log.info("shutting down: answering %d parked requests", self.registry.parked)
+        if self._http is not None:
+            self._http.stop()
+        if self._gc is not None:
+            self._gc.stop()
+        now = self.clock()
+        # A heartbeat is an answer every client already handles; the queues
+        # keep it, so the ids stay consistent across the restart.
+        for client in self.registry:
+            if client.waiter is not None:
+                self.registry.push_heartbeat(client, now)
+        try:
+            await asyncio.wait_for(self._idle.wait(), self.settings.shutdown_grace_secs)
+        except TimeoutError:
+            log.warning(
+                "%d requests still in progress after %.0f s; saving queues anyway",
+                self.in_flight,
+                self.settings.shutdown_grace_secs,
+            )
+        await self.save_queues()
+        if self._http is not None:
+            await self._http.close_all_connections()
+        await self.db.close()
+        await self.loop_lag.stop()
+        log.info("stopped")
+
+    def request_started(self) -> None:
+        self.in_flight += 1
+        self._idle.clear()
+
+    def request_finished(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self._idle.set()
+
+    # -- queues -------------------------------------------------------------
+
+    async def _restore_queues(self) -> None:
+        path = persistence.queue_file(self.settings.state_dir, self.settings.shard)
+        loop = asyncio.get_running_loop()
+        try:
+            data = await loop.run_in_executor(None, persistence.load, path)
+        except persistence.CorruptSnapshot as exc:
+            kept = await loop.run_in_executor(None, persistence.quarantine, path)
+            log.error("%s; starting with no queues (the file is kept as %s)", exc, kept)
+            return
+        if data is None:
+            log.info("no saved queues at %s", path)
+            return
+        try:
+            clients = self.registry.restore(data, self.clock())
+        except ValueError as exc:
+            kept = await loop.run_in_executor(None, persistence.quarantine, path)
+            log.error(
+                "saved queues in %s unreadable (%s); starting with no queues (kept as %s)",
+                path,
+                exc,
+                kept,
+            )
+            return
+        last = persistence.last_file(self.settings.state_dir, self.settings.shard)
+        await loop.run_in_executor(None, path.replace, last)
+        restarted = self.registry.push_to_accepting(self.restart_event(), self.clock())
+        log.info(
+            "restored %d queues from %s (moved to %s); restart event sent to %d",
+            len(clients),
+            path,
+            last,
+            restarted,
+        )
+
+    async def save_queues(self) -> None:
+        path = persistence.queue_file(self.settings.state_dir, self.settings.shard)
+        snapshot = self.registry.snapshot(self.clock())
+        started = time.monotonic()
+        size = await asyncio.get_running_loop().run_in_executor(
+            None, persistence.save, path, snapshot, self.server_generation
+        )
+        log.info(
+            "saved %d queues to %s (%d bytes, %.0f ms)",
+            len(snapshot["queues"]),
+            path,
+            size,
+            (time.monotonic() - started) * 1000,
+        )
+
+    def restart_event(self) -> dict[str, Any]:
+        return {
+            "type": "restart",
+            "zulip_version": ZULIP_VERSION,
+            "zulip_merge_base": ZULIP_MERGE_BASE,
+            "zulip_feature_level": ZULIP_FEATURE_LEVEL,
+            "server_generation": self.server_generation,
+        }
+
+    def heartbeat_delay(self) -> float:
+        return self.settings.heartbeat_secs + random.uniform(  # noqa: S311 (timing jitter)
+            0, self.settings.heartbeat_jitter_secs
+        )
+
+    def heartbeat(self, client: ClientDescriptor) -> None:
+        """Timer callback: the parked request has waited a heartbeat period."""
+        self.registry.push_heartbeat(client, self.clock())
+
+    def collect_garbage(self) -> None:
+        collected = self.registry.collect_expired(self.clock())
+        if collected:
+            log.info("collected %d idle queues; %d remain", len(collected), len(self.registry))
+
+    def _on_queue_end(self, client: ClientDescriptor, reason: EndReason, last: bool) -> None:
+        if reason == "overflow":
+            log.warning(
+                "queue %s of user %d overflowed (%d events, %d bytes; limits %d events,"
+                " %d bytes) and was ended: its client is not reading; it will re-register",
+                client.queue_id,
+                client.user_id,
+                len(client.event_queue),
+                client.event_queue.bytes,
+                self.registry.limits.max_events,
+                self.registry.limits.max_bytes,
+            )
+        elif reason == "evicted":
+            log.info(
+                "queue %s of user %d evicted: the user reached %d queues",
+                client.queue_id,
+                client.user_id,
+                self.registry.limits.max_queues_per_user,
+            )
+        else:
+            log.debug("queue %s of user %d ended: %s", client.queue_id, client.user_id, reason)
+
+    def deliver(self, notice: Notice) -> DeliveryReport:
+        report = self.registry.deliver(notice.event, notice.users, notice.realm_id, self.clock())
+        if report.foreign:
+            log.warning(
+                "notice for realm %s named users whose queues are in another realm;"
+                " %d queues skipped (a producer bug?)",
+                notice.realm_id,
+                report.foreign,
+            )
+        return report
+
+    def stats(self, user_id: int | None = None) -> dict[str, Any]:
+        events, size = self.registry.held()
+        body: dict[str, Any] = {
+            "server_generation": self.server_generation,
+            "uptime_secs": round(time.monotonic() - self.started_at, 3),
+            "queues": len(self.registry),
+            "users": self.registry.users(),
+            "parked": self.registry.parked,
+            "events_held": events,
+            "bytes_held": size,
+            "in_flight": self.in_flight,
+            "auth_lookups": self.auth.lookups,
+            "loop_lag": self.loop_lag.percentiles(),
+            "db_pool": self.db.stats(),
+        }
+        if user_id is not None:
+            body["user_queues"] = [
+                {
+                    "queue_id": client.queue_id,
+                    "parked": client.waiter is not None,
+                    "events": len(client.event_queue),
+                    "idle_secs": round(self.clock() - client.last_active, 3),
+                    "client_name": client.options.client_name,
+                }
+                for client in self.registry.user_queues(user_id)
+            ]
+        return body

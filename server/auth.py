@@ -1,0 +1,141 @@
+"""HTTP Basic authentication with `email:api_key`, cached briefly.
+
+Errors follow reference 1.6. A long-poll every 45-55 s per client must not cost
+a query each, so a successful authentication is remembered for
+`auth_cache_secs`; concurrent misses for the same credentials share one query.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import dataclasses
+import hmac
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+
+from generation.accounts import ROLE_GUEST, api_key_id, hash_api_key, is_well_formed_api_key
+from server.db import ApiKeyRow
+from server.errors import BASIC_CHALLENGE, SESSION_CHALLENGE, ApiError
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AuthUser:
+    """An authenticated, active user of an active realm."""
+
+    user_id: int
+    realm_id: int
+    email: str
+    full_name: str
+    role: int
+
+    @property
+    def is_guest(self) -> bool:
+        return self.role == ROLE_GUEST
+
+
+def _unauthorized(msg: str, code: str = "UNAUTHORIZED", *, session: bool = False) -> ApiError:
+    challenge = SESSION_CHALLENGE if session else BASIC_CHALLENGE
+    return ApiError(msg, code, 401, headers={"WWW-Authenticate": challenge})
+
+
+def not_logged_in() -> ApiError:
+    """/json/ without credentials (no session support yet, so always)."""
+    return _unauthorized("Not logged in: API authentication or user session required", session=True)
+
+
+def parse_basic(header: str | None) -> tuple[str, str]:
+    """(email, api_key) from an Authorization header, or the matching error."""
+    if header is None:
+        raise _unauthorized("Missing authorization header for basic auth")
+    scheme, _, encoded = header.strip().partition(" ")
+    if scheme.lower() != "basic":
+        raise ApiError("This endpoint requires HTTP basic authentication.")
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        raise _unauthorized("Invalid authorization header for basic auth") from None
+    email, sep, api_key = decoded.partition(":")
+    if not sep:
+        raise _unauthorized("Invalid authorization header for basic auth")
+    return email, api_key
+
+
+class Authenticator:
+    """Checks credentials against the database, remembering successes.
+
+    IO loop only. `lookup` finds the user of an API key id.
+    """
+
+    def __init__(
+        self,
+        lookup: Callable[[str], Awaitable[ApiKeyRow | None]],
+        *,
+        ttl_secs: float = 60.0,
+        max_entries: int = 100_000,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self._lookup = lookup
+        self._ttl = ttl_secs
+        self._max_entries = max_entries
+        self._clock = clock
+        # header value -> (user, expiry); least recently used first.
+        self._cache: OrderedDict[str, tuple[AuthUser, float]] = OrderedDict()
+        self._inflight: dict[str, asyncio.Future[AuthUser]] = {}
+        self.lookups = 0  # database lookups made, for stats and tests
+
+    def forget_user(self, user_id: int) -> None:
+        """Drop cached entries of a user (deactivated, key rotated)."""
+        for key in [k for k, (user, _) in self._cache.items() if user.user_id == user_id]:
+            del self._cache[key]
+
+    async def authenticate(self, header: str | None) -> AuthUser:
+        """The user behind an Authorization header; raises `ApiError` (401/400)
+        or `server.db.DatabaseUnavailable`."""
+        if header is not None:
+            cached = self._cache.get(header)
+            if cached is not None:
+                user, expires = cached
+                if self._clock() < expires:
+                    self._cache.move_to_end(header)
+                    return user
+                del self._cache[header]
+        email, api_key = parse_basic(header)
+        assert header is not None
+        pending = self._inflight.get(header)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[AuthUser] = asyncio.get_running_loop().create_future()
+        self._inflight[header] = future
+        try:
+            user = await self._check(email, api_key)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters re-raise it, nobody else must
+            raise
+        finally:
+            del self._inflight[header]
+        future.set_result(user)
+        self._cache[header] = (user, self._clock() + self._ttl)
+        while len(self._cache) > self._max_entries:
+            self._cache.popitem(last=False)
+        return user
+
+    async def _check(self, email: str, api_key: str) -> AuthUser:
+        if not is_well_formed_api_key(api_key):
+            raise _unauthorized("Invalid API key", "INVALID_API_KEY")
+        self.lookups += 1
+        row = await self._lookup(api_key_id(api_key))
+        if (
+            row is None
+            or not hmac.compare_digest(row.api_key_hash, hash_api_key(api_key))
+            or row.email.lower() != email.lower()
+        ):
+            raise _unauthorized("Invalid API key", "INVALID_API_KEY")
+        if row.realm_deactivated:
+            raise _unauthorized("This organization has been deactivated", "REALM_DEACTIVATED")
+        if not row.is_active:
+            raise _unauthorized("Account is deactivated", "USER_DEACTIVATED")
+        return AuthUser(row.user_id, row.realm_id, row.email, row.full_name, row.role)

@@ -1,0 +1,184 @@
+"""Configuration from environment variables, with working local defaults.
+
+Every timing of design.md's numbers table has its own variable (fractional
+values allowed) so that tests and operators can shorten it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+
+from queues.registry import QueueLimits
+
+_LIMITS = QueueLimits()
+
+
+class ConfigError(ValueError):
+    """Raised by `Settings.from_env` for a variable that cannot be used; the
+    message names the variable and says what it must be."""
+
+
+def _default_state_dir(env: Mapping[str, str]) -> Path:
+    base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "eventq"
+
+
+def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.0) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+    if not value >= minimum or value == float("inf"):
+        raise ConfigError(f"{name} must be a finite number >= {minimum}, got {raw!r}")
+    return value
+
+
+def _integer(env: Mapping[str, str], name: str, default: int, *, minimum: int = 1) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be >= {minimum}, got {raw!r}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything the server and the command line read from the environment."""
+
+    database_url: str = "host=127.0.0.1 port=5432 dbname=eventq"
+    amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/%2F"
+    # Empty: read (or create once) `<state_dir>/shared_secret`.
+    shared_secret: str = ""
+    state_dir: Path = dataclasses.field(default_factory=lambda: _default_state_dir(os.environ))
+    log_dir: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = 9800
+    # Heartbeat: 45 s + 0-10 s jitter after a request parks. NAT boxes drop idle
+    # HTTP connections at 60 s; jitter spreads the wake-ups of clients that
+    # parked together.
+    heartbeat_secs: float = 45.0
+    heartbeat_jitter_secs: float = 10.0
+    # Idle garbage collection: 600 s default lifespan, 7 days at most, swept
+    # every 60 s (design.md).
+    queue_idle_timeout_secs: float = 600.0
+    queue_max_lifespan_secs: float = 7 * 24 * 3600.0
+    gc_interval_secs: float = 60.0
+    # Advertised to clients as their long-poll timeout: longer than the
+    # heartbeat, so a live server never times a client out.
+    longpoll_timeout_secs: float = 90.0
+    queue_max_events: int = _LIMITS.max_events
+    queue_max_bytes: int = _LIMITS.max_bytes
+    max_queues_per_user: int = _LIMITS.max_queues_per_user
+    # Requests to the public API are small (the largest is a register with a
+    # long narrow); internal notices can carry thousands of users.
+    max_request_bytes: int = 1024 * 1024
+    max_internal_request_bytes: int = 64 * 1024 * 1024
+    # An authenticated user is trusted this long before the database is asked
+    # again: a deactivation takes effect within this time.
+    auth_cache_secs: float = 60.0
+    db_pool_min: int = 1
+    db_pool_max: int = 10
+    # How long a shutdown waits for requests in progress (register) to finish.
+    shutdown_grace_secs: float = 10.0
+    # Names this process's files when several shards share a state directory.
+    shard: str = ""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read `EVENTQ_*` variables; unset or empty ones take the defaults."""
+        env = os.environ if env is None else env
+        state_dir = Path(env.get("EVENTQ_STATE_DIR") or _default_state_dir(env))
+        heartbeat = _number(env, "EVENTQ_HEARTBEAT_SECS", 45.0, minimum=0.001)
+        # The jitter scales with the heartbeat unless set: 10 s at 45 s.
+        jitter = _number(env, "EVENTQ_HEARTBEAT_JITTER_SECS", heartbeat * 10.0 / 45.0)
+        idle = _number(env, "EVENTQ_QUEUE_IDLE_TIMEOUT_SECS", 600.0, minimum=0.001)
+        max_lifespan = _number(env, "EVENTQ_QUEUE_MAX_LIFESPAN_SECS", 7 * 24 * 3600.0)
+        if max_lifespan < idle:
+            raise ConfigError(
+                "EVENTQ_QUEUE_MAX_LIFESPAN_SECS must be at least EVENTQ_QUEUE_IDLE_TIMEOUT_SECS"
+            )
+        log_dir = env.get("EVENTQ_LOG_DIR")
+        return cls(
+            database_url=env.get("EVENTQ_DATABASE_URL") or cls.database_url,
+            amqp_url=env.get("EVENTQ_AMQP_URL", cls.amqp_url),
+            shared_secret=env.get("EVENTQ_SHARED_SECRET", ""),
+            state_dir=state_dir,
+            log_dir=Path(log_dir) if log_dir else None,
+            host=env.get("EVENTQ_HOST") or cls.host,
+            port=_integer(env, "EVENTQ_PORT", cls.port),
+            heartbeat_secs=heartbeat,
+            heartbeat_jitter_secs=jitter,
+            queue_idle_timeout_secs=idle,
+            queue_max_lifespan_secs=max_lifespan,
+            gc_interval_secs=_number(env, "EVENTQ_GC_INTERVAL_SECS", 60.0, minimum=0.001),
+            longpoll_timeout_secs=_number(env, "EVENTQ_LONGPOLL_TIMEOUT_SECS", 90.0, minimum=1),
+            queue_max_events=_integer(env, "EVENTQ_QUEUE_MAX_EVENTS", cls.queue_max_events),
+            queue_max_bytes=_integer(env, "EVENTQ_QUEUE_MAX_BYTES", cls.queue_max_bytes),
+            max_queues_per_user=_integer(
+                env, "EVENTQ_MAX_QUEUES_PER_USER", cls.max_queues_per_user
+            ),
+            max_request_bytes=_integer(env, "EVENTQ_MAX_REQUEST_BYTES", cls.max_request_bytes),
+            max_internal_request_bytes=_integer(
+                env, "EVENTQ_MAX_INTERNAL_REQUEST_BYTES", cls.max_internal_request_bytes
+            ),
+            auth_cache_secs=_number(env, "EVENTQ_AUTH_CACHE_SECS", 60.0),
+            db_pool_min=_integer(env, "EVENTQ_DB_POOL_MIN", cls.db_pool_min, minimum=0),
+            db_pool_max=_integer(env, "EVENTQ_DB_POOL_MAX", cls.db_pool_max),
+            shutdown_grace_secs=_number(env, "EVENTQ_SHUTDOWN_GRACE_SECS", 10.0),
+            shard=env.get("EVENTQ_SHARD", ""),
+        )
+
+    @property
+    def queue_limits(self) -> QueueLimits:
+        return QueueLimits(
+            default_lifespan_secs=self.queue_idle_timeout_secs,
+            max_lifespan_secs=self.queue_max_lifespan_secs,
+            max_events=self.queue_max_events,
+            max_bytes=self.queue_max_bytes,
+            max_queues_per_user=self.max_queues_per_user,
+        )
+
+    @property
+    def delivery_log_dir(self) -> Path:
+        return self.log_dir if self.log_dir is not None else self.state_dir / "log"
+
+    def load_shared_secret(self) -> str:
+        """The secret internal callers must present.
+
+        `EVENTQ_SHARED_SECRET` when set; otherwise a random secret generated once
+        per installation into `<state_dir>/shared_secret` (mode 0600), which
+        producers on the same machine read the same way.
+        """
+        if self.shared_secret:
+            return self.shared_secret
+        path = self.state_dir / "shared_secret"
+        try:
+            return path.read_text().strip()
+        except FileNotFoundError:
+            pass
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        secret = secrets.token_urlsafe(32)
+        tmp = path.with_name(f".shared_secret.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secret + "\n")
+        try:
+            # link() fails if another process created the file meanwhile: then use theirs.
+            os.link(tmp, path)
+        except FileExistsError:
+            secret = path.read_text().strip()
+        finally:
+            tmp.unlink()
+        return secret

@@ -1,0 +1,100 @@
+"""The server's PostgreSQL access: one psycopg async pool on the IO loop.
+
+Nothing here blocks the loop: every query awaits a pooled connection. psycopg
+errors become `DatabaseUnavailable` here, so handlers answer 503 instead of 500.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg.rows import class_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+log = logging.getLogger("eventq.db")
+
+
+class DatabaseUnavailable(Exception):
+    """Raised by `Database` when PostgreSQL cannot be reached or a query fails
+    for a reason outside the request (connection lost, timeout)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApiKeyRow:
+    """The user behind an API key id, with what authentication checks."""
+
+    user_id: int
+    realm_id: int
+    email: str
+    full_name: str
+    role: int
+    is_active: bool
+    api_key_hash: bytes
+    realm_deactivated: bool
+
+
+class Database:
+    """Created closed; `open()` on the IO loop before use, `close()` at shutdown."""
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 5.0):
+        self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            # A request waits at most this long for a connection, then gets a 503.
+            timeout=timeout,
+            # Connections broken by a database restart are replaced on checkout.
+            check=AsyncConnectionPool.check_connection,
+            kwargs={"autocommit": True, "application_name": "eventq"},
+            name="eventq",
+        )
+
+    async def open(self, wait_secs: float = 5.0) -> bool:
+        """Open the pool; returns whether the database answered within
+        `wait_secs`. If not, the pool keeps trying in the background."""
+        await self._pool.open(wait=False)
+        try:
+            async with self._pool.connection(timeout=wait_secs) as conn:
+                await conn.execute("SELECT 1")
+        except (PoolTimeout, psycopg.OperationalError) as exc:
+            log.error("database not reachable yet (%s); requests needing it get 503", exc)
+            return False
+        return True
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled autocommit connection: each statement sees its own snapshot."""
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise DatabaseUnavailable(f"no database connection: {exc}") from exc
+        except psycopg.OperationalError as exc:
+            raise DatabaseUnavailable(f"database error: {exc}") from exc
+
+    async def api_key(self, key_id: str) -> ApiKeyRow | None:
+        """The user whose API key has this id, or None."""
+        async with self.connection() as conn:
+            cur = conn.cursor(row_factory=class_row(ApiKeyRow))
+            await cur.execute(
+                """
+                SELECT u.id AS user_id, u.realm_id, u.email, u.full_name, u.role,
+                       u.is_active, u.api_key_hash, r.deactivated AS realm_deactivated
+                FROM users u JOIN realms r ON r.id = u.realm_id
+                WHERE u.api_key_id = %s
+                """,
+                (key_id,),
+            )
+            return await cur.fetchone()
+
+    def stats(self) -> dict[str, int]:
+        return dict(self._pool.get_stats())

@@ -1,0 +1,1 @@
+"""HTTP endpoints, one module per resource."""

@@ -1,0 +1,207 @@
+"""What every endpoint shares: body limits, parameters, JSON output, errors,
+authentication, and the server's count of requests in progress."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import tornado.httputil
+import tornado.web
+
+from queues.client import ClientDescriptor
+from queues.errors import BadQueueId, QueueError
+from server.auth import AuthUser, not_logged_in
+from server.db import DatabaseUnavailable
+from server.errors import ApiError, database_unavailable, from_queue_error
+from server.params import Params
+from server.responses import success_body
+
+if TYPE_CHECKING:
+    from server.app import EventServer
+
+log = logging.getLogger("eventq.http")
+
+_FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+@tornado.web.stream_request_body
+class BaseHandler(tornado.web.RequestHandler):
+    """Bodies are streamed so that an oversized one is refused (413, JSON)
+    before it is read."""
+
+    server: EventServer
+    json_api: bool
+    internal: bool = False
+
+    def initialize(self, server: EventServer, json_api: bool = False) -> None:
+        self.server = server
+        self.json_api = json_api
+        self._chunks: list[bytes] = []
+        self._counted = False
+
+    def set_default_headers(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Vary", "Accept-Language, Cookie")
+        self.set_header("Cache-Control", "no-store")
+
+    def body_limit(self) -> int:
+        settings = self.server.settings
+        return settings.max_internal_request_bytes if self.internal else settings.max_request_bytes
+
+    def prepare(self) -> Awaitable[None] | None:
+        self.server.request_started()
+        self._counted = True
+        if self.server.stopping:
+            self.set_header("Connection", "close")
+            raise ApiError(
+                "The server is restarting; try again shortly",
+                "SERVER_SHUTTING_DOWN",
+                503,
+                headers={"Retry-After": "1"},
+            )
+        limit = self.body_limit()
+        length = self.request.headers.get("Content-Length")
+        if length is not None:
+            if not length.isdigit():
+                raise ApiError("Invalid Content-Length header")
+            if int(length) > limit:
+                # The body is never read: the connection cannot be reused.
+                self.set_header("Connection", "close")
+                raise ApiError(
+                    f"Request body too large (limit: {limit} bytes)", "REQUEST_TOO_LARGE", 413
+                )
+        # For a body without Content-Length (chunked), Tornado enforces the
+        # limit itself by closing the connection.
+        self.request.connection.set_max_body_size(limit)  # type: ignore[union-attr]
+        return None
+
+    def data_received(self, chunk: bytes) -> None:
+        self._chunks.append(chunk)
+
+    def on_finish(self) -> None:
+        if self._counted:
+            self._counted = False
+            self.server.request_finished()
+
+    def on_connection_close(self) -> None:
+        super().on_connection_close()
+        # A request whose client went away before it was answered still ends.
+        if self._counted and not self._finished:
+            self._counted = False
+            self.server.request_finished()
+
+    # -- input --------------------------------------------------------------
+
+    def params(self) -> Params:
+        """Query-string parameters, then form-body ones (which win)."""
+        raw: dict[str, list[bytes]] = {k: list(v) for k, v in self.request.query_arguments.items()}
+        body = b"".join(self._chunks)
+        if body:
+            content_type = self.request.headers.get("Content-Type", "")
+            if not content_type.startswith(_FORM_TYPES):
+                raise ApiError(
+                    "Unsupported Content-Type: send parameters form-encoded"
+                    " (application/x-www-form-urlencoded)",
+                    "UNSUPPORTED_MEDIA_TYPE",
+                    415,
+                )
+            body_args: dict[str, list[bytes]] = {}
+            try:
+                tornado.httputil.parse_body_arguments(
+                    content_type, body, body_args, {}, self.request.headers
+                )
+            except tornado.httputil.HTTPInputError as exc:
+                raise ApiError(f"Malformed request body: {exc}") from None
+            for name, values in body_args.items():
+                raw.setdefault(name, []).extend(values)
+        return Params(raw)
+
+    async def authenticate(self) -> AuthUser:
+        header = self.request.headers.get("Authorization")
+        if self.json_api and header is None:
+            raise not_logged_in()
+        try:
+            return await self.server.auth.authenticate(header)
+        except DatabaseUnavailable as exc:
+            log.warning("authentication failed: %s", exc)
+            raise database_unavailable() from exc
+
+    def queue_for(self, queue_id: str, user: AuthUser) -> ClientDescriptor:
+        """The user's queue `queue_id`; another user's id fails exactly like
+        an unknown one (and is logged)."""
+        try:
+            return self.server.registry.get(queue_id, user.user_id)
+        except BadQueueId as exc:
+            if exc.wrong_owner:
+                log.warning("User %d is not authorized for queue %s", user.user_id, queue_id)
+            raise
+
+    def client_name(self, params: Params | None = None) -> str:
+        """Zulip's client name: the `client` parameter, else the User-Agent's
+        first word ("ZulipPython/0.9.1 (...)" -> "ZulipPython")."""
+        name = params.string("client", max_length=1000) if params is not None else None
+        if not name:
+            agent = self.request.headers.get("User-Agent", "")
+            name = agent.split("/", 1)[0].split(" ", 1)[0]
+        return name[:30] if name else "Unspecified"
+
+    # -- output -------------------------------------------------------------
+
+    def compute_etag(self) -> None:
+        """No ETags: a long-poll answer must never become a 304."""
+        return
+
+    def write_body(self, body: bytes, status: int = 200) -> None:
+        self.set_status(status)
+        self.finish(body)
+
+    def write_success(self, data: dict[str, Any] | None = None) -> None:
+        self.write_body(success_body(data))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """Every error as Zulip's JSON error body, never an HTML page."""
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, QueueError):
+            exc = from_queue_error(exc)
+        elif isinstance(exc, DatabaseUnavailable):
+            exc = database_unavailable()
+        if isinstance(exc, ApiError):
+            self.set_status(exc.status_code)
+            for name, value in exc.headers.items():
+                self.set_header(name, value)
+            self.finish(orjson.dumps(exc.body()))
+            return
+        if status_code == 405:
+            self.set_header("Allow", ", ".join(self.allowed_methods()))
+            body = {"result": "error", "msg": "Method Not Allowed", "code": "BAD_REQUEST"}
+        elif status_code < 500:
+            body = {"result": "error", "msg": self._reason, "code": "BAD_REQUEST"}
+        else:
+            body = {"result": "error", "msg": "Internal server error", "code": "INTERNAL_ERROR"}
+        self.finish(orjson.dumps(body))
+
+    def allowed_methods(self) -> list[str]:
+        return [
+            m
+            for m in self.SUPPORTED_METHODS
+            if getattr(type(self), m.lower()) is not getattr(tornado.web.RequestHandler, m.lower())
+        ]
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        if isinstance(value, ApiError | QueueError):
+            return
+        if isinstance(value, DatabaseUnavailable):
+            log.warning("%s %s: %s", self.request.method, self.request.path, value)
+            return
+        super().log_exception(typ, value, tb)
+
+
+class NotFoundHandler(BaseHandler):
+    """Any path no endpoint serves."""
+
+    def prepare(self) -> None:
+        super().prepare()
+        raise ApiError(f"Invalid API path: {self.request.path}", "NOT_FOUND", 404)

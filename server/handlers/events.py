@@ -1,0 +1,100 @@
+"""`GET` and `DELETE /api/v1/events` (and `/json/events`): the long poll."""
+
+from __future__ import annotations
+
+import logging
+
+from queues.client import ClientDescriptor
+from server.errors import ApiError, bad_queue_id
+from server.handlers.base import BaseHandler
+from server.longpoll import ParkedRequest
+from server.options import implicit_options
+from server.responses import events_body
+
+log = logging.getLogger("eventq.events")
+
+_ALLOW = "OPTIONS, GET, DELETE"
+
+
+class EventsHandler(BaseHandler):
+    SUPPORTED_METHODS = ("GET", "DELETE", "OPTIONS")
+
+    _parked: tuple[ClientDescriptor, ParkedRequest] | None = None
+
+    def set_default_headers(self) -> None:
+        super().set_default_headers()
+        # Runs before `initialize`, so decide by path. As Zulip's nginx does
+        # for /api/v1/events: API clients running in browsers.
+        if self.request.path.startswith("/api/"):
+            self.set_header("Access-Control-Allow-Origin", "*")
+
+    def options(self) -> None:
+        self.set_header("Allow", _ALLOW)
+        self.set_header("Access-Control-Allow-Methods", _ALLOW)
+        self.set_header("Access-Control-Allow-Headers", "Authorization")
+        self.set_status(204)
+        self.finish()
+
+    async def get(self) -> None:
+        user = await self.authenticate()
+        params = self.params()
+        server = self.server
+        registry = server.registry
+        queue_id = params.string("queue_id", max_length=100)
+        dont_block = params.boolean("dont_block", False)
+        if queue_id is None:
+            if not dont_block:
+                raise ApiError("Missing 'queue_id' argument")
+            options = implicit_options(params, user, registry, self.client_name(params))
+            client = registry.allocate(user.user_id, user.realm_id, options, server.clock())
+            self.write_body(events_body([], client.queue_id))
+            return
+        last_event_id = params.integer("last_event_id")
+        if last_event_id is None:
+            raise ApiError("Missing 'last_event_id' argument")
+        client = self.queue_for(queue_id, user)
+        client.event_queue.prune(last_event_id)
+        now = server.clock()
+        registry.touch(client, now)
+        registry.displace(client, now)
+        if dont_block or not client.event_queue.empty():
+            self.write_body(events_body(client.event_queue.contents()))
+            return
+        await self._long_poll(client)
+
+    async def _long_poll(self, client: ClientDescriptor) -> None:
+        server = self.server
+        waiter = ParkedRequest()
+        server.registry.park(client, waiter, server.clock())
+        waiter.timer = waiter.outcome.get_loop().call_later(
+            server.heartbeat_delay(), server.heartbeat, client
+        )
+        self._parked = (client, waiter)
+        outcome = await waiter.outcome
+        self._parked = None
+        if outcome == "disconnected":
+            return
+        if outcome == "overflow":
+            raise bad_queue_id(client.queue_id, "overflow")
+        if outcome == "displaced":
+            self.write_body(events_body([], client.queue_id, {"displaced": True}))
+            return
+        # "events" (a heartbeat is an event) or "deleted": whatever is held.
+        self.write_body(events_body(client.event_queue.contents(), client.queue_id))
+
+    def on_connection_close(self) -> None:
+        parked = self._parked
+        if parked is not None:
+            client, waiter = parked
+            if self.server.registry.unpark(client, waiter, self.server.clock()):
+                log.debug("client disconnected from queue %s", client.queue_id)
+            waiter.disconnected()
+        super().on_connection_close()
+
+    async def delete(self) -> None:
+        user = await self.authenticate()
+        params = self.params()
+        queue_id = params.required_string("queue_id", max_length=100)
+        client = self.queue_for(queue_id, user)
+        self.server.registry.end(client, "deleted", self.server.clock())
+        self.write_success()

@@ -1,0 +1,98 @@
+"""`POST /api/v1/register` (and `/json/register`): a queue plus the initial
+state consistent with it (design.md flow 3; the algorithm is
+`apply_events.register`)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from apply_events.fetch import RealmGone, fetch_initial_state
+from apply_events.register import register
+from apply_events.state import Event, State, StateContext, Want
+from queues.errors import BadQueueId
+from server.errors import ApiError
+from server.handlers.base import BaseHandler
+from server.options import include_subscribers, register_options
+from server.version import ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION
+
+log = logging.getLogger("eventq.register")
+
+# Parameters register validates that do not change anything yet; they are not
+# reported back as ignored.
+_KNOWN_WITHOUT_EFFECT = ("presence_history_limit_days",)
+
+
+class RegisterHandler(BaseHandler):
+    SUPPORTED_METHODS = ("POST",)
+
+    async def post(self) -> None:
+        user = await self.authenticate()
+        params = self.params()
+        server = self.server
+        registry = server.registry
+        options = register_options(params, user, registry, self.client_name(params))
+        fetch_event_types = params.string_list("fetch_event_types")
+        # Which sections to fetch and which events to replay: fetch_event_types,
+        # else event_types, else everything (reference 6.1 step 2).
+        wanted = (
+            frozenset(fetch_event_types) if fetch_event_types is not None else options.event_types
+        )
+        subscribers = include_subscribers(params)
+        params.integer("presence_history_limit_days", minimum=0, maximum=100_000)
+        ignored = [name for name in params.unread() if name not in _KNOWN_WITHOUT_EFFECT]
+
+        def allocate() -> str:
+            return registry.allocate(user.user_id, user.realm_id, options, server.clock()).queue_id
+
+        def make_context(queue_id: str) -> StateContext:
+            return StateContext(
+                user_id=user.user_id,
+                realm_id=user.realm_id,
+                queue_id=queue_id,
+                apply_markdown=options.apply_markdown,
+                client_gravatar=options.client_gravatar,
+                slim_presence=options.slim_presence,
+                include_subscribers=subscribers is not False,
+                capabilities=options.capabilities,
+                server_generation=server.server_generation,
+                longpoll_timeout_secs=int(server.settings.longpoll_timeout_secs),
+            )
+
+        async def fetch(ctx: StateContext, want: Want) -> State:
+            async with server.db.connection() as conn:
+                return await fetch_initial_state(conn, ctx, want)
+
+        def queue_events(queue_id: str) -> list[Event]:
+            # Raises BadQueueId if the queue ended meanwhile (deleted or
+            # overflowed): the client registers again.
+            client = registry.get(queue_id, user.user_id)
+            return [payload.client_event(i) for i, payload in client.event_queue.contents()]
+
+        def drop(queue_id: str) -> None:
+            with contextlib.suppress(BadQueueId):  # already gone
+                registry.end(registry.get(queue_id, user.user_id), "deleted", server.clock())
+
+        try:
+            state = await register(
+                fetch_event_types=wanted,
+                allocate_queue=allocate,
+                make_context=make_context,
+                fetch_state=fetch,
+                queue_events=queue_events,
+                drop_queue=drop,
+            )
+        except RealmGone:
+            raise ApiError(
+                "This organization has been deactivated", "REALM_DEACTIVATED", 401
+            ) from None
+        body: dict[str, Any] = {
+            "zulip_version": ZULIP_VERSION,
+            "zulip_feature_level": ZULIP_FEATURE_LEVEL,
+            "zulip_merge_base": ZULIP_MERGE_BASE,
+            **state,
+        }
+        if ignored:
+            body["ignored_parameters_unsupported"] = ignored
+        self.write_success(body)

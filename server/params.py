@@ -1,0 +1,119 @@
+"""Request parameters the way Zulip's API encodes them.
+
+Every parameter arrives as a string (query string for GET, form body for POST
+and DELETE); non-string values are JSON-encoded (`true`, `-1`, `["message"]`).
+Each accessor raises `ApiError` with a message naming the parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from server.errors import ApiError, missing_argument
+
+# JSON integers must fit a signed 64-bit column; beyond that is never meaningful.
+INT_MIN = -(2**63)
+INT_MAX = 2**63 - 1
+MAX_STRING = 10_000
+
+
+class Params:
+    """The parameters of one request; remembers which ones were read so that
+    the rest can be reported as `ignored_parameters_unsupported`."""
+
+    def __init__(self, raw: Mapping[str, list[bytes]]):
+        self._values: dict[str, str] = {}
+        for name, values in raw.items():
+            if not values:
+                continue
+            try:
+                # Repeated parameters: the last one wins, as in Django's QueryDict.
+                self._values[name] = values[-1].decode("utf-8")
+            except UnicodeDecodeError:
+                raise ApiError(f"Argument '{name}' is not valid UTF-8") from None
+        self._read: set[str] = set()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._values
+
+    def unread(self) -> list[str]:
+        return sorted(set(self._values) - self._read)
+
+    def raw(self, name: str) -> str | None:
+        self._read.add(name)
+        return self._values.get(name)
+
+    def string(self, name: str, *, max_length: int = MAX_STRING) -> str | None:
+        value = self.raw(name)
+        if value is not None and len(value) > max_length:
+            raise ApiError(f"{name} is too long (limit: {max_length} characters)")
+        return value
+
+    def required_string(self, name: str, *, max_length: int = MAX_STRING) -> str:
+        value = self.string(name, max_length=max_length)
+        if value is None:
+            raise missing_argument(name)
+        return value
+
+    def json(self, name: str) -> Any:
+        """The decoded JSON value, or None when absent."""
+        value = self.raw(name)
+        if value is None:
+            return None
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
+            raise ApiError(f'Argument "{name}" is not valid JSON.') from None
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self.json(name)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise ApiError(f"{name} is not a boolean")
+        return value
+
+    def integer(
+        self,
+        name: str,
+        default: int | None = None,
+        *,
+        minimum: int = INT_MIN,
+        maximum: int = INT_MAX,
+    ) -> int | None:
+        value = self.json(name)
+        if value is None:
+            return default
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ApiError(f"{name} is not an integer")
+        if value < minimum:
+            raise ApiError(f"{name} is too small (minimum: {minimum})")
+        if value > maximum:
+            raise ApiError(f"{name} is too large (maximum: {maximum})")
+        return value
+
+    def string_list(self, name: str, *, max_items: int = 1000) -> list[str] | None:
+        value = self.json(name)
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            raise ApiError(f"{name} is not a list")
+        if len(value) > max_items:
+            raise ApiError(f"{name} has more than {max_items} items")
+        for index, item in enumerate(value):
+            if not isinstance(item, str):
+                raise ApiError(f"{name}[{index}] is not a string")
+            if len(item) > 100:
+                raise ApiError(f"{name}[{index}] is too long")
+        return value
+
+    def json_object(self, name: str) -> dict[str, Any] | None:
+        value = self.json(name)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise ApiError(f"{name} is not a dict")
+        return value

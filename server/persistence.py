@@ -1,0 +1,80 @@
+"""Saving queues across restarts: atomically written, versioned snapshot files.
+
+File names follow Zulip's (reference 4): `event_queues.json` and, after it was
+read, `event_queues.json.last`; with a shard name S, `event_queues.S.json` and
+`event_queues.S.last.json`. Called off the IO loop (an executor thread).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+FORMAT = "eventq-queues"
+
+
+class CorruptSnapshot(ValueError):
+    """Raised by `load` for a file that exists but is not a readable snapshot."""
+
+
+def queue_file(state_dir: Path, shard: str = "") -> Path:
+    return state_dir / (f"event_queues.{shard}.json" if shard else "event_queues.json")
+
+
+def last_file(state_dir: Path, shard: str = "") -> Path:
+    return state_dir / (f"event_queues.{shard}.last.json" if shard else "event_queues.json.last")
+
+
+def save(path: Path, snapshot: dict[str, Any], server_generation: int) -> int:
+    """Write the snapshot: temp file, fsync, rename, fsync of the directory, so
+    that a crash leaves either the old file or the complete new one. Returns
+    the number of bytes written."""
+    body = orjson.dumps(
+        {"format": FORMAT, "saved_at": time.time(), "server_generation": server_generation}
+        | snapshot
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(body)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return len(body)
+
+
+def load(path: Path) -> dict[str, Any] | None:
+    """The snapshot in `path`, None if there is no file, or `CorruptSnapshot`."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise CorruptSnapshot(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise CorruptSnapshot(f"{path} is not an eventq queue snapshot")
+    return data
+
+
+def quarantine(path: Path) -> Path:
+    """Move an unreadable snapshot aside, kept for inspection, so that the next
+    start does not read it again. Returns where it went."""
+    target = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+    os.replace(path, target)
+    return target
