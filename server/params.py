@@ -87,6 +87,9 @@ class Params:
         value = self.json(name)
         if value is None:
             return default
+        if isinstance(value, float) and abs(value) >= 2**63:
+            # orjson decodes integers beyond 64 bits as floats.
+            value = int(value)
         if not isinstance(value, int) or isinstance(value, bool):
             raise ApiError(f"{name} is not an integer")
         if value < minimum:

@@ -1,0 +1,117 @@
+"""HTTP Basic authentication (reference 1.6) and the auth cache."""
+
+from __future__ import annotations
+
+import base64
+
+import psycopg
+import requests
+
+from generation import accounts
+
+
+def _get(server, authorization: str | None) -> requests.Response:
+    headers = {} if authorization is None else {"Authorization": authorization}
+    return requests.get(
+        f"{server.url}/api/v1/events", params={"dont_block": "true"}, headers=headers, timeout=10
+    )
+
+
+def _basic(email: str, key: str) -> str:
+    return "Basic " + base64.b64encode(f"{email}:{key}".encode()).decode()
+
+
+def test_missing_header_is_401_with_a_basic_challenge(server):
+    response = _get(server, None)
+    assert response.status_code == 401
+    assert response.headers["WWW-Authenticate"] == 'Basic realm="zulip"'
+    assert response.json() == {
+        "result": "error",
+        "msg": "Missing authorization header for basic auth",
+        "code": "UNAUTHORIZED",
+    }
+
+
+def test_another_scheme_is_400(server):
+    response = _get(server, "Bearer abc")
+    assert response.status_code == 400
+    assert response.json()["msg"] == "This endpoint requires HTTP basic authentication."
+
+
+def test_undecodable_credentials_are_401(server):
+    for header in ("Basic !!!notbase64", "Basic " + base64.b64encode(b"no-colon").decode()):
+        response = _get(server, header)
+        assert response.status_code == 401
+        assert response.json()["msg"] == "Invalid authorization header for basic auth"
+
+
+def test_wrong_key_or_wrong_email_is_invalid_api_key(server, world):
+    user = world.user()
+    other = world.user()
+    for header in (
+        _basic(user.email, "x" * 32),
+        _basic(user.email, "short"),
+        _basic(other.email, user.api_key),
+        _basic(user.email, user.api_key[:8] + other.api_key[8:]),
+    ):
+        response = _get(server, header)
+        assert response.status_code == 401
+        assert response.headers["WWW-Authenticate"] == 'Basic realm="zulip"'
+        assert response.json() == {
+            "result": "error",
+            "msg": "Invalid API key",
+            "code": "INVALID_API_KEY",
+        }
+
+
+def test_scheme_and_email_are_case_insensitive(server, world):
+    user = world.user()
+    header = "basic " + base64.b64encode(f"{user.email.upper()}:{user.api_key}".encode()).decode()
+    assert _get(server, header).status_code == 200
+
+
+def test_deactivated_user_and_realm_are_refused(server, world, database_url):
+    realm = world.realm()
+    user = world.user(realm)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        accounts.set_user_active(conn, realm, user.email, False)
+    response = _get(server, _basic(user.email, user.api_key))
+    assert response.status_code == 401
+    assert response.json()["code"] == "USER_DEACTIVATED"
+    assert response.json()["msg"] == "Account is deactivated"
+
+    other = world.user(realm)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        accounts.set_realm_active(conn, realm, False)
+    response = _get(server, _basic(other.email, other.api_key))
+    assert response.status_code == 401
+    assert response.json()["code"] == "REALM_DEACTIVATED"
+
+
+def test_rotated_key_replaces_the_old_one(server, world, database_url):
+    realm = world.realm()
+    user = world.user(realm)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rotated = accounts.rotate_api_key(conn, realm, user.email)
+    assert _get(server, _basic(user.email, user.api_key)).status_code == 401
+    assert _get(server, _basic(user.email, rotated.api_key)).status_code == 200
+
+
+def test_a_long_poll_client_costs_one_lookup_per_cache_period(server, world):
+    user = world.user()
+    header = _basic(user.email, user.api_key)
+    before = server.stats()["auth_lookups"]
+    for _ in range(5):
+        assert _get(server, header).status_code == 200
+    assert server.stats()["auth_lookups"] == before + 1
+
+
+def test_api_keys_are_not_stored_in_the_database(world, database_url):
+    user = world.user()
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT u.*::text FROM users u WHERE id = %s", (user.user_id,)
+        ).fetchone()
+    assert row is not None
+    assert user.api_key not in row[0]
+    assert user.api_key[8:] not in row[0]

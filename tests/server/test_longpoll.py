@@ -1,0 +1,202 @@
+"""Heartbeats, disconnects, idle collection and bounded queues, against real
+server processes with shortened timings."""
+
+from __future__ import annotations
+
+import base64
+import socket
+
+from tests.support import Api, wait_for
+
+
+def test_a_parked_request_gets_a_heartbeat_event(start_server, world):
+    server = start_server(EVENTQ_HEARTBEAT_SECS="0.2", EVENTQ_HEARTBEAT_JITTER_SECS="0")
+    client = Api(server, world.user())
+    # Heartbeats bypass event_types.
+    queue_id = client.register(event_types=["message"])["queue_id"]
+    response = client.get_events(queue_id=queue_id, last_event_id=-1)
+    assert response.status_code == 200
+    assert response.json() == {
+        "result": "success",
+        "msg": "",
+        "events": [{"type": "heartbeat", "id": 0}],
+        "queue_id": queue_id,
+    }
+    # Acknowledged like any event; the next poll waits for the next heartbeat.
+    assert client.get_events(queue_id=queue_id, last_event_id=0).json()["events"] == [
+        {"type": "heartbeat", "id": 1}
+    ]
+    client.close()
+
+
+def _raw_long_poll(server, user, queue_id: str) -> socket.socket:
+    credentials = base64.b64encode(f"{user.email}:{user.api_key}".encode()).decode()
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.sendall(
+        f"GET /api/v1/events?queue_id={queue_id}&last_event_id=-1 HTTP/1.1\r\n"
+        f"Host: 127.0.0.1\r\nAuthorization: Basic {credentials}\r\n\r\n".encode()
+    )
+    return sock
+
+
+def test_a_client_that_disconnects_mid_poll_leaves_its_queue(server, world):
+    user = world.user()
+    client = Api(server, user)
+    queue_id = client.register()["queue_id"]
+    sock = _raw_long_poll(server, user, queue_id)
+    server.wait_parked(user.user_id, queue_id)
+    sock.close()
+    wait_for(lambda: not server.user_queues(user.user_id)[0]["parked"], what="request detached")
+    server.notify({"type": "test"}, [user.user_id])
+    assert client.events(queue_id, -1) == [{"type": "test", "id": 0}]
+    client.close()
+
+
+def test_idle_queues_are_collected_and_then_unknown(start_server, world):
+    server = start_server(EVENTQ_QUEUE_IDLE_TIMEOUT_SECS="0.3", EVENTQ_GC_INTERVAL_SECS="0.05")
+    user = world.user()
+    client = Api(server, user)
+    queue_id = client.register()["queue_id"]
+    wait_for(lambda: server.user_queues(user.user_id) == [], what="the queue to be collected")
+    response = client.get_events(queue_id=queue_id, last_event_id=-1)
+    assert response.status_code == 400
+    assert response.json()["code"] == "BAD_EVENT_QUEUE_ID"
+    assert "reason" not in response.json()
+    assert "collected 1 idle queues" in server.log()
+    client.close()
+
+
+def test_a_parked_queue_outlives_its_idle_timeout(start_server, world):
+    server = start_server(EVENTQ_QUEUE_IDLE_TIMEOUT_SECS="0.3", EVENTQ_GC_INTERVAL_SECS="0.05")
+    user = world.user()
+    client = Api(server, user)
+    parked_q = client.register()["queue_id"]
+    canary_q = client.register()["queue_id"]
+    parked = client.park(parked_q, -1)
+    # Once the canary, registered after it, has been collected, the parked
+    # queue has been idle-eligible for longer than its timeout.
+    wait_for(
+        lambda: [q["queue_id"] for q in server.user_queues(user.user_id)] == [parked_q],
+        what="the canary collected",
+    )
+    assert canary_q != parked_q
+    server.notify({"type": "test"}, [user.user_id])
+    assert parked.result(timeout=10).json()["events"] == [{"type": "test", "id": 0}]
+    client.close()
+
+
+def test_queue_lifespan_secs_sets_the_idle_timeout(start_server, world):
+    server = start_server(EVENTQ_GC_INTERVAL_SECS="0.05")  # default timeout: 600 s
+    user = world.user()
+    client = Api(server, user)
+    short_q = client.register(queue_lifespan_secs=1)["queue_id"]
+    long_q = client.register()["queue_id"]
+    wait_for(
+        lambda: [q["queue_id"] for q in server.user_queues(user.user_id)] == [long_q],
+        timeout=15,
+        what="the 1 s queue collected",
+    )
+    assert short_q != long_q
+    client.close()
+
+
+def test_any_get_refreshes_the_idle_clock(start_server, world):
+    server = start_server(EVENTQ_QUEUE_IDLE_TIMEOUT_SECS="0.5", EVENTQ_GC_INTERVAL_SECS="0.05")
+    user = world.user()
+    client = Api(server, user)
+    polled_q = client.register()["queue_id"]
+    canary_q = client.register()["queue_id"]
+
+    def canary_gone_while_polling() -> bool:
+        # A dont_block GET (which never parks) keeps the polled queue alive.
+        assert client.events(polled_q, -1) == []
+        return canary_q not in [q["queue_id"] for q in server.user_queues(user.user_id)]
+
+    wait_for(canary_gone_while_polling, what="the canary collected")
+    assert [q["queue_id"] for q in server.user_queues(user.user_id)] == [polled_q]
+    client.close()
+
+
+def test_an_overflowing_queue_ends_with_a_reason(start_server, world):
+    server = start_server(EVENTQ_QUEUE_MAX_EVENTS="5")
+    owner = world.user()
+    client = Api(server, owner)
+    queue_id = client.register()["queue_id"]
+    for n in range(5):
+        server.notify({"type": "test", "n": n}, [owner.user_id])
+    assert len(client.events(queue_id, -1)) == 5
+    server.notify({"type": "test", "n": 5}, [owner.user_id])
+    response = client.get_events(queue_id=queue_id, last_event_id=-1)
+    assert response.status_code == 400
+    assert response.json() == {
+        "result": "error",
+        "msg": f"Bad event queue ID: {queue_id}",
+        "code": "BAD_EVENT_QUEUE_ID",
+        "queue_id": queue_id,
+        "reason": "overflow",
+    }
+    assert f"queue {queue_id} of user {owner.user_id} overflowed" in server.log()
+    # Another user learns nothing about it.
+    stranger = Api(server, world.user())
+    other = stranger.get_events(queue_id=queue_id, last_event_id=-1)
+    assert "reason" not in other.json()
+    client.close()
+    stranger.close()
+
+
+def test_a_queue_over_its_byte_budget_overflows(start_server, world):
+    server = start_server(EVENTQ_QUEUE_MAX_BYTES="4096")
+    user = world.user()
+    client = Api(server, user)
+    queue_id = client.register()["queue_id"]
+    server.notify({"type": "test", "blob": "x" * 2000}, [user.user_id])
+    assert len(client.events(queue_id, -1)) == 1
+    server.notify({"type": "test", "blob": "y" * 3000}, [user.user_id])
+    assert client.get_events(queue_id=queue_id, last_event_id=-1).json()["reason"] == "overflow"
+    client.close()
+
+
+def test_a_parked_request_on_an_overflowing_queue_is_told(start_server, world):
+    server = start_server(EVENTQ_QUEUE_MAX_BYTES="1024")
+    user = world.user()
+    client = Api(server, user)
+    queue_id = client.register()["queue_id"]
+    parked = client.park(queue_id, -1)
+    server.notify({"type": "test", "blob": "z" * 5000}, [user.user_id])
+    response = parked.result(timeout=10)
+    assert response.status_code == 400
+    assert response.json()["reason"] == "overflow"
+    client.close()
+
+
+def test_the_user_queue_limit_evicts_the_oldest_idle_queue(start_server, world):
+    server = start_server(EVENTQ_MAX_QUEUES_PER_USER="3")
+    user = world.user()
+    client = Api(server, user)
+    first, second, third = (client.register()["queue_id"] for _ in range(3))
+    fourth = client.register()["queue_id"]
+    assert sorted(q["queue_id"] for q in server.user_queues(user.user_id)) == sorted(
+        [second, third, fourth]
+    )
+    response = client.get_events(queue_id=first, last_event_id=-1)
+    assert response.json()["code"] == "BAD_EVENT_QUEUE_ID"
+    assert response.json()["reason"] == "evicted"
+    client.close()
+
+
+def test_the_user_queue_limit_refuses_when_every_queue_is_in_use(start_server, world):
+    server = start_server(EVENTQ_MAX_QUEUES_PER_USER="2")
+    user = world.user()
+    client = Api(server, user)
+    queues = [client.register()["queue_id"] for _ in range(2)]
+    parked = [client.park(queue_id, -1) for queue_id in queues]
+    response = client.request("POST", "register")
+    assert response.status_code == 400
+    assert response.json() == {
+        "result": "error",
+        "msg": "Too many event queues: this user already has 2 queues in use",
+        "code": "TOO_MANY_EVENT_QUEUES",
+    }
+    server.notify({"type": "test"}, [user.user_id])
+    assert all(p.result(timeout=10).status_code == 200 for p in parked)
+    client.close()

@@ -1,0 +1,118 @@
+"""Queues survive restarts of a real server process (reference 4, 2.10)."""
+
+from __future__ import annotations
+
+import signal
+
+import orjson
+
+from server.version import ZULIP_FEATURE_LEVEL, ZULIP_VERSION
+from tests.support import Api, ServerProcess
+
+
+def _restart(server: ServerProcess, sig: int = signal.SIGTERM) -> None:
+    assert server.stop(sig) == 0, server.log()
+    server.start()
+
+
+def test_queues_and_their_events_survive_a_restart(start_server, world, tmp_path):
+    state = tmp_path / "state"
+    server = start_server(state)
+    user = world.user()
+    client = Api(server, user)
+    everything_q = client.register()["queue_id"]
+    filtered_q = client.register(event_types=["test"])["queue_id"]
+    for n in range(3):
+        server.notify({"type": "test", "n": n}, [user.user_id])
+    assert [e["id"] for e in client.events(everything_q, 0)] == [1, 2]  # 0 acknowledged
+    generation_before = server.stats()["server_generation"]
+
+    _restart(server)
+
+    assert (state / "event_queues.json.last").exists()
+    assert not (state / "event_queues.json").exists()
+    events = client.events(everything_q, 0)
+    assert [e["id"] for e in events] == [1, 2, 3]
+    assert [e.get("n") for e in events[:2]] == [1, 2]
+    restart = events[2]
+    assert restart["type"] == "restart"
+    assert restart["zulip_version"] == ZULIP_VERSION
+    assert restart["zulip_feature_level"] == ZULIP_FEATURE_LEVEL
+    assert restart["server_generation"] >= generation_before
+    # A queue whose event_types exclude "restart" does not get one.
+    assert [e["type"] for e in client.events(filtered_q, -1)] == ["test"] * 3
+    # The pruning point survived too.
+    assert (
+        client.get_events(queue_id=everything_q, last_event_id=-1, dont_block=True).json()["code"]
+        == "BAD_REQUEST"
+    )
+    client.close()
+
+
+def test_sigint_saves_too_and_parked_requests_are_answered_first(start_server, world):
+    server = start_server()
+    user = world.user()
+    client = Api(server, user)
+    queue_id = client.register()["queue_id"]
+    parked = client.park(queue_id, -1)
+    assert server.stop(signal.SIGINT) == 0
+    answered = parked.result(timeout=10)
+    assert answered.status_code == 200
+    assert answered.json()["events"] == [{"type": "heartbeat", "id": 0}]
+    server.start()
+    events = client.events(queue_id, 0)
+    assert [e["type"] for e in events] == ["restart"]
+    client.close()
+
+
+def test_the_saved_file_is_versioned_and_complete(start_server, world, tmp_path):
+    state = tmp_path / "state"
+    server = start_server(state)
+    user = world.user()
+    client = Api(server, user)
+    queue_id = client.register(narrow=[["stream", "denmark"]], queue_lifespan_secs=3600)["queue_id"]
+    server.notify({"type": "test", "internal_data": {"kept": True}}, [user.user_id])
+    assert server.stop() == 0
+    saved = orjson.loads((state / "event_queues.json").read_bytes())
+    assert saved["format"] == "eventq-queues"
+    assert saved["version"] == 1
+    [queue] = [q for q in saved["queues"] if q["queue_id"] == queue_id]
+    assert queue["user_id"] == user.user_id
+    assert queue["options"]["narrow"] == [["stream", "denmark"]]
+    assert queue["options"]["lifespan_secs"] == 3600
+    assert queue["event_queue"]["events"] == [
+        {"type": "test", "internal_data": {"kept": True}, "id": 0}
+    ]
+    assert not list(state.glob(".*.tmp"))
+    client.close()
+
+
+def test_a_corrupt_file_is_kept_aside_and_the_server_starts_empty(start_server, tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "event_queues.json").write_bytes(b'{"format": "eventq-queues", "vers')
+    server = start_server(state)
+    assert server.stats()["queues"] == 0
+    kept = list(state.glob("event_queues.json.corrupt-*"))
+    assert len(kept) == 1
+    assert kept[0].read_bytes().startswith(b'{"format"')
+    assert "is not valid JSON" in server.log()
+    assert "starting with no queues" in server.log()
+
+
+def test_a_file_of_an_unknown_version_is_refused_the_same_way(start_server, tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "event_queues.json").write_bytes(
+        orjson.dumps({"format": "eventq-queues", "version": 99, "queues": []})
+    )
+    server = start_server(state)
+    assert server.stats()["queues"] == 0
+    assert "unsupported queue snapshot version 99" in server.log()
+    assert list(state.glob("event_queues.json.corrupt-*"))
+
+
+def test_no_file_means_no_queues(start_server, tmp_path):
+    server = start_server(tmp_path / "fresh")
+    assert server.stats()["queues"] == 0
+    assert "no saved queues" in server.log()

@@ -1,0 +1,234 @@
+"""Helpers for tests that run the real server: its process, an API client and
+condition waits. Imported by tests/conftest.py and the server tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import requests
+
+from generation import accounts
+
+REPO = Path(__file__).resolve().parent.parent
+SECRET = "test-shared-secret"
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    """Poll `predicate` until it returns something truthy; fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.01)
+
+
+class ServerProcess:
+    """`python -m server serve` on a free loopback port, with its own state dir."""
+
+    def __init__(self, database_url: str, state_dir: Path, env: dict[str, str] | None = None):
+        self.database_url = database_url
+        self.state_dir = state_dir
+        self.extra_env = env or {}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port: int | None = None
+        self.log_path = state_dir / f"server-{uuid.uuid4().hex[:8]}.log"
+        self._log_offset = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("EVENTQ_")}
+        env.update(
+            {
+                "EVENTQ_DATABASE_URL": self.database_url,
+                "EVENTQ_STATE_DIR": str(self.state_dir),
+                "EVENTQ_SHARED_SECRET": SECRET,
+                "EVENTQ_LOG_LEVEL": "DEBUG",
+                # Long by default so that nothing wakes a parked request by
+                # surprise; tests of heartbeats and GC shorten them.
+                "EVENTQ_HEARTBEAT_SECS": "600",
+                "EVENTQ_GC_INTERVAL_SECS": "0.05",
+                "EVENTQ_SHUTDOWN_GRACE_SECS": "5",
+            }
+        )
+        env.update(self.extra_env)
+        return env
+
+    def start(self, timeout: float = 20.0) -> ServerProcess:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "server", "serve", "--port", "0"],
+            cwd=REPO,
+            env=self.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        match = wait_for(lambda: self._listening() or self._died(), timeout, "the server to listen")
+        if match == "died":
+            raise AssertionError(f"server exited at start:\n{self.log()}")
+        self.port = int(match)
+        return self
+
+    def _listening(self) -> str | None:
+        found = re.search(r"listening on http://[\d.]+:(\d+)", self.log())
+        return found.group(1) if found else None
+
+    def _died(self) -> str | None:
+        assert self.proc is not None
+        return "died" if self.proc.poll() is not None else None
+
+    def log(self) -> str:
+        """What the server logged since its last start."""
+        if not self.log_path.exists():
+            return ""
+        with self.log_path.open("rb") as handle:
+            handle.seek(self._log_offset)
+            return handle.read().decode("utf-8", "replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        """Send `sig` and wait; returns the exit status."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"server did not stop on {sig}:\n{self.log()}") from None
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def internal(self, path: str, **fields: Any) -> requests.Response:
+        data = {k: v if isinstance(v, str) else json.dumps(v) for k, v in fields.items()}
+        data.setdefault("secret", SECRET)
+        return requests.post(f"{self.url}/api/internal/{path}", data=data, timeout=10)
+
+    def notify(
+        self, event: dict[str, Any], users: list[Any], realm_id: int | None = None
+    ) -> dict[str, Any]:
+        notice: dict[str, Any] = {"event": event, "users": users}
+        if realm_id is not None:
+            notice["realm_id"] = realm_id
+        response = self.internal("notify_tornado", data=json.dumps(notice))
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    def stats(self, user_id: int | None = None) -> dict[str, Any]:
+        fields: dict[str, Any] = {} if user_id is None else {"user_id": user_id}
+        response = self.internal("stats", **fields)
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    def user_queues(self, user_id: int) -> list[dict[str, Any]]:
+        queues: list[dict[str, Any]] = self.stats(user_id)["user_queues"]
+        return queues
+
+    def wait_parked(self, user_id: int, queue_id: str, timeout: float = 10.0) -> None:
+        wait_for(
+            lambda: any(
+                q["queue_id"] == queue_id and q["parked"] for q in self.user_queues(user_id)
+            ),
+            timeout,
+            f"a request parked on {queue_id}",
+        )
+
+
+class Api:
+    """One user's HTTP client, encoding parameters the way Zulip clients do."""
+
+    def __init__(self, server: ServerProcess, user: accounts.CreatedUser, prefix: str = "/api/v1"):
+        self.server = server
+        self.user = user
+        self.prefix = prefix
+        self.session = requests.Session()
+        self.session.auth = (user.email, user.api_key)
+        self._pool = ThreadPoolExecutor(max_workers=4)
+
+    @staticmethod
+    def encode(params: dict[str, Any]) -> dict[str, str]:
+        return {k: v if isinstance(v, str) else json.dumps(v) for k, v in params.items()}
+
+    def request(self, method: str, path: str, **params: Any) -> requests.Response:
+        url = f"{self.server.url}{self.prefix}/{path}"
+        encoded = self.encode(params)
+        if method == "GET":
+            return self.session.get(url, params=encoded, timeout=30)
+        return self.session.request(method, url, data=encoded, timeout=30)
+
+    def register(self, **params: Any) -> dict[str, Any]:
+        response = self.request("POST", "register", **params)
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    def get_events(self, **params: Any) -> requests.Response:
+        return self.request("GET", "events", **params)
+
+    def events(self, queue_id: str, last_event_id: int, **params: Any) -> list[dict[str, Any]]:
+        """GET with dont_block (unless overridden); the events, asserting success."""
+        params.setdefault("dont_block", True)
+        response = self.get_events(queue_id=queue_id, last_event_id=last_event_id, **params)
+        assert response.status_code == 200, response.text
+        events: list[dict[str, Any]] = response.json()["events"]
+        return events
+
+    def park(self, queue_id: str, last_event_id: int) -> Future[requests.Response]:
+        """Start a long-poll in a thread and return once the server holds it."""
+        future = self._pool.submit(self.get_events, queue_id=queue_id, last_event_id=last_event_id)
+        self.server.wait_parked(self.user.user_id, queue_id)
+        return future
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.session.close()
+
+
+class World:
+    """Creates realms and users in the test database, each uniquely named."""
+
+    def __init__(self, database_url: str):
+        self.database_url = database_url
+
+    def realm(self, name: str = "Test realm") -> str:
+        subdomain = f"r{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
+            accounts.create_realm(conn, subdomain, name)
+        return subdomain
+
+    def user(
+        self, realm: str | None = None, role: str = "member", name: str = "Test User"
+    ) -> accounts.CreatedUser:
+        realm = realm or self.realm()
+        email = f"u{uuid.uuid4().hex[:10]}@example.com"
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
+            return accounts.create_user(conn, realm, email, name, role)
+
+    def execute(self, sql: bytes, params: tuple[Any, ...] = ()) -> None:
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
+            conn.execute(sql, params)

@@ -1,0 +1,62 @@
+"""The direction of imports (design.md, "Layout and dependency direction")."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+STDLIB = set(sys.stdlib_module_names)
+
+# package -> third-party or project packages it may import anywhere
+ALLOWED = {
+    "queues": {"queues"},
+    "generation": {"generation", "orjson"},
+    "apply_events": {"apply_events", "generation"},
+    "server": {
+        "server", "queues", "generation", "apply_events",
+        "tornado", "pika", "psycopg", "psycopg_pool", "orjson",
+    },
+}  # fmt: skip
+# imports allowed only in some modules of a package
+ONLY_IN = {
+    ("generation", "pika"): {"generation/publisher.py"},
+    ("generation", "psycopg"): {"generation/accounts.py", "generation/actions.py"},
+    ("apply_events", "psycopg"): {"apply_events/fetch.py"},
+}
+
+
+def imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def modules(package: str) -> list[Path]:
+    return sorted((REPO / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_packages_import_only_what_the_design_allows(package):
+    assert modules(package), f"{package} has no modules"
+    for path in modules(package):
+        relative = path.relative_to(REPO).as_posix()
+        for name in imports(path) - STDLIB:
+            only = ONLY_IN.get((package, name))
+            if only is not None:
+                assert relative in only, f"{relative} imports {name}; only {only} may"
+            else:
+                assert name in ALLOWED[package], f"{relative} imports {name}"
+
+
+def test_nothing_imports_the_server():
+    for package in ("queues", "generation", "apply_events"):
+        for path in modules(package):
+            assert "server" not in imports(path), path
