@@ -21,11 +21,14 @@ REALM_PROPERTIES = {"name": "realm_name", "description": "realm_description"}
 
 def _apply_realm(state: State, event: Event, ctx: StateContext) -> None:
     op = event.get("op")
+    prop = event.get("property")
+    if not isinstance(prop, str):
+        return  # malformed: nothing of ours to update
     if op == "update":
-        key = REALM_PROPERTIES.get(event.get("property", ""))
+        key = REALM_PROPERTIES.get(prop)
         if key is not None and key in state:
             state[key] = event.get("value")
-    elif op == "update_dict" and event.get("property") == "default":
+    elif op == "update_dict" and prop == "default":
         data = event.get("data")
         if isinstance(data, dict):
             for prop, value in data.items():

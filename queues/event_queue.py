@@ -6,38 +6,12 @@ Pure and single-threaded: called only from the server's IO loop.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
-from itertools import islice
 from typing import Any
 
 from queues.errors import EventAlreadyPruned, EventNotInQueue
-from queues.payload import Encoder, Event, Payload
+from queues.payload import Encoder, Event, Payload, collapse_key
 
 Item = tuple[int, Payload]
-
-
-def collapse_key(event: Event) -> str | None:
-    """The "full type" under which consecutive unread events merge, or None.
-
-    Only `update_message_flags` events collapse (reference 2.6): their full type
-    is `all_flags/<flag>/<op>` when `all` is true, else `flags/<op>/<flag>`; all
-    of the `flags/` kinds collapse except `flags/remove/read`, because a client
-    must see each "mark unread" on its own to keep its unread counts right.
-    """
-    if event.get("type") != "update_message_flags":
-        return None
-    operation = event.get("operation", event.get("op"))
-    flag = event.get("flag")
-    if not isinstance(operation, str) or not isinstance(flag, str):
-        return None
-    if event.get("all"):
-        return None  # all_flags/...: never collapsible
-    full_type = f"flags/{operation}/{flag}"
-    if full_type == "flags/remove/read":
-        return None
-    if not isinstance(event.get("messages"), list):
-        return None
-    return full_type
 
 
 class EventQueue:
@@ -77,7 +51,7 @@ class EventQueue:
         """
         event_id = self.next_event_id
         self.next_event_id += 1
-        key = collapse_key(payload.event)
+        key = payload.collapse
         if key is None:
             self._items.append((event_id, payload))
             self.bytes += payload.size
@@ -107,6 +81,10 @@ class EventQueue:
         """
         if last_event_id < self.newest_pruned_id:
             raise EventAlreadyPruned(last_event_id)
+        # Unread collapsed events take part like the others, so that nothing
+        # held is ever at or below the acknowledged id. (A GET that finds the
+        # queue non-empty reads it anyway, which does the same.)
+        self._materialize()
         if last_event_id == self.newest_pruned_id:
             return
         if last_event_id >= self.next_event_id:
@@ -131,11 +109,14 @@ class EventQueue:
         Collapsed events are merged in at the position of their newest id and
         become ordinary events, so later flag changes start a new collapse.
         """
+        self._materialize()
+        return list(self._items)
+
+    def _materialize(self) -> None:
         if self._virtual:
             merged = sorted([*self._items, *self._virtual.values()], key=lambda item: item[0])
             self._items = deque(merged)
             self._virtual.clear()
-        return list(self._items)
 
     def last_id(self) -> int | None:
         """The id of the newest event held (read or not), or None when empty."""
@@ -144,10 +125,6 @@ class EventQueue:
             if newest is None or event_id > newest:
                 newest = event_id
         return newest
-
-    def iter_oldest(self, limit: int) -> Iterator[Item]:
-        """The first `limit` held events, without materializing collapsed ones."""
-        return islice(self._items, limit)
 
     def to_dict(self) -> dict[str, Any]:
         """The queue as plain JSON-able data (stored form, internal keys kept)."""
@@ -178,10 +155,14 @@ class EventQueue:
         virtual = data.get("virtual_events", {})
         if not isinstance(virtual, dict):
             raise ValueError("virtual_events is not an object")
+        held = {event_id for event_id, _ in queue._items}
         for key, raw in virtual.items():
             event_id, payload = _stored_item(raw, encode)
             if collapse_key(payload.event) != key:
                 raise ValueError(f"virtual event {key!r} has another type")
+            if event_id <= queue.newest_pruned_id or event_id in held:
+                raise ValueError(f"virtual event {key!r} reuses id {event_id}")
+            held.add(event_id)
             queue._virtual[key] = (event_id, payload)
             queue.bytes += payload.size
         newest = queue.last_id()

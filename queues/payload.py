@@ -25,21 +25,43 @@ INTERNAL_KEYS = frozenset({"internal_data"})
 PER_EVENT_OVERHEAD = 64
 
 
+def collapse_key(event: Event) -> str | None:
+    """The "full type" under which consecutive unread events merge, or None.
+
+    Only `update_message_flags` events collapse (reference 2.6): their full
+    type is `flags/<op>/<flag>` (`all_flags/...` when `all` is true, which never
+    collapses); every `flags/` kind collapses except `flags/remove/read`,
+    because a client must see each "mark unread" to keep its counts right.
+    """
+    if event.get("type") != "update_message_flags":
+        return None
+    operation = event.get("operation", event.get("op"))
+    flag = event.get("flag")
+    if not isinstance(operation, str) or not isinstance(flag, str):
+        return None
+    if event.get("all") or not isinstance(event.get("messages"), list):
+        return None
+    full_type = f"flags/{operation}/{flag}"
+    return None if full_type == "flags/remove/read" else full_type
+
+
 class Payload:
     """One event in stored form plus its client-visible encoding.
 
     Invariants: `event` has a string "type" and no "id" (ids are per queue);
     `tail` is the encoding of `event` minus `INTERNAL_KEYS`, without its opening
-    brace, so `b'{"id":%d,' % id + tail` is the event as a client sees it.
+    brace, so `b'{"id":%d,' % id + tail` is the event as a client sees it;
+    `collapse` is `collapse_key(event)`, computed once for every queue.
     A payload in more than one queue is never mutated.
     """
 
-    __slots__ = ("event", "size", "tail")
+    __slots__ = ("collapse", "event", "size", "tail")
 
     def __init__(self, event: Event, tail: bytes):
         self.event = event
         self.tail = tail
         self.size = len(tail) + PER_EVENT_OVERHEAD
+        self.collapse = collapse_key(event)
 
     @classmethod
     def build(cls, event: Event, encode: Encoder) -> Payload:

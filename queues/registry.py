@@ -332,13 +332,15 @@ class QueueRegistry:
                 if realm_id is not None and client.realm_id != realm_id:
                     report.foreign += 1
                     continue
+                if public:
+                    # A recipient's queue is served here, with its own flags,
+                    # or not at all: never again by the realm-wide pass.
+                    reached.add(client.queue_id)
                 if not client.accepts(event_type, event):
                     continue
                 payload = payloads.for_client(client, data)
                 if payload is None:
                     continue
-                if public:
-                    reached.add(client.queue_id)
                 report.queues += 1
                 if self._push(client, payload, now):
                     overflowed.append(client)
