@@ -340,3 +340,34 @@ def test_responses_are_never_cached(api, server):
     assert "Etag" not in response.headers
     assert response.headers["Cache-Control"] == "no-store"
     assert json.loads(response.content)["events"]
+
+
+def _flags(op: str, flag: str, messages: list[int], timestamp: float) -> dict:
+    return {
+        "type": "update_message_flags",
+        "op": op,
+        "operation": op,
+        "flag": flag,
+        "messages": messages,
+        "all": False,
+        "timestamp": timestamp,
+    }
+
+
+def test_unread_flag_changes_collapse_into_one_event(api, server):
+    client = api()
+    queue_id = client.register()["queue_id"]
+    user = [client.user.user_id]
+    server.notify(_flags("add", "read", [1], 1.0), user)
+    server.notify({"type": "test"}, user)
+    server.notify(_flags("add", "read", [2, 3], 2.0), user)
+    server.notify(_flags("remove", "read", [4], 3.0), user)  # never collapses
+    events = client.events(queue_id, -1)
+    assert events == [
+        {"type": "test", "id": 1},
+        {**_flags("add", "read", [1, 2, 3], 2.0), "id": 2},
+        {**_flags("remove", "read", [4], 3.0), "id": 3},
+    ]
+    # Once read, a later change of the same kind is a new event.
+    server.notify(_flags("add", "read", [5], 4.0), user)
+    assert [e["id"] for e in client.events(queue_id, 3)] == [4]

@@ -1,0 +1,184 @@
+"""The notice contract: what producers may send to the server, and the
+message a producer gets for each way of getting it wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from generation.errors import BadNotice
+from generation.notice import (
+    MAX_EVENT_TYPE_LENGTH,
+    Notice,
+    encode_notice,
+    make_notice,
+    parse_notice,
+)
+
+MESSAGE_EVENT = {"type": "message", "message": {"id": 1, "content": "hi"}}
+
+
+def test_notice_with_user_ids_is_valid():
+    notice = make_notice({"type": "realm", "op": "update"}, [1, 2, 3], realm_id=4)
+
+    assert notice == Notice({"type": "realm", "op": "update"}, [1, 2, 3], 4)
+    assert notice.user_ids() == [1, 2, 3]
+
+
+def test_notice_with_user_dicts_keeps_per_user_data():
+    users = [{"id": 1, "flags": ["read"]}, {"id": 2, "flags": []}, 3]
+
+    notice = make_notice(MESSAGE_EVENT, users)
+
+    assert notice.users == users
+    assert notice.user_ids() == [1, 2, 3]
+    assert notice.realm_id is None
+
+
+def test_notice_with_no_users_is_valid():
+    assert make_notice({"type": "realm"}, []).users == []
+
+
+def test_notice_copies_what_the_producer_passed():
+    event = {"type": "realm", "op": "update"}
+    user = {"id": 1, "flags": ["read"]}
+
+    notice = make_notice(event, [user])
+    event["op"] = "changed"
+    user["id"] = 99
+
+    assert notice.event == {"type": "realm", "op": "update"}
+    assert notice.user_ids() == [1]
+
+
+def test_duplicate_users_keep_the_first():
+    notice = make_notice(
+        MESSAGE_EVENT,
+        [1, {"id": 1, "flags": ["read"]}, {"id": 2, "flags": ["starred"]}, 2, 3, 1],
+    )
+
+    assert notice.users == [1, {"id": 2, "flags": ["starred"]}, 3]
+
+
+def test_notice_round_trips_through_its_wire_form():
+    notice = make_notice(MESSAGE_EVENT, [1, {"id": 2, "flags": ["read"]}], realm_id=7)
+
+    wire = encode_notice(notice)
+
+    assert parse_notice(wire) == notice
+    assert parse_notice(wire.decode()) == notice
+
+
+def test_wire_form_without_realm_id_omits_it():
+    notice = make_notice({"type": "realm"}, [1])
+
+    assert encode_notice(notice) == b'{"event":{"type":"realm"},"users":[1]}'
+    assert parse_notice(b'{"event":{"type":"realm"},"users":[1]}').realm_id is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"[1, 2]", "notice is not an object"),
+        (b'"notice"', "notice is not an object"),
+        (b'{"users": [1]}', "notice needs 'event' and 'users'"),
+        (b'{"event": {"type": "realm"}}', "notice needs 'event' and 'users'"),
+        (b'{"event": [], "users": [1]}', "event is not an object"),
+        (b'{"event": "realm", "users": [1]}', "event is not an object"),
+        (b'{"event": {}, "users": [1]}', "event has no string 'type'"),
+        (b'{"event": {"type": ""}, "users": [1]}', "event has no string 'type'"),
+        (b'{"event": {"type": 5}, "users": [1]}', "event has no string 'type'"),
+        (b'{"event": {"type": null}, "users": [1]}', "event has no string 'type'"),
+        (
+            b'{"event": {"type": "realm", "id": 3}, "users": [1]}',
+            "event must not carry an 'id': ids are assigned per queue",
+        ),
+        (
+            b'{"event": {"type": "message"}, "users": [1]}',
+            "a message event needs a 'message' object",
+        ),
+        (
+            b'{"event": {"type": "message", "message": "hi"}, "users": [1]}',
+            "a message event needs a 'message' object",
+        ),
+        (b'{"event": {"type": "realm"}, "users": "1,2"}', "users is not a list"),
+        (b'{"event": {"type": "realm"}, "users": {"id": 1}}', "users is not a list"),
+        (b'{"event": {"type": "realm"}, "users": 1}', "users is not a list"),
+        (b'{"event": {"type": "realm"}, "users": null}', "users is not a list"),
+        (
+            b'{"event": {"type": "realm"}, "users": [1, true]}',
+            r"users\[1\] is neither a user id nor an object with 'id'",
+        ),
+        (
+            b'{"event": {"type": "realm"}, "users": ["1"]}',
+            r"users\[0\] is neither a user id nor an object with 'id'",
+        ),
+        (
+            b'{"event": {"type": "realm"}, "users": [1.5]}',
+            r"users\[0\] is neither a user id nor an object with 'id'",
+        ),
+        (b'{"event": {"type": "realm"}, "users": [{}]}', r"users\[0\] has no integer 'id'"),
+        (
+            b'{"event": {"type": "realm"}, "users": [1, {"id": "2"}]}',
+            r"users\[1\] has no integer 'id'",
+        ),
+        (
+            b'{"event": {"type": "realm"}, "users": [{"id": false}]}',
+            r"users\[0\] has no integer 'id'",
+        ),
+        (
+            b'{"event": {"type": "realm"}, "users": [{"id": 1, "flags": "read"}]}',
+            r"users\[0\]\.flags is not a list of strings",
+        ),
+        (
+            b'{"event": {"type": "realm"}, "users": [{"id": 1, "flags": ["read", 2]}]}',
+            r"users\[0\]\.flags is not a list of strings",
+        ),
+        (
+            b'{"event": {"type": "realm"}, "users": [{"id": 1, "flags": null}]}',
+            r"users\[0\]\.flags is not a list of strings",
+        ),
+        (
+            b'{"event": {"type": "realm"}, "users": [1], "realm_id": "1"}',
+            "realm_id is not an integer",
+        ),
+        (
+            b'{"event": {"type": "realm"}, "users": [1], "realm_id": true}',
+            "realm_id is not an integer",
+        ),
+        (
+            b'{"event": {"type": "realm"}, "users": [1], "realm_id": 1.0}',
+            "realm_id is not an integer",
+        ),
+    ],
+)
+def test_invalid_notice_is_rejected_with_a_clear_message(raw, message):
+    with pytest.raises(BadNotice, match=message):
+        parse_notice(raw)
+
+
+def test_event_type_longer_than_the_limit_is_rejected():
+    long_type = "x" * (MAX_EVENT_TYPE_LENGTH + 1)
+
+    with pytest.raises(BadNotice, match=f"longer than {MAX_EVENT_TYPE_LENGTH} characters"):
+        make_notice({"type": long_type}, [1])
+    assert make_notice({"type": long_type[:-1]}, [1]).event["type"] == long_type[:-1]
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b"{'event': 1}", b"\xff", "{nope"])
+def test_invalid_json_is_rejected(raw):
+    with pytest.raises(BadNotice, match=r"^notice is not valid JSON: "):
+        parse_notice(raw)
+
+
+def test_invalid_user_is_reported_even_after_a_duplicate():
+    with pytest.raises(BadNotice, match=r"users\[2\]"):
+        make_notice({"type": "realm"}, [1, 1, "x"])
+
+
+def test_make_notice_rejects_a_non_mapping_event():
+    with pytest.raises(BadNotice, match="event is not an object"):
+        make_notice([("type", "realm")], [1])  # type: ignore[arg-type]
+
+
+def test_bad_notice_is_a_value_error():
+    assert issubclass(BadNotice, ValueError)

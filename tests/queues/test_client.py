@@ -1,0 +1,79 @@
+"""ClientDescriptor and QueueOptions: acceptance, expiry and the saved form."""
+
+from __future__ import annotations
+
+import pytest
+
+from queues.client import ClientDescriptor, QueueOptions
+from queues.narrow import parse_narrow
+from tests.queues.helpers import FakeWaiter, encode, options
+
+
+def test_idle_client_expires_at_exactly_its_lifespan():
+    client = ClientDescriptor("q0", 1, 1, options(lifespan_secs=60.0), 100.0)
+
+    assert not client.expired(159.9)
+    assert client.expired(160.0)
+
+
+def test_client_with_a_parked_request_never_expires():
+    client = ClientDescriptor("q0", 1, 1, options(lifespan_secs=60.0), 0.0)
+    client.waiter = FakeWaiter()
+
+    assert not client.expired(1e9)
+
+
+def test_accepts_follows_event_types_and_channel_typing_capability():
+    plain = ClientDescriptor("q0", 1, 1, options(), 0.0)
+    typing_only = ClientDescriptor("q1", 1, 1, options(event_types=["typing"]), 0.0)
+
+    assert plain.accepts("anything", {})
+    assert plain.accepts("typing", {"recipients": []})
+    assert not plain.accepts("typing", {"stream_id": 3})
+    assert typing_only.accepts("typing", {})
+    assert not typing_only.accepts("message", {})
+
+
+def test_options_round_trip_through_their_saved_form():
+    original = QueueOptions(
+        event_types=frozenset({"message", "realm"}),
+        narrow=parse_narrow([["stream", "denmark"]]),
+        all_public_streams=True,
+        apply_markdown=True,
+        client_gravatar=True,
+        slim_presence=True,
+        capabilities=frozenset({"bulk_message_deletion"}),
+        lifespan_secs=120.0,
+        client_name="ZulipMobile",
+    )
+
+    assert QueueOptions.from_dict(original.to_dict()) == original
+
+
+def test_saved_options_missing_keys_take_defaults_and_unknown_capabilities_drop():
+    loaded = QueueOptions.from_dict({"capabilities": ["bulk_message_deletion", "time_travel"]})
+
+    assert loaded == QueueOptions(capabilities=frozenset({"bulk_message_deletion"}))
+    assert loaded.event_types is None
+    assert loaded.lifespan_secs == 600.0
+
+
+def test_descriptor_saved_form_stores_ages_not_clock_values():
+    client = ClientDescriptor("q0", 1, 2, options(), 100.0)
+    client.last_active = 150.0
+
+    saved = client.to_dict(200.0)
+    loaded = ClientDescriptor.from_dict(saved, 10_000.0, encode)
+
+    assert (saved["idle_secs"], saved["age_secs"]) == (50.0, 100.0)
+    assert (loaded.last_active, loaded.created_at) == (9_950.0, 9_900.0)
+    assert (loaded.queue_id, loaded.user_id, loaded.realm_id) == ("q0", 1, 2)
+    assert loaded.waiter is None
+
+
+def test_descriptor_with_bad_options_names_the_queue():
+    saved = ClientDescriptor("q7", 1, 2, options(), 0.0).to_dict(0.0)
+    saved["options"]["narrow"] = [["is", "followed"]]
+
+    with pytest.raises(ValueError, match=r"^queue q7: Operand followed not supported\.$"):
+        ClientDescriptor.from_dict(saved, 0.0, encode)

@@ -1,0 +1,157 @@
+"""specialize: per-client forms of one notice's event, each built once
+(reference 3.3), and the all_public_streams eligibility rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from queues.client import ClientDescriptor, QueueOptions
+from queues.specialize import NoticePayloads, is_public_channel_message
+from tests.queues.helpers import encode, message_event, options
+
+
+def _client(queue_id="q0", user_id=1, **kwargs):
+    return ClientDescriptor(queue_id, user_id, 1, options(**kwargs), 0.0)
+
+
+def test_same_variant_gets_the_same_payload_object():
+    payloads = NoticePayloads(message_event(), encode)
+    flags = {"id": 1, "flags": ["read"]}
+
+    first = payloads.for_client(_client("q0", 1), flags)
+    second = payloads.for_client(_client("q1", 2), {"id": 2, "flags": ["read"]})
+
+    assert first is not None
+    assert first is second
+
+
+def test_different_flags_get_different_payloads():
+    payloads = NoticePayloads(message_event(), encode)
+
+    read = payloads.for_client(_client("q0", 1), {"id": 1, "flags": ["read"]})
+    unread = payloads.for_client(_client("q1", 2), {"id": 2, "flags": []})
+
+    assert read is not None
+    assert unread is not None
+    assert read is not unread
+    assert read.client_event(0)["flags"] == ["read"]
+    assert unread.client_event(0)["flags"] == []
+
+
+def test_message_without_user_data_has_empty_flags():
+    payload = NoticePayloads(message_event(), encode).for_client(_client(), None)
+
+    assert payload is not None
+    assert payload.client_event(3)["flags"] == []
+
+
+def test_apply_markdown_chooses_rendered_or_raw_content():
+    payloads = NoticePayloads(message_event(), encode)
+
+    html = payloads.for_client(_client("q0", apply_markdown=True), None)
+    raw = payloads.for_client(_client("q1", apply_markdown=False), None)
+
+    assert html is not None
+    assert raw is not None
+    html_message = html.client_event(0)["message"]
+    raw_message = raw.client_event(0)["message"]
+    assert html_message["content"] == "<p><strong>hello</strong></p>"
+    assert html_message["content_type"] == "text/html"
+    assert raw_message["content"] == "**hello**"
+    assert raw_message["content_type"] == "text/x-markdown"
+    assert "rendered_content" not in html_message
+    assert "rendered_content" not in raw_message
+
+
+def test_specializing_leaves_the_producers_event_untouched():
+    event = message_event(local_id="l1", sender_queue_id="q0")
+    original = {**event, "message": dict(event["message"])}
+    payloads = NoticePayloads(event, encode)
+
+    payloads.for_client(_client("q0", apply_markdown=True), {"id": 1, "flags": ["read"]})
+    payloads.for_client(_client("q1", apply_markdown=False), None)
+
+    assert event == original
+
+
+def test_client_message_event_carries_only_client_keys():
+    event = message_event(local_id="l1", sender_queue_id="q9", invite_only=False)
+    payload = NoticePayloads(event, encode).for_client(_client("q0"), {"id": 1, "flags": []})
+
+    assert payload is not None
+    assert set(payload.client_event(0)) == {"id", "type", "message", "flags"}
+
+
+def test_local_message_id_only_on_the_senders_queue():
+    event = message_event(local_id="l1", sender_queue_id="q0")
+    payloads = NoticePayloads(event, encode)
+
+    own = payloads.for_client(_client("q0", 1), {"id": 1, "flags": ["read"]})
+    other = payloads.for_client(_client("q1", 1), {"id": 1, "flags": ["read"]})
+
+    assert own is not None
+    assert other is not None
+    assert own.client_event(0)["local_message_id"] == "l1"
+    assert "local_message_id" not in other.client_event(0)
+
+
+def test_no_local_message_id_without_local_id():
+    event = message_event(sender_queue_id="q0")
+    payload = NoticePayloads(event, encode).for_client(_client("q0"), None)
+
+    assert payload is not None
+    assert "local_message_id" not in payload.client_event(0)
+
+
+def test_narrow_filtered_client_gets_no_payload():
+    from queues.narrow import parse_narrow
+
+    client = ClientDescriptor("q0", 1, 1, QueueOptions(narrow=parse_narrow([["is", "dm"]])), 0.0)
+
+    assert NoticePayloads(message_event(), encode).for_client(client, None) is None
+
+
+def test_non_message_event_is_shared_when_users_carry_no_data():
+    payloads = NoticePayloads({"type": "realm", "op": "update"}, encode)
+
+    first = payloads.for_client(_client("q0", 1), None)
+    second = payloads.for_client(_client("q1", 2), {"id": 2})
+
+    assert first is not None
+    assert first is second
+    assert first.client_event(4) == {"id": 4, "type": "realm", "op": "update"}
+
+
+def test_non_message_event_merges_each_users_own_data():
+    payloads = NoticePayloads({"type": "update_message", "message_id": 5}, encode)
+
+    alice = payloads.for_client(_client("q0", 1), {"id": 1, "flags": ["read"]})
+    bob = payloads.for_client(_client("q1", 2), {"id": 2, "flags": []})
+    carol = payloads.for_client(_client("q2", 3), {"id": 3, "flags": ["read"]})
+
+    assert alice is not None
+    assert bob is not None
+    assert alice.client_event(0) == {
+        "id": 0,
+        "type": "update_message",
+        "message_id": 5,
+        "flags": ["read"],
+    }
+    assert bob.client_event(0)["flags"] == []
+    assert carol is alice
+
+
+@pytest.mark.parametrize(
+    ("event", "public"),
+    [
+        (message_event(invite_only=False), True),
+        (message_event(invite_only=True), False),
+        (message_event(invite_only=None), False),
+        ({**message_event(), "invite_only": 0}, False),
+        (message_event(stream=None), False),
+        ({"type": "update_message", "invite_only": False}, False),
+        ({"type": "message", "message": "x", "invite_only": False}, False),
+    ],
+)
+def test_only_explicitly_public_channel_messages_are_public(event, public):
+    assert is_public_channel_message(event) is public

@@ -1,0 +1,58 @@
+"""Configuration from the environment."""
+
+from __future__ import annotations
+
+import pytest
+
+from server.config import ConfigError, Settings
+
+
+def test_defaults_are_the_design_numbers():
+    settings = Settings.from_env({})
+    assert settings.heartbeat_secs == 45
+    assert settings.heartbeat_jitter_secs == 10
+    assert settings.queue_idle_timeout_secs == 600
+    assert settings.queue_max_lifespan_secs == 7 * 24 * 3600
+    assert settings.gc_interval_secs == 60
+    assert settings.longpoll_timeout_secs == 90
+    assert settings.port == 9800
+
+
+def test_timings_accept_fractions_and_the_jitter_scales():
+    settings = Settings.from_env(
+        {"EVENTQ_HEARTBEAT_SECS": "0.45", "EVENTQ_QUEUE_IDLE_TIMEOUT_SECS": "0.25"}
+    )
+    assert settings.heartbeat_secs == 0.45
+    assert settings.heartbeat_jitter_secs == pytest.approx(0.1)
+    assert settings.queue_limits.default_lifespan_secs == 0.25
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"EVENTQ_GC_INTERVAL_SECS": "-1"}, "EVENTQ_GC_INTERVAL_SECS must be a finite number"),
+        ({"EVENTQ_GC_INTERVAL_SECS": "inf"}, "EVENTQ_GC_INTERVAL_SECS must be a finite number"),
+        ({"EVENTQ_HEARTBEAT_SECS": "nan"}, "EVENTQ_HEARTBEAT_SECS must be a finite number"),
+        ({"EVENTQ_QUEUE_MAX_EVENTS": "1.5"}, "EVENTQ_QUEUE_MAX_EVENTS must be an integer"),
+        ({"EVENTQ_QUEUE_MAX_EVENTS": "0"}, "EVENTQ_QUEUE_MAX_EVENTS must be >= 1"),
+        (
+            {"EVENTQ_QUEUE_IDLE_TIMEOUT_SECS": "100", "EVENTQ_QUEUE_MAX_LIFESPAN_SECS": "10"},
+            "EVENTQ_QUEUE_MAX_LIFESPAN_SECS must be at least",
+        ),
+    ],
+)
+def test_unusable_values_name_the_variable(env, message):
+    with pytest.raises(ConfigError, match=message):
+        Settings.from_env(env)
+
+
+def test_the_shared_secret_is_generated_once_per_installation(tmp_path):
+    settings = Settings.from_env({"EVENTQ_STATE_DIR": str(tmp_path)})
+    secret = settings.load_shared_secret()
+    assert len(secret) >= 32
+    assert settings.load_shared_secret() == secret
+    assert (tmp_path / "shared_secret").stat().st_mode & 0o777 == 0o600
+    other = Settings.from_env({"EVENTQ_STATE_DIR": str(tmp_path / "elsewhere")})
+    assert other.load_shared_secret() != secret
+    explicit = Settings.from_env({"EVENTQ_SHARED_SECRET": "s3cret", "EVENTQ_STATE_DIR": "/x"})
+    assert explicit.load_shared_secret() == "s3cret"
