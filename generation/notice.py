@@ -100,8 +100,12 @@ def parse_notice(raw: bytes | str) -> Notice:
 
 
 def encode_notice(notice: Notice) -> bytes:
-    """The wire form of a validated notice."""
+    """The wire form of a validated notice; `BadNotice` if a value cannot be
+    encoded as JSON (a datetime, a set, an integer beyond 64 bits, ...)."""
     body: dict[str, Any] = {"event": notice.event, "users": notice.users}
     if notice.realm_id is not None:
         body["realm_id"] = notice.realm_id
-    return orjson.dumps(body)
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError as exc:
+        raise BadNotice(f"notice is not JSON-encodable: {exc}") from exc

@@ -1,0 +1,80 @@
+"""What a producer needs to know, from the same environment as the server.
+
+`EVENTQ_AMQP_URL` (RabbitMQ; empty means "no broker": notices go to the
+server's internal notify endpoint at `EVENTQ_NOTIFY_URL` instead),
+`EVENTQ_SHARED_SECRET` or the secret file in `EVENTQ_STATE_DIR`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+
+DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
+DEFAULT_NOTIFY_URL = "http://127.0.0.1:9800/api/internal/notify_tornado"
+# The durable queue the (single) server consumes; sharding adds one per shard.
+NOTIFY_QUEUE = "notify_tornado"
+
+
+def default_state_dir(env: Mapping[str, str]) -> Path:
+    base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "eventq"
+
+
+def state_dir_from(env: Mapping[str, str]) -> Path:
+    return Path(env.get("EVENTQ_STATE_DIR") or default_state_dir(env))
+
+
+def shared_secret(state_dir: Path, configured: str = "") -> str:
+    """The secret internal callers present: `configured` when set, otherwise a
+    random one generated once per installation into `<state_dir>/shared_secret`
+    (mode 0600), which the server and producers on the machine both read."""
+    if configured:
+        return configured
+    path = state_dir / "shared_secret"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    state_dir.mkdir(parents=True, exist_ok=True)
+    secret = secrets.token_urlsafe(32)
+    tmp = path.with_name(f".shared_secret.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secret + "\n")
+    try:
+        # link() fails if another process created the file meanwhile: use theirs.
+        os.link(tmp, path)
+    except FileExistsError:
+        secret = path.read_text().strip()
+    finally:
+        tmp.unlink()
+    return secret
+
+
+@dataclasses.dataclass(frozen=True)
+class ProducerConfig:
+    amqp_url: str = DEFAULT_AMQP_URL
+    notify_url: str = DEFAULT_NOTIFY_URL
+    notify_queue: str = NOTIFY_QUEUE
+    state_dir: Path = dataclasses.field(default_factory=lambda: default_state_dir(os.environ))
+    configured_secret: str = ""
+    # Seconds a publish may wait for the broker's confirmation.
+    confirm_timeout_secs: float = 10.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ProducerConfig:
+        env = os.environ if env is None else env
+        return cls(
+            amqp_url=env.get("EVENTQ_AMQP_URL", DEFAULT_AMQP_URL),
+            notify_url=env.get("EVENTQ_NOTIFY_URL") or DEFAULT_NOTIFY_URL,
+            notify_queue=env.get("EVENTQ_NOTIFY_QUEUE") or NOTIFY_QUEUE,
+            state_dir=state_dir_from(env),
+            configured_secret=env.get("EVENTQ_SHARED_SECRET", ""),
+        )
+
+    def secret(self) -> str:
+        return shared_secret(self.state_dir, self.configured_secret)

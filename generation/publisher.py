@@ -1,0 +1,119 @@
+"""Publishing notices to RabbitMQ: the only producer-side module that imports pika.
+
+One blocking connection per process and thread, reused across calls, with
+publisher confirms: `publish` returns once the broker has taken the message
+(persistent, on a durable queue) and raises `PublishError` if it cannot, after
+reconnecting and trying once more. pika's exceptions stop here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+
+import pika
+import pika.exceptions
+
+log = logging.getLogger("eventq.publisher")
+
+
+class PublishError(RuntimeError):
+    """Raised by `Publisher.publish` (and so `send_event`) when the broker did
+    not confirm a notice after one reconnect-and-retry."""
+
+
+class Publisher:
+    """A confirmed-publish connection. Not thread-safe: use `for_thread`."""
+
+    def __init__(self, url: str, confirm_timeout_secs: float = 10.0):
+        self.url = url
+        self.pid = os.getpid()
+        self._params = pika.URLParameters(url)
+        # A broker under a resource alarm blocks publishers; give up after this.
+        self._params.blocked_connection_timeout = confirm_timeout_secs
+        self._params.socket_timeout = confirm_timeout_secs
+        self._params.connection_attempts = 1
+        self._connection: pika.BlockingConnection | None = None
+        self._channel: pika.adapters.blocking_connection.BlockingChannel | None = None
+        self._declared: set[str] = set()
+
+    def _open(self) -> pika.adapters.blocking_connection.BlockingChannel:
+        if self._channel is not None and self._channel.is_open:
+            return self._channel
+        self.close()
+        self._connection = pika.BlockingConnection(self._params)
+        channel = self._connection.channel()
+        channel.confirm_delivery()
+        self._channel = channel
+        self._declared.clear()
+        return channel
+
+    def _publish_once(self, queue: str, body: bytes, message_id: str) -> None:
+        channel = self._open()
+        if queue not in self._declared:
+            channel.queue_declare(queue=queue, durable=True)
+            self._declared.add(queue)
+        channel.basic_publish(
+            exchange="",
+            routing_key=queue,
+            body=body,
+            properties=pika.BasicProperties(
+                content_type="application/json",
+                delivery_mode=pika.DeliveryMode.Persistent,
+                message_id=message_id,
+                # AMQP tables carry no floats: microseconds since the epoch.
+                headers={"x-eventq-published-us": time.time_ns() // 1000},
+            ),
+            mandatory=True,
+        )
+
+    def publish(self, queue: str, body: bytes) -> str:
+        """Publish `body` to the durable `queue`; returns the message id. A
+        retry after a lost confirmation may deliver twice: the consumer drops
+        the second copy by its message id."""
+        message_id = uuid.uuid4().hex
+        try:
+            self._publish_once(queue, body, message_id)
+        except pika.exceptions.AMQPError as first:
+            log.warning("publish to %s failed (%r); reconnecting to retry once", queue, first)
+            self.close()
+            try:
+                self._publish_once(queue, body, message_id)
+            except pika.exceptions.AMQPError as exc:
+                self.close()
+                raise PublishError(f"RabbitMQ did not take the notice: {exc!r}") from exc
+        return message_id
+
+    def close(self) -> None:
+        connection, self._connection, self._channel = self._connection, None, None
+        if connection is not None and connection.is_open:
+            try:
+                connection.close()
+            except pika.exceptions.AMQPError:
+                log.debug("error while closing a broken publisher connection", exc_info=True)
+
+
+_local = threading.local()
+
+
+def for_thread(url: str, confirm_timeout_secs: float = 10.0) -> Publisher:
+    """This thread's publisher for `url` (a new one after a fork)."""
+    publisher: Publisher | None = getattr(_local, "publisher", None)
+    if publisher is not None and publisher.pid == os.getpid() and publisher.url == url:
+        return publisher
+    if publisher is not None and publisher.pid == os.getpid():
+        publisher.close()  # another URL; after a fork the socket is the parent's
+    publisher = Publisher(url, confirm_timeout_secs)
+    _local.publisher = publisher
+    return publisher
+
+
+def close_for_thread() -> None:
+    """Close this thread's publisher connection (a worker thread that ends)."""
+    publisher: Publisher | None = getattr(_local, "publisher", None)
+    _local.publisher = None
+    if publisher is not None and publisher.pid == os.getpid():
+        publisher.close()

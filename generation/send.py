@@ -1,0 +1,144 @@
+"""`send_event`: how a backend service hands an event to eventq.
+
+    send_event(realm_id, {"type": "task_done", "task": 7}, [user_id, ...])
+
+The notice is validated and encoded before anything touches the broker; bad
+input raises `BadNotice` (a ValueError). It is then published, persistent, to
+the durable notify queue with publisher confirms, and `send_event` returns once
+RabbitMQ has it, or raises `PublishError`. With `EVENTQ_AMQP_URL` empty it is
+POSTed to the server's internal notify endpoint instead (a developer machine
+without RabbitMQ).
+
+Inside a database transaction, use `send_event_on_commit` within
+`transaction(conn)`: the notice goes out after the commit, never on rollback.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.parse
+import urllib.request
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from generation import publisher
+from generation.config import ProducerConfig
+from generation.errors import BadNotice
+from generation.notice import Notice, encode_notice, make_notice
+from generation.publisher import PublishError
+
+__all__ = [
+    "BadNotice",
+    "PublishError",
+    "prepare_notice",
+    "send_event",
+    "send_event_on_commit",
+    "transaction",
+]
+
+
+def prepare_notice(
+    realm_id: int, event: Mapping[str, Any], users: Sequence[object]
+) -> tuple[Notice, bytes]:
+    """Validate and encode; raises `BadNotice` saying what is wrong."""
+    if not isinstance(realm_id, int) or isinstance(realm_id, bool):
+        raise BadNotice("realm_id is not an integer")
+    notice = make_notice(event, users, realm_id)
+    return notice, encode_notice(notice)
+
+
+def publish_encoded(body: bytes, config: ProducerConfig) -> None:
+    """Hand an encoded notice to the broker, or to the server without one."""
+    if config.amqp_url:
+        publisher.for_thread(config.amqp_url, config.confirm_timeout_secs).publish(
+            config.notify_queue, body
+        )
+        return
+    form = urllib.parse.urlencode({"secret": config.secret(), "data": body.decode()}).encode()
+    request = urllib.request.Request(config.notify_url, data=form, method="POST")  # noqa: S310
+    try:
+        with urllib.request.urlopen(request, timeout=config.confirm_timeout_secs) as response:  # noqa: S310
+            response.read()
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode("utf-8", "replace")[:500]
+        raise PublishError(f"the server refused the notice ({exc.code}): {detail}") from exc
+    except (urllib.error.URLError, OSError) as exc:
+        raise PublishError(f"the server at {config.notify_url} is unreachable: {exc}") from exc
+
+
+def send_event(
+    realm_id: int,
+    event: Mapping[str, Any],
+    users: Sequence[object],
+    *,
+    config: ProducerConfig | None = None,
+) -> None:
+    """Deliver `event` to the queues of `users` (ids, or dicts with "id" and
+    that user's own data, such as `flags`). Choosing the users is the caller's
+    job: sending a private event to a whole realm is a security bug."""
+    _, body = prepare_notice(realm_id, event, users)
+    publish_encoded(body, config or ProducerConfig.from_env())
+
+
+# connection -> stack of callback lists, one per open `transaction` block.
+_pending: weakref.WeakKeyDictionary[psycopg.Connection[Any], list[list[Callable[[], None]]]]
+_pending = weakref.WeakKeyDictionary()
+
+
+@contextmanager
+def transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
+    """A psycopg transaction that runs `send_event_on_commit` notices after it
+    commits. Nested blocks are savepoints: notices of a savepoint that rolls
+    back are dropped, the others wait for the outermost commit.
+
+    The outermost block must start outside any transaction (so that leaving it
+    really commits).
+    """
+    stack = _pending.setdefault(conn, [])
+    if not stack and conn.info.transaction_status != TransactionStatus.IDLE:
+        raise RuntimeError(
+            "eventq transaction() must start outside any transaction: leaving it must commit"
+        )
+    stack.append([])
+    try:
+        with conn.transaction():
+            yield conn
+    except BaseException:
+        stack.pop()
+        raise
+    callbacks = stack.pop()
+    if stack:
+        stack[-1].extend(callbacks)
+        return
+    errors: list[Exception] = []
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception as exc:  # run the others; report the first below
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
+def send_event_on_commit(
+    conn: psycopg.Connection[Any],
+    realm_id: int,
+    event: Mapping[str, Any],
+    users: Sequence[object],
+    *,
+    config: ProducerConfig | None = None,
+) -> None:
+    """`send_event` once the enclosing `transaction(conn)` commits. The notice
+    is validated and encoded now, so bad input raises here, inside the
+    transaction."""
+    stack = _pending.get(conn)
+    if not stack:
+        raise RuntimeError("send_event_on_commit needs an enclosing eventq transaction(conn)")
+    _, body = prepare_notice(realm_id, event, users)
+    resolved = config or ProducerConfig.from_env()
+    stack[-1].append(lambda: publish_encoded(body, resolved))
