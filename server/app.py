@@ -21,12 +21,13 @@ import tornado.netutil
 import tornado.web
 from tornado.ioloop import PeriodicCallback
 
-from generation.notice import Notice
+from generation.notice import Notice, parse_notice
 from queues.client import ClientDescriptor
 from queues.registry import DeliveryReport, EndReason, QueueRegistry
 from server import persistence
 from server.auth import Authenticator
 from server.config import Settings
+from server.consumer import NoticeConsumer
 from server.db import Database
 from server.looplag import LoopLagMonitor
 from server.responses import encode
@@ -59,8 +60,12 @@ class EventServer:
         self._idle.set()
         self._gc: PeriodicCallback | None = None
         self._http: tornado.httpserver.HTTPServer | None = None
-        self._collected_since_log = 0
         self.port: int | None = None
+        self.consumer: NoticeConsumer | None = None
+        if settings.amqp_url:
+            self.consumer = NoticeConsumer(
+                settings.amqp_url, settings.notify_queue, self.process_notice
+            )
 
     @staticmethod
     def clock() -> float:
@@ -74,6 +79,15 @@ class EventServer:
         listening; `port` 0 picks a free port (see `self.port`)."""
         self.loop_lag.start()
         await self._restore_queues()
+        # Consume before listening: notices published while the server was
+        # down reach the restored queues before clients come back.
+        if self.consumer is not None:
+            self.consumer.start()
+        else:
+            log.info(
+                "no broker (EVENTQ_AMQP_URL is empty): notices arrive only through"
+                " /api/internal/notify_tornado"
+            )
         await self.db.open()
         self._gc = PeriodicCallback(self.collect_garbage, self.settings.gc_interval_secs * 1000)
         self._gc.start()
@@ -106,9 +120,13 @@ class EventServer:
         if self.stopping:
             return
         self.stopping = True
-        log.info("shutting down: answering %d parked requests", self.registry.parked)
         if self._http is not None:
             self._http.stop()
+        # No notice may enter a queue after it is saved: stop consuming first
+        # (what was taken is processed and acknowledged; the rest stays queued).
+        if self.consumer is not None:
+            await self.consumer.stop()
+        log.info("shutting down: answering %d parked requests", self.registry.parked)
         if self._gc is not None:
             self._gc.stop()
         now = self.clock()
@@ -237,6 +255,11 @@ class EventServer:
         else:
             log.debug("queue %s of user %d ended: %s", client.queue_id, client.user_id, reason)
 
+    def process_notice(self, body: bytes) -> DeliveryReport:
+        """The consumer's processor: decode, validate and deliver one notice.
+        Raises `BadNotice` for a malformed one."""
+        return self.deliver(parse_notice(body))
+
     def deliver(self, notice: Notice) -> DeliveryReport:
         report = self.registry.deliver(notice.event, notice.users, notice.realm_id, self.clock())
         if report.foreign:
@@ -263,6 +286,8 @@ class EventServer:
             "loop_lag": self.loop_lag.percentiles(),
             "db_pool": self.db.stats(),
         }
+        if self.consumer is not None:
+            body["consumer"] = self.consumer.stats()
         if user_id is not None:
             body["user_queues"] = [
                 {

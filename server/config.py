@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
+from generation.config import DEFAULT_AMQP_URL, NOTIFY_QUEUE, default_state_dir, shared_secret
 from queues.registry import QueueLimits
 
 _LIMITS = QueueLimits()
@@ -20,11 +20,6 @@ _LIMITS = QueueLimits()
 class ConfigError(ValueError):
     """Raised by `Settings.from_env` for a variable that cannot be used; the
     message names the variable and says what it must be."""
-
-
-def _default_state_dir(env: Mapping[str, str]) -> Path:
-    base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "eventq"
 
 
 def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.0) -> float:
@@ -58,10 +53,11 @@ class Settings:
     """Everything the server and the command line read from the environment."""
 
     database_url: str = "host=127.0.0.1 port=5432 dbname=eventq"
-    amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/%2F"
+    # Empty: no broker; notices arrive only through the internal endpoint.
+    amqp_url: str = DEFAULT_AMQP_URL
     # Empty: read (or create once) `<state_dir>/shared_secret`.
     shared_secret: str = ""
-    state_dir: Path = dataclasses.field(default_factory=lambda: _default_state_dir(os.environ))
+    state_dir: Path = dataclasses.field(default_factory=lambda: default_state_dir(os.environ))
     log_dir: Path | None = None
     host: str = "127.0.0.1"
     port: int = 9800
@@ -92,6 +88,8 @@ class Settings:
     db_pool_max: int = 10
     # How long a shutdown waits for requests in progress (register) to finish.
     shutdown_grace_secs: float = 10.0
+    # The durable RabbitMQ queue this process consumes.
+    notify_queue: str = NOTIFY_QUEUE
     # Names this process's files when several shards share a state directory.
     shard: str = ""
 
@@ -99,7 +97,7 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read `EVENTQ_*` variables; unset or empty ones take the defaults."""
         env = os.environ if env is None else env
-        state_dir = Path(env.get("EVENTQ_STATE_DIR") or _default_state_dir(env))
+        state_dir = Path(env.get("EVENTQ_STATE_DIR") or default_state_dir(env))
         heartbeat = _number(env, "EVENTQ_HEARTBEAT_SECS", 45.0, minimum=0.001)
         # The jitter scales with the heartbeat unless set: 10 s at 45 s.
         jitter = _number(env, "EVENTQ_HEARTBEAT_JITTER_SECS", heartbeat * 10.0 / 45.0)
@@ -137,6 +135,7 @@ class Settings:
             db_pool_min=_integer(env, "EVENTQ_DB_POOL_MIN", cls.db_pool_min, minimum=0),
             db_pool_max=_integer(env, "EVENTQ_DB_POOL_MAX", cls.db_pool_max),
             shutdown_grace_secs=_number(env, "EVENTQ_SHUTDOWN_GRACE_SECS", 10.0),
+            notify_queue=env.get("EVENTQ_NOTIFY_QUEUE") or NOTIFY_QUEUE,
             shard=env.get("EVENTQ_SHARD", ""),
         )
 
@@ -155,30 +154,5 @@ class Settings:
         return self.log_dir if self.log_dir is not None else self.state_dir / "log"
 
     def load_shared_secret(self) -> str:
-        """The secret internal callers must present.
-
-        `EVENTQ_SHARED_SECRET` when set; otherwise a random secret generated once
-        per installation into `<state_dir>/shared_secret` (mode 0600), which
-        producers on the same machine read the same way.
-        """
-        if self.shared_secret:
-            return self.shared_secret
-        path = self.state_dir / "shared_secret"
-        try:
-            return path.read_text().strip()
-        except FileNotFoundError:
-            pass
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        secret = secrets.token_urlsafe(32)
-        tmp = path.with_name(f".shared_secret.{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(secret + "\n")
-        try:
-            # link() fails if another process created the file meanwhile: then use theirs.
-            os.link(tmp, path)
-        except FileExistsError:
-            secret = path.read_text().strip()
-        finally:
-            tmp.unlink()
-        return secret
+        """See `generation.config.shared_secret`."""
+        return shared_secret(self.state_dir, self.shared_secret)

@@ -1,0 +1,268 @@
+"""Consuming the notify queue on Tornado's own asyncio loop (pika's
+AsyncioConnection; not a thread, not the deprecated Tornado adapter).
+
+Lifecycle, as a chain of small `_on_*` steps: connect -> open a channel ->
+declare the notify queue and its dead-letter queue -> set the prefetch ->
+consume with manual acknowledgement. Each notice is handed to `process`
+(synchronous: when it returns, the event is in every target queue) and then
+acknowledged. A notice whose processing raises is republished with its try
+count, up to `MAX_RETRIES` times, then moved to the dead-letter queue with the error;
+it never blocks the notices behind it. A lost connection is re-established
+with a capped backoff (1 s doubling to 30 s); unacknowledged notices are
+redelivered by RabbitMQ, and one already processed (its acknowledgement was
+lost) is recognised by its message id and not delivered twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import pika
+import pika.exceptions
+from pika.adapters.asyncio_connection import AsyncioConnection
+
+log = logging.getLogger("eventq.consumer")
+
+# Zulip's MAX_REQUEST_RETRIES: a failing notice is republished this many
+# times (so processed at most 4 times) before it is dead-lettered.
+MAX_RETRIES = 3
+# How many times the notice has failed so far.
+FAILURES_HEADER = "x-eventq-failures"
+# Notices RabbitMQ may hand us before we acknowledge (Zulip uses 100).
+PREFETCH = 100
+BACKOFF_FIRST_SECS = 1.0
+BACKOFF_MAX_SECS = 30.0
+# Message ids remembered to drop redelivered duplicates: far more than the
+# prefetch window that can be redelivered at once.
+REMEMBERED_IDS = 50_000
+
+
+def dead_letter_queue(queue: str) -> str:
+    return f"{queue}.dead"
+
+
+class NoticeConsumer:
+    """Consumes one durable notify queue. Every method runs on the IO loop."""
+
+    def __init__(
+        self,
+        url: str,
+        queue: str,
+        process: Callable[[bytes], object],
+        *,
+        prefetch: int = PREFETCH,
+    ):
+        self.url = url
+        self.queue = queue
+        self.dead_queue = dead_letter_queue(queue)
+        self._process = process
+        self._prefetch = prefetch
+        self._params = pika.URLParameters(url)
+        self._connection: Any = None
+        self._channel: Any = None
+        self._consumer_tag: str | None = None
+        self._stopping = False
+        self._closed: asyncio.Future[None] | None = None
+        self._reconnect: asyncio.TimerHandle | None = None
+        self._backoff = BACKOFF_FIRST_SECS
+        self._failures = 0
+        # Acknowledgements are batched: one `multiple` ack per loop iteration.
+        self._ack_tag: int | None = None
+        self._ack_scheduled = False
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self.consuming = asyncio.Event()
+        # Counters for stats and tests.
+        self.processed = 0
+        self.duplicates = 0
+        self.retried = 0
+        self.dead_lettered = 0
+        self.connections = 0
+
+    def stats(self) -> dict[str, object]:
+        return {
+            "queue": self.queue,
+            "consuming": self.consuming.is_set(),
+            "processed": self.processed,
+            "duplicates": self.duplicates,
+            "retried": self.retried,
+            "dead_lettered": self.dead_lettered,
+            "connections": self.connections,
+        }
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self) -> None:
+        self._stopping = False
+        self._connect()
+
+    async def stop(self, wait_secs: float = 5.0) -> None:
+        """Stop consuming, acknowledge what was processed, close the connection."""
+        self._stopping = True
+        if self._reconnect is not None:
+            self._reconnect.cancel()
+            self._reconnect = None
+        connection = self._connection
+        if connection is None or connection.is_closed:
+            return
+        self._closed = asyncio.get_running_loop().create_future()
+        if self._channel is not None and self._channel.is_open and self._consumer_tag:
+            self._channel.basic_cancel(self._consumer_tag, callback=self._on_cancelled)
+        elif not connection.is_closing:
+            connection.close()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._closed), wait_secs)
+        except TimeoutError:
+            log.warning("broker connection did not close within %.0f s", wait_secs)
+
+    def _connect(self) -> None:
+        self._reconnect = None
+        self._connection = AsyncioConnection(
+            self._params,
+            on_open_callback=self._on_connection_open,
+            on_open_error_callback=self._on_connection_failed,
+            on_close_callback=self._on_connection_closed,
+            custom_ioloop=asyncio.get_running_loop(),
+        )
+
+    def _on_connection_open(self, connection: Any) -> None:
+        self.connections += 1
+        connection.channel(on_open_callback=self._on_channel_open)
+
+    def _on_channel_open(self, channel: Any) -> None:
+        self._channel = channel
+        channel.add_on_close_callback(self._on_channel_closed)
+        channel.queue_declare(self.queue, durable=True, callback=self._on_queue_declared)
+
+    def _on_queue_declared(self, _frame: Any) -> None:
+        self._channel.queue_declare(
+            self.dead_queue, durable=True, callback=self._on_dead_queue_declared
+        )
+
+    def _on_dead_queue_declared(self, _frame: Any) -> None:
+        self._channel.basic_qos(prefetch_count=self._prefetch, callback=self._on_qos)
+
+    def _on_qos(self, _frame: Any) -> None:
+        self._consumer_tag = self._channel.basic_consume(
+            self.queue, self._on_message, auto_ack=False
+        )
+        if self._failures:
+            log.info("reconnected to RabbitMQ after %d failed attempts", self._failures)
+        log.info("consuming %s", self.queue)
+        self._backoff = BACKOFF_FIRST_SECS
+        self._failures = 0
+        self.consuming.set()
+
+    def _on_cancelled(self, _frame: Any) -> None:
+        self._flush_ack()
+        self._channel.close()
+
+    def _on_channel_closed(self, channel: Any, reason: Exception) -> None:
+        self.consuming.clear()
+        self._channel = None
+        self._consumer_tag = None
+        self._ack_tag = None
+        connection = self._connection
+        if connection is not None and not (connection.is_closing or connection.is_closed):
+            if not self._stopping:
+                log.warning("RabbitMQ closed the channel (%s); reconnecting", reason)
+            connection.close()
+
+    def _on_connection_failed(self, _connection: Any, error: BaseException) -> None:
+        self._retry_later(f"cannot connect to RabbitMQ: {error!r}")
+
+    def _on_connection_closed(self, _connection: Any, reason: BaseException) -> None:
+        self.consuming.clear()
+        self._channel = None
+        self._consumer_tag = None
+        self._ack_tag = None
+        self._retry_later(f"connection to RabbitMQ lost: {reason!r}")
+
+    def _retry_later(self, why: str) -> None:
+        self._connection = None
+        if self._stopping:
+            if self._closed is not None and not self._closed.done():
+                self._closed.set_result(None)
+            return
+        self._failures += 1
+        delay = self._backoff
+        self._backoff = min(self._backoff * 2, BACKOFF_MAX_SECS)
+        log.warning("%s; retrying in %.0f s (attempt %d)", why, delay, self._failures)
+        self._reconnect = asyncio.get_running_loop().call_later(delay, self._connect)
+
+    # -- messages -----------------------------------------------------------
+
+    def _on_message(self, channel: Any, method: Any, properties: Any, body: bytes) -> None:
+        message_id = properties.message_id
+        if message_id is not None and message_id in self._seen:
+            # Processed before: its acknowledgement (or the publisher's
+            # confirmation) was lost and RabbitMQ delivered it again.
+            self.duplicates += 1
+            self._ack(method.delivery_tag)
+            return
+        try:
+            self._process(body)
+        except Exception as exc:
+            self._failed(channel, properties, body, exc)
+        else:
+            self.processed += 1
+            if message_id is not None:
+                self._seen[message_id] = None
+                if len(self._seen) > REMEMBERED_IDS:
+                    self._seen.popitem(last=False)
+        self._ack(method.delivery_tag)
+
+    def _failed(self, channel: Any, properties: Any, body: bytes, exc: Exception) -> None:
+        headers = dict(properties.headers or {})
+        failures = int(headers.get(FAILURES_HEADER, 0)) + 1
+        headers[FAILURES_HEADER] = failures
+        error = f"{type(exc).__name__}: {exc}"
+        if failures <= MAX_RETRIES:
+            self.retried += 1
+            log.warning(
+                "notice %s failed (%s); retry %d of %d",
+                properties.message_id,
+                error,
+                failures,
+                MAX_RETRIES,
+            )
+            target = self.queue
+        else:
+            self.dead_lettered += 1
+            headers["x-eventq-error"] = error[:1000]
+            headers["x-eventq-dead-lettered-us"] = time.time_ns() // 1000
+            log.error(
+                "notice %s failed %d times (%s); moved to %s for inspection",
+                properties.message_id,
+                failures,
+                error,
+                self.dead_queue,
+            )
+            target = self.dead_queue
+        channel.basic_publish(
+            exchange="",
+            routing_key=target,
+            body=body,
+            properties=pika.BasicProperties(
+                content_type=properties.content_type,
+                delivery_mode=pika.DeliveryMode.Persistent,
+                message_id=properties.message_id,
+                headers=headers,
+            ),
+        )
+
+    def _ack(self, delivery_tag: int) -> None:
+        self._ack_tag = delivery_tag
+        if not self._ack_scheduled:
+            self._ack_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_ack)
+
+    def _flush_ack(self) -> None:
+        self._ack_scheduled = False
+        tag, self._ack_tag = self._ack_tag, None
+        if tag is not None and self._channel is not None and self._channel.is_open:
+            self._channel.basic_ack(tag, multiple=True)
