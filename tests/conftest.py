@@ -7,6 +7,7 @@ and credentials, migrated, dropped at the end), so runs never share state.
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,18 +38,37 @@ def database_url() -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
 
 
+def rabbitmqctl(*args: str) -> None:
+    subprocess.run(["rabbitmqctl", "--quiet", *args], check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="session")
+def amqp_url() -> Iterator[str]:
+    """A RabbitMQ vhost of this session's own, deleted at the end."""
+    vhost = f"eventq_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    rabbitmqctl("add_vhost", vhost)
+    try:
+        rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+        yield f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
+    finally:
+        rabbitmqctl("delete_vhost", vhost)
+
+
 @pytest.fixture(scope="session")
 def world(database_url: str) -> World:
     return World(database_url)
 
 
 @pytest.fixture
-def start_server(database_url: str, tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
-    """Start a server with extra environment; stopped (or killed) after the test."""
+def start_server(
+    database_url: str, amqp_url: str, tmp_path: Path
+) -> Iterator[Callable[..., ServerProcess]]:
+    """Start a server with extra environment; stopped (or killed) after the test.
+    Servers consume their own queue in the session's RabbitMQ vhost."""
     started: list[ServerProcess] = []
 
     def start(state_dir: Path | None = None, **env: str) -> ServerProcess:
-        server = ServerProcess(database_url, state_dir or tmp_path / "state", env)
+        server = ServerProcess(database_url, state_dir or tmp_path / "state", env, amqp_url)
         started.append(server)
         return server.start()
 
@@ -58,9 +78,13 @@ def start_server(database_url: str, tmp_path: Path) -> Iterator[Callable[..., Se
 
 
 @pytest.fixture(scope="session")
-def server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(
+    database_url: str, amqp_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
     """One server shared by the tests that need no special timing."""
-    process = ServerProcess(database_url, tmp_path_factory.mktemp("shared-state"))
+    process = ServerProcess(
+        database_url, tmp_path_factory.mktemp("shared-state"), amqp_url=amqp_url
+    )
     process.start()
     yield process
     process.stop()

@@ -20,6 +20,7 @@ import psycopg
 import requests
 
 from generation import accounts
+from generation.config import ProducerConfig
 
 REPO = Path(__file__).resolve().parent.parent
 SECRET = "test-shared-secret"
@@ -40,8 +41,17 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "c
 class ServerProcess:
     """`python -m server serve` on a free loopback port, with its own state dir."""
 
-    def __init__(self, database_url: str, state_dir: Path, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        database_url: str,
+        state_dir: Path,
+        env: dict[str, str] | None = None,
+        amqp_url: str = "",
+    ):
         self.database_url = database_url
+        self.amqp_url = amqp_url
+        # Each server consumes its own queue of the session's vhost.
+        self.notify_queue = f"notify_tornado.{uuid.uuid4().hex[:8]}"
         self.state_dir = state_dir
         self.extra_env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
@@ -58,6 +68,8 @@ class ServerProcess:
         env.update(
             {
                 "EVENTQ_DATABASE_URL": self.database_url,
+                "EVENTQ_AMQP_URL": self.amqp_url,
+                "EVENTQ_NOTIFY_QUEUE": self.notify_queue,
                 "EVENTQ_STATE_DIR": str(self.state_dir),
                 "EVENTQ_SHARED_SECRET": SECRET,
                 "EVENTQ_LOG_LEVEL": "DEBUG",
@@ -121,6 +133,24 @@ class ServerProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+    def producer(self, **overrides: Any) -> ProducerConfig:
+        """The producer configuration that reaches this server."""
+        fields: dict[str, Any] = {
+            "amqp_url": self.amqp_url,
+            "notify_url": f"{self.url}/api/internal/notify_tornado",
+            "notify_queue": self.notify_queue,
+            "state_dir": self.state_dir,
+            "configured_secret": SECRET,
+        }
+        return ProducerConfig(**(fields | overrides))
+
+    def wait_consuming(self, timeout: float = 15.0) -> None:
+        wait_for(
+            lambda: self.stats().get("consumer", {}).get("consuming"),
+            timeout,
+            "the server to consume its notify queue",
+        )
 
     def internal(self, path: str, **fields: Any) -> requests.Response:
         data = {k: v if isinstance(v, str) else json.dumps(v) for k, v in fields.items()}

@@ -24,7 +24,12 @@ ALLOWED = {
 # imports allowed only in some modules of a package
 ONLY_IN = {
     ("generation", "pika"): {"generation/publisher.py"},
-    ("generation", "psycopg"): {"generation/accounts.py", "generation/actions.py"},
+    # actions, and the after-commit hook of send_event_on_commit
+    ("generation", "psycopg"): {
+        "generation/accounts.py",
+        "generation/actions.py",
+        "generation/send.py",
+    },
     ("apply_events", "psycopg"): {"apply_events/fetch.py"},
 }
 

@@ -1,0 +1,315 @@
+"""send_event through the real RabbitMQ into real server processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import urllib.parse
+
+import pika
+import psycopg
+import pytest
+
+from generation.config import ProducerConfig
+from generation.errors import BadNotice
+from generation.publisher import PublishError, close_for_thread
+from generation.send import send_event, send_event_on_commit, transaction
+from tests.support import REPO, Api, wait_for
+
+
+def _collect(client: Api, queue_id: str, count: int, timeout: float = 30.0) -> list[dict]:
+    """Poll (acknowledging as we go) until `count` non-heartbeat events arrived."""
+    seen: list[dict] = []
+    last = -1
+
+    def more() -> bool:
+        nonlocal last
+        for event in client.events(queue_id, last):
+            last = max(last, event["id"])
+            if event["type"] not in ("heartbeat", "restart"):
+                seen.append(event)
+        return len(seen) >= count
+
+    wait_for(more, timeout, f"{count} events")
+    return seen
+
+
+def test_send_event_reaches_a_parked_long_poll_with_each_users_flags(api, server):
+    server.wait_consuming()
+    reader, other = api(), api()
+    realm_id = reader.user.realm_id
+    reader_q = reader.register()["queue_id"]
+    parked = reader.park(reader_q, -1)
+    message = {"type": "stream", "display_recipient": "general", "subject": "hi", "content": "x"}
+    send_event(
+        realm_id,
+        {"type": "message", "message": message},
+        [{"id": reader.user.user_id, "flags": ["mentioned"]}, {"id": other.user.user_id}],
+        config=server.producer(),
+    )
+    [event] = parked.result(timeout=15).json()["events"]
+    assert event == {"type": "message", "message": message, "flags": ["mentioned"], "id": 0}
+
+
+def test_order_is_preserved_per_queue(api, server):
+    server.wait_consuming()
+    client = api()
+    queue_id = client.register()["queue_id"]
+    config = server.producer()
+    for n in range(200):
+        send_event(
+            client.user.realm_id, {"type": "seq", "n": n}, [client.user.user_id], config=config
+        )
+    events = _collect(client, queue_id, 200)
+    assert [e["n"] for e in events] == list(range(200))
+    assert [e["id"] for e in events] == list(range(200))
+
+
+def test_notices_sent_while_the_server_is_down_arrive_after_it_starts(start_server, world):
+    server = start_server()
+    server.wait_consuming()
+    user = world.user()
+    client = Api(server, user)
+    queue_id = client.register()["queue_id"]
+    assert server.stop() == 0
+    for n in range(3):
+        send_event(
+            user.realm_id, {"type": "later", "n": n}, [user.user_id], config=server.producer()
+        )
+    server.start()
+    events = _collect(client, queue_id, 3)
+    assert [e["n"] for e in events] == [0, 1, 2]
+    # The same queue: ids continue after the restart event.
+    assert [e["id"] for e in events] == [1, 2, 3]
+    client.close()
+
+
+def test_closing_the_brokers_connections_loses_and_duplicates_nothing(
+    start_server, world, amqp_url
+):
+    server = start_server()
+    server.wait_consuming()
+    user = world.user()
+    client = Api(server, user)
+    queue_id = client.register()["queue_id"]
+    vhost = urllib.parse.unquote(urllib.parse.urlparse(amqp_url).path[1:])
+    config = server.producer()
+    sent = 0
+
+    def send(count: int) -> None:
+        nonlocal sent
+        for _ in range(count):
+            send_event(user.realm_id, {"type": "seq", "n": sent}, [user.user_id], config=config)
+            sent += 1
+
+    def cut() -> None:
+        subprocess.run(
+            ["rabbitmqctl", "--quiet", "close_all_connections", "--vhost", vhost, "test: cut"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+
+    send(100)  # before
+    cut()  # the consumer and this producer both lose their connections
+    send(100)  # during: the producer reconnects, the consumer is still away
+    wait_for(lambda: server.stats()["consumer"]["connections"] >= 2, 30, "a reconnect")
+    errors: list[BaseException] = []
+
+    def produce_while_cut() -> None:
+        try:
+            send(100)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            close_for_thread()
+
+    worker = threading.Thread(target=produce_while_cut)
+    worker.start()
+    cut()
+    worker.join(60)
+    assert not worker.is_alive()
+    assert not errors, errors
+    send(100)  # after
+    events = _collect(client, queue_id, 400, timeout=60)
+    assert [e["n"] for e in events] == list(range(400))
+    assert "connection to RabbitMQ lost" in server.log()
+    assert "reconnected to RabbitMQ" in server.log()
+    client.close()
+
+
+def _dead_letters(amqp_url: str, queue: str) -> list[tuple[dict, bytes]]:
+    found = []
+    with pika.BlockingConnection(pika.URLParameters(amqp_url)) as connection:
+        channel = connection.channel()
+        while True:
+            method, properties, body = channel.basic_get(queue, auto_ack=True)
+            if method is None:
+                return found
+            found.append((properties.headers or {}, body))
+
+
+def test_a_poison_notice_is_retried_then_dead_lettered_and_others_flow(start_server, world):
+    server = start_server()
+    server.wait_consuming()
+    user = world.user()
+    client = Api(server, user)
+    queue_id = client.register()["queue_id"]
+    with pika.BlockingConnection(pika.URLParameters(server.amqp_url)) as connection:
+        channel = connection.channel()
+        channel.basic_publish(
+            "",
+            server.notify_queue,
+            b'{"event": {"type": "x"}, "users": "everyone"}',
+            pika.BasicProperties(delivery_mode=2, message_id="poison-1"),
+        )
+    for n in range(3):
+        send_event(user.realm_id, {"type": "ok", "n": n}, [user.user_id], config=server.producer())
+    assert [e["n"] for e in _collect(client, queue_id, 3)] == [0, 1, 2]
+    wait_for(lambda: server.stats()["consumer"]["dead_lettered"] == 1, 15, "the dead letter")
+    [(headers, body)] = _dead_letters(server.amqp_url, f"{server.notify_queue}.dead")
+    assert body == b'{"event": {"type": "x"}, "users": "everyone"}'
+    assert headers["x-eventq-failures"] == 4
+    assert "users is not a list" in headers["x-eventq-error"]
+    assert server.stats()["consumer"]["retried"] == 3
+    assert "moved to" in server.log()
+    client.close()
+
+
+def test_send_event_on_commit_sends_only_what_committed(api, server, database_url):
+    server.wait_consuming()
+    client = api()
+    queue_id = client.register()["queue_id"]
+    realm_id, user_id = client.user.realm_id, client.user.user_id
+    config = server.producer()
+
+    def note(n: int) -> None:
+        send_event_on_commit(conn, realm_id, {"type": "tx", "n": n}, [user_id], config=config)
+
+    def failing(n: int) -> None:
+        with transaction(conn):
+            note(n)
+            raise ZeroDivisionError
+
+    with psycopg.connect(database_url) as conn:
+        with transaction(conn):
+            conn.execute("SELECT 1")
+            note(1)
+            with pytest.raises(ZeroDivisionError):
+                failing(2)  # a savepoint that rolls back
+            note(3)
+            # Nothing is sent before the commit.
+            assert client.events(queue_id, -1) == []
+        with pytest.raises(ZeroDivisionError):
+            failing(4)  # a whole transaction that rolls back
+        with transaction(conn):
+            note(5)
+        with pytest.raises(BadNotice), transaction(conn):
+            send_event_on_commit(conn, realm_id, {"no": "type"}, [user_id], config=config)
+        with pytest.raises(RuntimeError, match="needs an enclosing"):
+            note(6)
+        conn.execute("SELECT 1")  # now inside an implicit transaction
+        with pytest.raises(RuntimeError, match="outside any transaction"), transaction(conn):
+            pass
+        conn.rollback()
+    assert [e["n"] for e in _collect(client, queue_id, 3)] == [1, 3, 5]
+
+
+class _Unencodable:
+    pass
+
+
+@pytest.mark.parametrize(
+    ("realm_id", "event", "users", "message"),
+    [
+        (1, ["not", "a", "dict"], [1], "event is not an object"),
+        (1, {"no": "type"}, [1], "event has no string 'type'"),
+        (1, {"type": "x"}, [{"name": "no id"}], "users[0] has no integer 'id'"),
+        (1, {"type": "x"}, [True], "users[0] is neither"),
+        (1, {"type": "x"}, "1,2", "users is not a list"),
+        (1, {"type": "x", "when": _Unencodable()}, [1], "notice is not JSON-encodable"),
+        (1, {"type": "x", "big": 2**70}, [1], "notice is not JSON-encodable"),
+        ("1", {"type": "x"}, [1], "realm_id is not an integer"),
+    ],
+)
+def test_bad_producer_input_raises_before_the_broker_is_touched(realm_id, event, users, message):
+    # An unreachable broker: reaching it would be a PublishError, not BadNotice.
+    config = ProducerConfig(amqp_url="amqp://guest:guest@127.0.0.1:1/%2F")
+    with pytest.raises(BadNotice, match=message.replace("[", r"\[")):
+        send_event(realm_id, event, users, config=config)
+
+
+def test_an_unreachable_broker_is_a_publish_error():
+    config = ProducerConfig(amqp_url="amqp://guest:guest@127.0.0.1:1/%2F")
+    with pytest.raises(PublishError, match="RabbitMQ did not take the notice"):
+        send_event(1, {"type": "x"}, [1], config=config)
+
+
+def test_without_a_broker_send_event_posts_to_the_server(start_server, world):
+    server = start_server(EVENTQ_AMQP_URL="")
+    assert "consumer" not in server.stats()
+    assert "no broker (EVENTQ_AMQP_URL is empty)" in server.log()
+    user = world.user()
+    client = Api(server, user)
+    queue_id = client.register()["queue_id"]
+    send_event(
+        user.realm_id, {"type": "direct"}, [user.user_id], config=server.producer(amqp_url="")
+    )
+    assert client.events(queue_id, -1) == [{"type": "direct", "id": 0}]
+    wrong = server.producer(amqp_url="", configured_secret="wrong")
+    with pytest.raises(PublishError, match="refused the notice \\(403\\)"):
+        send_event(user.realm_id, {"type": "direct"}, [user.user_id], config=wrong)
+    gone = server.producer(amqp_url="", notify_url="http://127.0.0.1:1/api/internal/notify_tornado")
+    with pytest.raises(PublishError, match="unreachable"):
+        send_event(user.realm_id, {"type": "direct"}, [user.user_id], config=gone)
+    client.close()
+
+
+def test_the_send_event_command(server, world):
+    server.wait_consuming()
+    realm = world.realm()
+    user = world.user(realm)
+    client = Api(server, user)
+    queue_id = client.register()["queue_id"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVENTQ_")}
+    env.update(
+        EVENTQ_DATABASE_URL=server.database_url,
+        EVENTQ_AMQP_URL=server.amqp_url,
+        EVENTQ_NOTIFY_QUEUE=server.notify_queue,
+    )
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "server", "send-event", *args],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    ok = run("--realm", realm, "--users", str(user.user_id), "--event", '{"type": "cli", "a": 1}')
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["sent"] is True
+    by_id = run(
+        "--realm", str(user.realm_id),
+        "--users", json.dumps([{"id": user.user_id, "flags": ["read"]}]),
+        "--event", '{"type": "cli", "a": 2}',
+    )  # fmt: skip
+    assert by_id.returncode == 0, by_id.stderr
+    events = _collect(client, queue_id, 2)
+    assert events == [
+        {"type": "cli", "a": 1, "id": 0},
+        {"type": "cli", "a": 2, "flags": ["read"], "id": 1},
+    ]
+    bad = run("--realm", realm, "--users", "1", "--event", "{not json")
+    assert bad.returncode == 1
+    assert "--event is not valid JSON" in bad.stderr
+    typeless = run("--realm", realm, "--users", "1", "--event", '{"a": 1}')
+    assert typeless.returncode == 1
+    assert "event has no string 'type'" in typeless.stderr
+    client.close()
