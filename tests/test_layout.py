@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,16 @@ def test_nothing_imports_the_server():
     for package in ("queues", "generation", "apply_events"):
         for path in modules(package):
             assert "server" not in imports(path), path
+
+
+def test_every_package_is_installed_by_pip_install():
+    """`pip install .` ships exactly the packages of the source tree."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    found = {
+        init.parent.relative_to(REPO).as_posix().replace("/", ".")
+        for package in ALLOWED
+        for init in (REPO / package).rglob("__init__.py")
+    }
+    mapped = set(config.get("package-dir", {}))  # data-only packages, e.g. migrations
+    assert listed == found | mapped
