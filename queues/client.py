@@ -32,7 +32,7 @@ CAPABILITIES = frozenset(
 )
 
 # Why a parked request is being answered.
-WakeReason = Literal["events", "displaced", "deleted", "overflow", "shutdown"]
+WakeReason = Literal["events", "displaced", "deleted", "overflow"]
 
 
 class Waiter(Protocol):
@@ -134,13 +134,13 @@ class ClientDescriptor:
         realm_id: int,
         options: QueueOptions,
         now: float,
-        event_queue: EventQueue | None = None,
+        event_queue: EventQueue,
     ):
         self.queue_id = queue_id
         self.user_id = user_id
         self.realm_id = realm_id
         self.options = options
-        self.event_queue = event_queue if event_queue is not None else EventQueue()
+        self.event_queue = event_queue
         self.created_at = now
         # The last moment a request of this client was being served or parked;
         # the idle clock of garbage collection starts here.

@@ -14,6 +14,45 @@ from queues.payload import Encoder, Event, Payload, collapse_key
 Item = tuple[int, Payload]
 
 
+class _Collapsing:
+    """Unread flag events of one full type, folded together.
+
+    The parts are kept and merged into one payload only when the queue is
+    read, so each push costs O(its own messages), not a re-encoding of all the
+    messages accumulated so far.
+    """
+
+    __slots__ = ("event_id", "messages", "parts", "size")
+
+    def __init__(self, event_id: int, payload: Payload):
+        # The newest id folded in: the position the merged event takes.
+        self.event_id = event_id
+        self.parts = [payload]
+        self.messages: list[object] = list(payload.event["messages"])
+        self.size = payload.size
+
+    def add(self, event_id: int, payload: Payload) -> None:
+        self.event_id = event_id
+        self.parts.append(payload)
+        self.messages.extend(payload.event["messages"])
+        self.size += payload.size
+
+    def merged_event(self) -> Event:
+        """The first event with every part's messages and the newest timestamp."""
+        event: Event = dict(self.parts[0].event)
+        event["messages"] = list(self.messages)
+        for part in reversed(self.parts):
+            if "timestamp" in part.event:
+                event["timestamp"] = part.event["timestamp"]
+                break
+        return event
+
+    def item(self, encode: Encoder) -> Item:
+        if len(self.parts) == 1:
+            return self.event_id, self.parts[0]
+        return self.event_id, Payload.build(self.merged_event(), encode)
+
+
 class EventQueue:
     """Events waiting for one client, in id order, until it acknowledges them.
 
@@ -21,15 +60,16 @@ class EventQueue:
     event still uses up an id, so delivered ids may skip).
     """
 
-    __slots__ = ("_items", "_virtual", "bytes", "newest_pruned_id", "next_event_id")
+    __slots__ = ("_encode", "_items", "_virtual", "bytes", "newest_pruned_id", "next_event_id")
 
-    def __init__(self) -> None:
+    def __init__(self, encode: Encoder) -> None:
+        self._encode = encode
         # Ids in `_items` strictly increase; all are > newest_pruned_id.
         self._items: deque[Item] = deque()
         # Collapsible events not yet read, by full type; each one's id is the
         # newest id folded into it and is larger than every id in `_items` that
         # existed when it was created. Materialized into `_items` on read.
-        self._virtual: dict[str, Item] = {}
+        self._virtual: dict[str, _Collapsing] = {}
         # The id the next push gets; every id in the queue is below it.
         self.next_event_id = 0
         # The newest id acknowledged and dropped; -1 before the first prune.
@@ -43,32 +83,24 @@ class EventQueue:
     def empty(self) -> bool:
         return not self._items and not self._virtual
 
-    def push(self, payload: Payload, encode: Encoder) -> int:
+    def push(self, payload: Payload) -> int:
         """Append `payload` with the next id and return that id.
 
-        A collapsible flag event merges into the unread one of its kind, which
-        becomes a private copy (payloads may be shared between queues).
+        A collapsible flag event folds into the unread one of its kind
+        (payloads may be shared between queues: they are never modified).
         """
         event_id = self.next_event_id
         self.next_event_id += 1
+        self.bytes += payload.size
         key = payload.collapse
         if key is None:
             self._items.append((event_id, payload))
-            self.bytes += payload.size
             return event_id
-        previous = self._virtual.get(key)
-        if previous is None:
-            self._virtual[key] = (event_id, payload)
-            self.bytes += payload.size
-            return event_id
-        old_payload = previous[1]
-        merged: Event = dict(old_payload.event)
-        merged["messages"] = [*old_payload.event["messages"], *payload.event["messages"]]
-        if "timestamp" in payload.event:
-            merged["timestamp"] = payload.event["timestamp"]
-        new_payload = Payload.build(merged, encode)
-        self.bytes += new_payload.size - old_payload.size
-        self._virtual[key] = (event_id, new_payload)
+        collapsing = self._virtual.get(key)
+        if collapsing is None:
+            self._virtual[key] = _Collapsing(event_id, payload)
+        else:
+            collapsing.add(event_id, payload)
         return event_id
 
     def prune(self, last_event_id: int) -> None:
@@ -113,17 +145,22 @@ class EventQueue:
         return list(self._items)
 
     def _materialize(self) -> None:
-        if self._virtual:
-            merged = sorted([*self._items, *self._virtual.values()], key=lambda item: item[0])
-            self._items = deque(merged)
-            self._virtual.clear()
+        if not self._virtual:
+            return
+        folded = [collapsing.item(self._encode) for collapsing in self._virtual.values()]
+        self.bytes += sum(payload.size for _, payload in folded) - sum(
+            collapsing.size for collapsing in self._virtual.values()
+        )
+        # Both runs are sorted: Timsort merges them in linear time.
+        self._items = deque(sorted([*self._items, *folded], key=lambda item: item[0]))
+        self._virtual.clear()
 
     def last_id(self) -> int | None:
         """The id of the newest event held (read or not), or None when empty."""
         newest = self._items[-1][0] if self._items else None
-        for event_id, _ in self._virtual.values():
-            if newest is None or event_id > newest:
-                newest = event_id
+        for collapsing in self._virtual.values():
+            if newest is None or collapsing.event_id > newest:
+                newest = collapsing.event_id
         return newest
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,15 +170,15 @@ class EventQueue:
             "newest_pruned_id": self.newest_pruned_id,
             "events": [payload.stored_event(event_id) for event_id, payload in self._items],
             "virtual_events": {
-                key: payload.stored_event(event_id)
-                for key, (event_id, payload) in self._virtual.items()
+                key: {**collapsing.merged_event(), "id": collapsing.event_id}
+                for key, collapsing in self._virtual.items()
             },
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], encode: Encoder) -> EventQueue:
         """Rebuild a queue saved by `to_dict`; raises ValueError if it is inconsistent."""
-        queue = cls()
+        queue = cls(encode)
         queue.next_event_id = _int(data, "next_event_id")
         queue.newest_pruned_id = _int(data, "newest_pruned_id", default=-1)
         previous = queue.newest_pruned_id
@@ -163,7 +200,7 @@ class EventQueue:
             if event_id <= queue.newest_pruned_id or event_id in held:
                 raise ValueError(f"virtual event {key!r} reuses id {event_id}")
             held.add(event_id)
-            queue._virtual[key] = (event_id, payload)
+            queue._virtual[key] = _Collapsing(event_id, payload)
             queue.bytes += payload.size
         newest = queue.last_id()
         if newest is not None and newest >= queue.next_event_id:

@@ -6,7 +6,7 @@ improvement over Zulip, whose realm index let narrowed queues see public
 channels the user had not subscribed to).
 
 Supported terms (reference 2.5, Zulip's narrow predicate): `channel`/`stream`,
-`topic`, `sender`, `is:dm`/`is:private`, `is:starred`, `is:unread`,
+`topic`, `exact-topic` (case-sensitive), `sender`, `is:dm`/`is:private`, `is:starred`, `is:unread`,
 `is:mentioned`/`is:alerted`, `is:resolved`. All terms must match.
 """
 
@@ -23,7 +23,7 @@ Narrow = tuple[NarrowTerm, ...]
 # Zulip marks a resolved topic by prefixing its name with this.
 RESOLVED_TOPIC_PREFIX = "\u2714 "
 
-_OPERATORS = frozenset({"channel", "stream", "topic", "sender", "is"})
+_OPERATORS = frozenset({"channel", "stream", "topic", "exact-topic", "sender", "is"})
 _IS_OPERANDS = frozenset({"dm", "private", "starred", "unread", "mentioned", "alerted", "resolved"})
 # A bounded narrow keeps per-event filtering cheap; real clients use one or two terms.
 MAX_TERMS = 20
@@ -77,6 +77,9 @@ def narrow_matches(narrow: Narrow, message: Mapping[str, Any], flags: Sequence[s
             topic = _topic(message).lower()
             wanted = operand.lower()
             if topic != wanted and wanted not in topic.split():
+                return False
+        elif operator == "exact-topic":
+            if not is_stream or _topic(message) != operand:
                 return False
         elif operator == "sender":
             sender = message.get("sender_email")

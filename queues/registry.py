@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from queues.client import ClientDescriptor, QueueOptions, Waiter
 from queues.errors import BadQueueId, TooManyQueues
+from queues.event_queue import EventQueue
 from queues.payload import Encoder, Event, Payload
 from queues.specialize import NoticePayloads, is_public_channel_message
 
@@ -153,7 +154,9 @@ class QueueRegistry:
             self.end(min(idle, key=lambda c: c.last_active), "evicted", now)
         queue_id = self._new_queue_id()
         assert queue_id not in self._clients, queue_id
-        client = ClientDescriptor(queue_id, user_id, realm_id, options, now)
+        client = ClientDescriptor(
+            queue_id, user_id, realm_id, options, now, EventQueue(self.encode)
+        )
         self._insert(client)
         return client
 
@@ -162,14 +165,22 @@ class QueueRegistry:
         self._by_user.setdefault(client.user_id, {})[client.queue_id] = client
         if client.options.all_public_streams:
             self._public_by_realm.setdefault(client.realm_id, {})[client.queue_id] = client
-        self._idle_group(client)[client.queue_id] = client
+        self._idle_add(client)
 
-    def _idle_group(self, client: ClientDescriptor) -> OrderedDict[str, ClientDescriptor]:
+    def _idle_add(self, client: ClientDescriptor) -> None:
+        """Append to its lifespan group: the newest `last_active` goes last."""
         lifespan = client.options.lifespan_secs
         group = self._idle.get(lifespan)
         if group is None:
             group = self._idle[lifespan] = OrderedDict()
-        return group
+        group[client.queue_id] = client
+
+    def _idle_remove(self, client: ClientDescriptor) -> None:
+        lifespan = client.options.lifespan_secs
+        group = self._idle[lifespan]
+        del group[client.queue_id]
+        if not group:
+            del self._idle[lifespan]
 
     def end(self, client: ClientDescriptor, reason: EndReason, now: float) -> None:
         """Remove `client`'s queue; a parked request is answered first."""
@@ -190,10 +201,7 @@ class QueueRegistry:
             self._detach(client, now, reinsert=False)
             waiter.wake("overflow" if reason in ("overflow", "evicted") else "deleted")
         else:
-            group = self._idle[client.options.lifespan_secs]
-            del group[client.queue_id]
-            if not group:
-                del self._idle[client.options.lifespan_secs]
+            self._idle_remove(client)
         if reason in ("overflow", "evicted"):
             self._tombstones[client.queue_id] = (client.user_id, reason)
             while len(self._tombstones) > self.limits.max_tombstones:
@@ -230,7 +238,7 @@ class QueueRegistry:
         """
         client.last_active = now
         if client.waiter is None:
-            self._idle_group(client).move_to_end(client.queue_id)
+            self._idle[client.options.lifespan_secs].move_to_end(client.queue_id)
 
     def displace(self, client: ClientDescriptor, now: float) -> None:
         """A newer request for this queue passed validation: answer the parked
@@ -244,10 +252,7 @@ class QueueRegistry:
         """Attach a long-poll request to this queue until an event, a heartbeat,
         deletion or shutdown wakes it. Call `displace` first."""
         assert client.waiter is None, "park on a queue that has a parked request"
-        group = self._idle[client.options.lifespan_secs]
-        del group[client.queue_id]
-        if not group:
-            del self._idle[client.options.lifespan_secs]
+        self._idle_remove(client)
         client.waiter = waiter
         client.last_active = now
         self.parked += 1
@@ -266,33 +271,34 @@ class QueueRegistry:
         client.last_active = now
         self.parked -= 1
         if reinsert:
-            self._idle_group(client)[client.queue_id] = client
-
-    def wake_all(self, reason: Literal["shutdown"], now: float) -> int:
-        """Answer every parked request (on shutdown); queues stay."""
-        count = 0
-        for client in list(self._clients.values()):
-            waiter = client.waiter
-            if waiter is not None:
-                self._detach(client, now)
-                waiter.wake(reason)
-                count += 1
-        return count
+            self._idle_add(client)
 
     # -- delivery -----------------------------------------------------------
 
-    def _push(self, client: ClientDescriptor, payload: Payload, now: float) -> bool:
-        """Append to one queue and wake its request. Returns True when the
-        queue is now over a bound (the caller ends it)."""
+    def _push(
+        self,
+        client: ClientDescriptor,
+        payload: Payload,
+        now: float,
+        overflowed: list[ClientDescriptor],
+    ) -> None:
+        """Append to one queue and wake its request. A queue now over a bound
+        is added to `overflowed`, for the caller to end once it is done
+        iterating (ending changes the indexes being iterated)."""
         queue = client.event_queue
-        queue.push(payload, self.encode)
+        queue.push(payload)
         if len(queue) > self.limits.max_events or queue.bytes > self.limits.max_bytes:
-            return True
+            overflowed.append(client)
+            return
         waiter = client.waiter
         if waiter is not None:
             self._detach(client, now)
             waiter.wake("events")
-        return False
+
+    def _end_overflowed(self, overflowed: list[ClientDescriptor], now: float) -> int:
+        for client in overflowed:
+            self.end(client, "overflow", now)
+        return len(overflowed)
 
     def deliver(
         self,
@@ -342,8 +348,7 @@ class QueueRegistry:
                 if payload is None:
                     continue
                 report.queues += 1
-                if self._push(client, payload, now):
-                    overflowed.append(client)
+                self._push(client, payload, now, overflowed)
         if public:
             assert realm_id is not None
             for client in self._public_by_realm[realm_id].values():
@@ -353,19 +358,16 @@ class QueueRegistry:
                 if payload is None:
                     continue
                 report.queues += 1
-                if self._push(client, payload, now):
-                    overflowed.append(client)
-        for client in overflowed:
-            self.end(client, "overflow", now)
-        report.overflowed = len(overflowed)
+                self._push(client, payload, now, overflowed)
+        report.overflowed = self._end_overflowed(overflowed, now)
         return report
 
     def push_heartbeat(self, client: ClientDescriptor, now: float) -> None:
         """Push a heartbeat (bypassing `event_types`) and wake the request."""
-        if client.queue_id not in self._clients:
-            return
-        if self._push(client, self._heartbeat, now):
-            self.end(client, "overflow", now)
+        if client.queue_id in self._clients:
+            overflowed: list[ClientDescriptor] = []
+            self._push(client, self._heartbeat, now, overflowed)
+            self._end_overflowed(overflowed, now)
 
     def push_to_accepting(self, event: Event, now: float) -> int:
         """Push `event` to every queue whose `event_types` accepts it (the
@@ -376,10 +378,8 @@ class QueueRegistry:
         for client in self._clients.values():
             if client.accepts(event["type"], event):
                 count += 1
-                if self._push(client, payload, now):
-                    overflowed.append(client)
-        for client in overflowed:
-            self.end(client, "overflow", now)
+                self._push(client, payload, now, overflowed)
+        self._end_overflowed(overflowed, now)
         return count
 
     # -- snapshots ----------------------------------------------------------
@@ -389,12 +389,18 @@ class QueueRegistry:
         return {
             "version": SNAPSHOT_VERSION,
             "queues": [client.to_dict(now) for client in self._clients.values()],
+            "tombstones": [[qid, user, reason] for qid, (user, reason) in self._tombstones.items()],
         }
 
-    def restore(self, data: Mapping[str, Any], now: float) -> list[ClientDescriptor]:
-        """Load a `snapshot` into an empty registry; all or nothing.
+    def restore(
+        self, data: Mapping[str, Any], now: float
+    ) -> tuple[list[ClientDescriptor], list[str]]:
+        """Load a `snapshot` into an empty registry. Returns the queues loaded
+        and one message per saved queue that could not be (each is skipped:
+        one bad queue does not cost the others theirs).
 
-        Raises ValueError if the data is not a snapshot this version can read.
+        Raises ValueError, loading nothing, if the data as a whole is not a
+        snapshot this version can read.
         """
         assert not self._clients, "restore into a registry that has queues"
         version = data.get("version")
@@ -403,15 +409,33 @@ class QueueRegistry:
         raw_queues = data.get("queues")
         if not isinstance(raw_queues, list):
             raise ValueError("queues is not a list")
-        clients = [self._restore_one(raw, now) for raw in raw_queues]
+        clients: list[ClientDescriptor] = []
+        errors: list[str] = []
         seen: set[str] = set()
-        for client in clients:
+        for index, raw in enumerate(raw_queues):
+            try:
+                client = self._restore_one(raw, now)
+            except ValueError as exc:
+                errors.append(f"saved queue {index}: {exc}")
+                continue
             if client.queue_id in seen:
-                raise ValueError(f"queue {client.queue_id} appears twice")
+                errors.append(f"saved queue {index}: queue {client.queue_id} appears twice")
+                continue
             seen.add(client.queue_id)
+            clients.append(client)
         for client in sorted(clients, key=lambda c: c.last_active):
             self._insert(client)
-        return clients
+        for entry in data.get("tombstones", []):
+            if (
+                isinstance(entry, list)
+                and len(entry) == 3
+                and isinstance(entry[0], str)
+                and isinstance(entry[1], int)
+                and entry[2] in ("overflow", "evicted")
+                and entry[0] not in self._clients
+            ):
+                self._tombstones[entry[0]] = (entry[1], entry[2])
+        return clients, errors
 
     def _restore_one(self, raw: object, now: float) -> ClientDescriptor:
         if not isinstance(raw, dict):

@@ -30,7 +30,16 @@ UserData = Mapping[str, Any]
 class NoticePayloads:
     """The payloads of one notice, memoised by variant. Lives for one delivery."""
 
-    __slots__ = ("_by_key", "_encode", "_event", "_event_type", "_messages", "_shared")
+    __slots__ = (
+        "_by_key",
+        "_encode",
+        "_event",
+        "_event_type",
+        "_last_form",
+        "_last_user",
+        "_messages",
+        "_shared",
+    )
 
     def __init__(self, event: Event, encode: Encoder):
         self._event = event
@@ -39,37 +48,53 @@ class NoticePayloads:
         self._shared: Payload | None = None
         self._by_key: dict[object, Payload] = {}
         self._messages: dict[bool, dict[str, Any]] = {}
+        # One-entry memo of `_user_form`: delivery visits a user's queues one
+        # after the other, so the per-user work is done once per user.
+        self._last_user: UserData | None = None
+        self._last_form: tuple[object, Any] = (None, None)
+
+    def _user_form(self, user_data: UserData) -> tuple[object, Any]:
+        """(variant key part, user data) for one notice user: their flags for
+        a message, else the keys merged into their copy of the event."""
+        if user_data is self._last_user:
+            return self._last_form
+        if self._event_type == "message":
+            raw_flags = user_data.get("flags", ())
+            flags = tuple(raw_flags) if isinstance(raw_flags, list | tuple) else ()
+            form: tuple[object, Any] = (flags, flags)
+        else:
+            extra = {k: v for k, v in user_data.items() if k != "id"}
+            form = (self._encode(extra), extra)
+        self._last_user = user_data
+        self._last_form = form
+        return form
 
     def for_client(self, client: ClientDescriptor, user_data: UserData | None) -> Payload | None:
         """The payload for `client` (whose user's own data is `user_data`), or
         None if the client's narrow filters this event out."""
         if self._event_type == "message":
-            return self._message_payload(client, user_data)
+            flags: Sequence[str] = self._user_form(user_data)[1] if user_data else ()
+            return self._message_payload(client, flags)
         if not user_data or len(user_data) == 1:
             if self._shared is None:
                 self._shared = Payload.build(self._event, self._encode)
             return self._shared
-        extra = {k: v for k, v in user_data.items() if k != "id"}
-        key = self._encode(extra)
+        key, extra = self._user_form(user_data)
         payload = self._by_key.get(key)
         if payload is None:
             payload = Payload.build({**self._event, **extra}, self._encode)
             self._by_key[key] = payload
         return payload
 
-    def _message_payload(
-        self, client: ClientDescriptor, user_data: UserData | None
-    ) -> Payload | None:
+    def _message_payload(self, client: ClientDescriptor, flags: Sequence[str]) -> Payload | None:
         event = self._event
         message: dict[str, Any] = event["message"]
-        raw_flags = user_data.get("flags", ()) if user_data else ()
-        flags: Sequence[str] = raw_flags if isinstance(raw_flags, list | tuple) else ()
         options = client.options
         if options.narrow and not narrow_matches(options.narrow, message, flags):
             return None
         local_id = event.get("local_id")
         is_sender_queue = local_id is not None and event.get("sender_queue_id") == client.queue_id
-        key = ("message", options.apply_markdown, tuple(flags), is_sender_queue)
+        key = ("message", options.apply_markdown, flags, is_sender_queue)
         payload = self._by_key.get(key)
         if payload is None:
             client_event: Event = {

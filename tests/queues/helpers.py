@@ -45,7 +45,7 @@ def payload(event: dict[str, Any]) -> Payload:
 
 
 def push(queue: EventQueue, event: dict[str, Any]) -> int:
-    return queue.push(payload(event), encode)
+    return queue.push(payload(event))
 
 
 def flag_event(
@@ -94,7 +94,12 @@ def round_trip(queue: EventQueue) -> EventQueue:
     saved = json.loads(json.dumps(queue.to_dict()))
     restored = EventQueue.from_dict(saved, encode)
     assert restored.to_dict() == queue.to_dict()
-    assert restored.bytes == queue.bytes
+    if saved["virtual_events"]:
+        # Unread collapsed parts are charged one by one; saved, they are one
+        # merged event, which is never larger than its parts.
+        assert 0 < restored.bytes <= queue.bytes
+    else:
+        assert restored.bytes == queue.bytes
     return restored
 
 

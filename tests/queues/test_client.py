@@ -5,27 +5,30 @@ from __future__ import annotations
 import pytest
 
 from queues.client import ClientDescriptor, QueueOptions
+from queues.event_queue import EventQueue
 from queues.narrow import parse_narrow
 from tests.queues.helpers import FakeWaiter, encode, options
 
 
 def test_idle_client_expires_at_exactly_its_lifespan():
-    client = ClientDescriptor("q0", 1, 1, options(lifespan_secs=60.0), 100.0)
+    client = ClientDescriptor("q0", 1, 1, options(lifespan_secs=60.0), 100.0, EventQueue(encode))
 
     assert not client.expired(159.9)
     assert client.expired(160.0)
 
 
 def test_client_with_a_parked_request_never_expires():
-    client = ClientDescriptor("q0", 1, 1, options(lifespan_secs=60.0), 0.0)
+    client = ClientDescriptor("q0", 1, 1, options(lifespan_secs=60.0), 0.0, EventQueue(encode))
     client.waiter = FakeWaiter()
 
     assert not client.expired(1e9)
 
 
 def test_accepts_follows_event_types_and_channel_typing_capability():
-    plain = ClientDescriptor("q0", 1, 1, options(), 0.0)
-    typing_only = ClientDescriptor("q1", 1, 1, options(event_types=["typing"]), 0.0)
+    plain = ClientDescriptor("q0", 1, 1, options(), 0.0, EventQueue(encode))
+    typing_only = ClientDescriptor(
+        "q1", 1, 1, options(event_types=["typing"]), 0.0, EventQueue(encode)
+    )
 
     assert plain.accepts("anything", {})
     assert plain.accepts("typing", {"recipients": []})
@@ -59,7 +62,7 @@ def test_saved_options_missing_keys_take_defaults_and_unknown_capabilities_drop(
 
 
 def test_descriptor_saved_form_stores_ages_not_clock_values():
-    client = ClientDescriptor("q0", 1, 2, options(), 100.0)
+    client = ClientDescriptor("q0", 1, 2, options(), 100.0, EventQueue(encode))
     client.last_active = 150.0
 
     saved = client.to_dict(200.0)
@@ -72,7 +75,7 @@ def test_descriptor_saved_form_stores_ages_not_clock_values():
 
 
 def test_descriptor_with_bad_options_names_the_queue():
-    saved = ClientDescriptor("q7", 1, 2, options(), 0.0).to_dict(0.0)
+    saved = ClientDescriptor("q7", 1, 2, options(), 0.0, EventQueue(encode)).to_dict(0.0)
     saved["options"]["narrow"] = [["is", "followed"]]
 
     with pytest.raises(ValueError, match=r"^queue q7: Operand followed not supported\.$"):

@@ -27,7 +27,7 @@ ARBITRARY = {"type": "arbitrary", "x": "foo", "y": 42, "z": False, "timestamp": 
 
 
 def test_one_event_is_delivered_with_id_zero():
-    queue = EventQueue()
+    queue = EventQueue(encode)
     assert queue.empty()
 
     assert push(queue, dict(ARBITRARY)) == 0
@@ -39,7 +39,7 @@ def test_one_event_is_delivered_with_id_zero():
 
 
 def test_one_event_round_trips_through_dict():
-    queue = EventQueue()
+    queue = EventQueue(encode)
     push(queue, dict(ARBITRARY))
 
     restored = round_trip(queue)
@@ -50,7 +50,7 @@ def test_one_event_round_trips_through_dict():
 
 
 def test_round_trip_without_newest_pruned_id_defaults_to_minus_one():
-    queue = EventQueue()
+    queue = EventQueue(encode)
     push(queue, dict(ARBITRARY))
     saved = queue.to_dict()
     del saved["newest_pruned_id"]
@@ -67,7 +67,7 @@ def test_round_trip_without_newest_pruned_id_defaults_to_minus_one():
 
 def test_restarts_are_ordinary_events_and_read_flags_collapse():
     # Scenario 5 with current semantics: restarts no longer collapse.
-    queue = EventQueue()
+    queue = EventQueue(encode)
     pushed = [
         push(queue, flag_event("read", "add", [101], 1)),
         push(queue, flag_event("read", "add", [201, 202], 2)),
@@ -94,7 +94,7 @@ def test_restarts_are_ordinary_events_and_read_flags_collapse():
 
 
 def test_flag_event_after_read_becomes_a_new_event():
-    queue = EventQueue()
+    queue = EventQueue(encode)
     push(queue, {"type": "unknown"})
     push(queue, flag_event("read", "add", [101], 1))
     push(queue, flag_event("read", "add", [102], 2))
@@ -111,7 +111,7 @@ def test_flag_event_after_read_becomes_a_new_event():
 
 def test_flag_add_events_collapse_into_newest_id():
     # Scenario 6.
-    queue = EventQueue()
+    queue = EventQueue(encode)
     push(queue, flag_event("read", "add", [1, 2, 3], 1))
     push(queue, flag_event("read", "add", [4, 5, 6], 2))
     saved = round_trip(queue)  # the collapsed event survives the saved form unread
@@ -123,7 +123,7 @@ def test_flag_add_events_collapse_into_newest_id():
 
 def test_flag_remove_of_other_flag_collapses():
     # Scenario 7: removing a flag other than "read" collapses.
-    queue = EventQueue()
+    queue = EventQueue(encode)
     push(queue, flag_event("collapsed", "remove", [1, 2, 3], 1))
     push(queue, flag_event("collapsed", "remove", [4, 5, 6], 2))
 
@@ -133,7 +133,7 @@ def test_flag_remove_of_other_flag_collapses():
 
 
 def test_collapsed_messages_are_concatenated_without_dedup():
-    queue = EventQueue()
+    queue = EventQueue(encode)
     push(queue, flag_event("starred", "add", [1, 2]))
     push(queue, flag_event("starred", "add", [2, 3]))
 
@@ -141,7 +141,7 @@ def test_collapsed_messages_are_concatenated_without_dedup():
 
 
 def test_mark_unread_never_collapses():
-    queue = EventQueue()
+    queue = EventQueue(encode)
     push(queue, flag_event("read", "remove", [1], 1))
     push(queue, flag_event("read", "remove", [2], 2))
 
@@ -152,7 +152,7 @@ def test_mark_unread_never_collapses():
 
 
 def test_all_messages_flag_events_never_collapse():
-    queue = EventQueue()
+    queue = EventQueue(encode)
     push(queue, flag_event("read", "add", [], 1, all_messages=True))
     push(queue, flag_event("read", "add", [], 2, all_messages=True))
 
@@ -160,7 +160,7 @@ def test_all_messages_flag_events_never_collapse():
 
 
 def test_different_full_types_collapse_separately():
-    queue = EventQueue()
+    queue = EventQueue(encode)
     push(queue, flag_event("read", "add", [1], 1))
     push(queue, flag_event("starred", "add", [2], 2))
     push(queue, flag_event("read", "add", [3], 3))
@@ -202,7 +202,7 @@ def test_collapse_key_prefers_legacy_operation_over_op():
 
 def test_collapsed_event_is_held_apart_until_read_then_pruned():
     # Scenario 8, retargeted from restart to flags/add/starred.
-    queue = EventQueue()
+    queue = EventQueue(encode)
     starred = flag_event("starred", "add", [7], 1)
     push(queue, starred)
     assert queue.to_dict() == {
@@ -239,10 +239,10 @@ def test_collapsed_event_is_held_apart_until_read_then_pruned():
 
 
 def test_merging_does_not_mutate_a_payload_shared_with_another_queue():
-    first, second = EventQueue(), EventQueue()
+    first, second = EventQueue(encode), EventQueue(encode)
     shared = payload(flag_event("read", "add", [1], 1))
-    first.push(shared, encode)
-    second.push(shared, encode)
+    first.push(shared)
+    second.push(shared)
 
     push(first, flag_event("read", "add", [2], 2))
 
@@ -254,9 +254,9 @@ def test_merging_does_not_mutate_a_payload_shared_with_another_queue():
 
 
 def test_byte_budget_follows_push_merge_and_prune():
-    queue = EventQueue()
+    queue = EventQueue(encode)
     a = payload({"type": "a", "data": "x" * 100})
-    queue.push(a, encode)
+    queue.push(a)
     assert queue.bytes == a.size
     push(queue, flag_event("read", "add", [1], 1))
     push(queue, flag_event("read", "add", [2], 2))
@@ -270,20 +270,20 @@ def test_byte_budget_follows_push_merge_and_prune():
 
 
 def test_last_id_sees_unread_collapsed_events_without_reading_them():
-    queue = EventQueue()
+    queue = EventQueue(encode)
     push(queue, {"type": "a"})
     push(queue, flag_event("read", "add", [1]))
 
     assert queue.last_id() == 1
     assert queue.to_dict()["virtual_events"] != {}  # still unread
-    assert EventQueue().last_id() is None
+    assert EventQueue(encode).last_id() is None
 
 
 # -- prune ------------------------------------------------------------------
 
 
 def _queue_with(count: int) -> EventQueue:
-    queue = EventQueue()
+    queue = EventQueue(encode)
     for n in range(count):
         push(queue, {"type": "n", "n": n})
     return queue
@@ -366,7 +366,7 @@ def test_ack_of_id_not_yet_issued_is_rejected_and_changes_nothing(last_event_id)
 
 
 def test_ack_of_id_skipped_by_collapsing_is_rejected_and_changes_nothing():
-    queue = EventQueue()
+    queue = EventQueue(encode)
     push(queue, {"type": "first"})  # 0
     push(queue, flag_event("read", "add", [1], 1))  # 1, folded into 2
     push(queue, flag_event("read", "add", [2], 2))  # 2
@@ -384,7 +384,7 @@ def test_ack_of_id_skipped_by_collapsing_is_rejected_and_changes_nothing():
 
 
 def test_ack_of_an_already_dropped_gap_id_is_rejected_as_pruned():
-    queue = EventQueue()
+    queue = EventQueue(encode)
     push(queue, flag_event("read", "add", [1], 1))  # 0, folded into 1
     push(queue, flag_event("read", "add", [2], 2))  # 1
     push(queue, {"type": "x"})  # 2
@@ -400,7 +400,7 @@ def test_ack_of_an_already_dropped_gap_id_is_rejected_as_pruned():
 
 
 def test_round_trip_keeps_internal_data_but_clients_never_see_it():
-    queue = EventQueue()
+    queue = EventQueue(encode)
     push(queue, {"type": "message", "message": {"id": 1}, "internal_data": {"mentioned": True}})
 
     saved = round_trip(queue).to_dict()
@@ -477,10 +477,10 @@ def test_from_dict_rejects_a_collapsed_event_sharing_an_id_with_a_held_event():
 def test_payload_is_encoded_once_and_spliced_with_each_queue_id():
     shared = payload({"type": "a", "internal_data": {"k": 1}, "v": [1, 2]})
     assert isinstance(shared, Payload)
-    first, second = EventQueue(), EventQueue()
+    first, second = EventQueue(encode), EventQueue(encode)
     push(first, {"type": "filler"})
-    first.push(shared, encode)
-    second.push(shared, encode)
+    first.push(shared)
+    second.push(shared)
 
     assert wire_events(first)[1] == {"id": 1, "type": "a", "v": [1, 2]}
     assert wire_events(second)[0] == {"id": 0, "type": "a", "v": [1, 2]}
@@ -489,7 +489,7 @@ def test_payload_is_encoded_once_and_spliced_with_each_queue_id():
 
 
 def test_acknowledging_past_an_unread_collapsed_event_drops_it_too():
-    queue = EventQueue()
+    queue = EventQueue(encode)
     push(queue, flag_event("read", "add", [1]))  # id 0, held collapsed
     push(queue, {"type": "other"})  # id 1
     queue.prune(1)

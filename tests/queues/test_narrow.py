@@ -51,8 +51,21 @@ def test_parse_narrow_rejects_bad_narrows(raw, message):
 
 
 def test_parse_narrow_accepts_the_limits():
-    parse_narrow([["is", "dm"]] * MAX_TERMS)
-    parse_narrow([["topic", "x" * MAX_OPERAND_LENGTH]])
+    assert len(parse_narrow([["is", "dm"]] * MAX_TERMS)) == MAX_TERMS
+    assert parse_narrow([["topic", "x" * MAX_OPERAND_LENGTH]]) == (
+        ("topic", "x" * MAX_OPERAND_LENGTH),
+    )
+    with pytest.raises(BadNarrow):
+        parse_narrow([["is", "dm"]] * (MAX_TERMS + 1))
+    with pytest.raises(BadNarrow):
+        parse_narrow([["topic", "x" * (MAX_OPERAND_LENGTH + 1)]])
+
+
+def test_exact_topic_is_case_sensitive_and_whole():
+    assert _matches([["exact-topic", "Castle tour"]])
+    assert not _matches([["exact-topic", "castle tour"]])
+    assert not _matches([["exact-topic", "Castle"]])
+    assert not _matches([["exact-topic", "Castle tour"]], DM)
 
 
 # -- matching ---------------------------------------------------------------

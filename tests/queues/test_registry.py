@@ -523,18 +523,20 @@ def test_delete_wakes_the_parked_request_and_ends_the_queue():
     assert registry.users() == 0
 
 
-def test_shutdown_wakes_every_parked_request_and_keeps_the_queues():
+def test_a_heartbeat_wakes_a_parked_request_and_stays_in_the_queue():
+    """What shutdown does to every parked request."""
     registry = make_registry()
-    clients = [registry.allocate(user, REALM, options(), 0.0) for user in (1, 2, 3)]
-    waiters = [FakeWaiter(), FakeWaiter()]
-    registry.park(clients[0], waiters[0], 1.0)
-    registry.park(clients[1], waiters[1], 1.0)
+    client = registry.allocate(1, REALM, options(event_types=["message"]), 0.0)
+    waiter = FakeWaiter()
+    registry.park(client, waiter, 1.0)
 
-    assert registry.wake_all("shutdown", 2.0) == 2
+    registry.push_heartbeat(client, 2.0)
 
-    assert [w.reasons for w in waiters] == [["shutdown"], ["shutdown"]]
+    assert waiter.reasons == ["events"]
     assert registry.parked == 0
-    assert len(registry) == 3
+    assert [p.client_event(i) for i, p in client.event_queue.contents()] == [
+        {"type": "heartbeat", "id": 0}
+    ]
 
 
 def test_restart_event_goes_to_every_accepting_queue():

@@ -75,8 +75,9 @@ def test_snapshot_restore_round_trip_preserves_every_queue():
     fancy_saved = fancy.event_queue.to_dict()
 
     restored = make_registry()
-    loaded = restored.restore(saved, 50_000.0)
+    loaded, errors = restored.restore(saved, 50_000.0)
 
+    assert errors == []
     assert {c.queue_id for c in loaded} == {plain.queue_id, fancy.queue_id}
     new_plain = restored.get(plain.queue_id, 1)
     new_fancy = restored.get(fancy.queue_id, 2)
@@ -190,8 +191,8 @@ def test_restore_caps_a_saved_lifespan_at_the_current_maximum():
 def test_empty_registry_round_trips():
     saved = _saved(make_registry(), 0.0)
 
-    assert saved == {"version": SNAPSHOT_VERSION, "queues": []}
-    assert make_registry().restore(saved, 0.0) == []
+    assert saved == {"version": SNAPSHOT_VERSION, "queues": [], "tombstones": []}
+    assert make_registry().restore(saved, 0.0) == ([], [])
 
 
 def _assert_nothing_loaded(registry, saved):
@@ -202,7 +203,7 @@ def _assert_nothing_loaded(registry, saved):
             with pytest.raises(BadQueueId):
                 registry.get(raw["queue_id"], raw.get("user_id"))
     # The registry is still usable and empty.
-    assert registry.restore({"version": SNAPSHOT_VERSION, "queues": []}, 0.0) == []
+    assert registry.restore({"version": SNAPSHOT_VERSION, "queues": []}, 0.0) == ([], [])
 
 
 @pytest.mark.parametrize("version", [None, 0, 2, "1"])
@@ -218,16 +219,16 @@ def test_restore_rejects_unknown_versions(version):
     _assert_nothing_loaded(restored, saved)
 
 
-def test_restore_rejects_duplicate_queue_ids_and_loads_nothing():
-    registry, plain, _ = _populated()
+def test_restore_skips_a_duplicate_queue_id_and_keeps_the_first():
+    registry, plain, fancy = _populated()
     saved = _saved(registry, 1000.0)
     saved["queues"].append(dict(saved["queues"][0]))
     restored = make_registry()
 
-    with pytest.raises(ValueError, match=rf"queue {plain.queue_id} appears twice"):
-        restored.restore(saved, 1000.0)
+    loaded, errors = restored.restore(saved, 1000.0)
 
-    _assert_nothing_loaded(restored, saved)
+    assert {c.queue_id for c in loaded} == {plain.queue_id, fancy.queue_id}
+    assert errors == [f"saved queue 2: queue {plain.queue_id} appears twice"]
 
 
 def _break_last_queue(saved, how):
@@ -271,16 +272,20 @@ def _break_last_queue(saved, how):
         ("flag-not-bool", "apply_markdown is not a boolean"),
     ],
 )
-def test_restore_rejects_malformed_queues_and_loads_nothing(how, message):
-    registry, _, _ = _populated()
+def test_restore_skips_a_malformed_queue_and_loads_the_others(how, message):
+    registry, plain, fancy = _populated()
     saved = _saved(registry, 1000.0)
     _break_last_queue(saved, how)
     restored = make_registry()
 
-    with pytest.raises(ValueError, match=message):
-        restored.restore(saved, 1000.0)
+    loaded, errors = restored.restore(saved, 1000.0)
 
-    _assert_nothing_loaded(restored, saved)
+    assert [c.queue_id for c in loaded] == [plain.queue_id]
+    assert len(errors) == 1
+    assert errors[0].startswith("saved queue 1: ")
+    assert message in errors[0]
+    with pytest.raises(BadQueueId):
+        restored.get(fancy.queue_id, 2)
 
 
 def test_restore_rejects_queues_that_are_not_a_list():
@@ -290,3 +295,17 @@ def test_restore_rejects_queues_that_are_not_a_list():
         restored.restore({"version": SNAPSHOT_VERSION, "queues": {}}, 0.0)
 
     assert len(restored) == 0
+
+
+def test_tombstones_survive_a_restore():
+    registry = make_registry(max_events=1)
+    client = registry.allocate(1, REALM, options(), 0.0)
+    registry.deliver({"type": "a"}, [1], REALM, 1.0)
+    registry.deliver({"type": "b"}, [1], REALM, 2.0)  # overflows
+    restored = make_registry()
+
+    restored.restore(_saved(registry, 3.0), 3.0)
+
+    with pytest.raises(BadQueueId) as raised:
+        restored.get(client.queue_id, 1)
+    assert raised.value.reason == "overflow"

@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 
 from queues.client import ClientDescriptor, QueueOptions
+from queues.event_queue import EventQueue
 from queues.specialize import NoticePayloads, is_public_channel_message
 from tests.queues.helpers import encode, message_event, options
 
 
 def _client(queue_id="q0", user_id=1, **kwargs):
-    return ClientDescriptor(queue_id, user_id, 1, options(**kwargs), 0.0)
+    return ClientDescriptor(queue_id, user_id, 1, options(**kwargs), 0.0, EventQueue(encode))
 
 
 def test_same_variant_gets_the_same_payload_object():
@@ -106,7 +107,9 @@ def test_no_local_message_id_without_local_id():
 def test_narrow_filtered_client_gets_no_payload():
     from queues.narrow import parse_narrow
 
-    client = ClientDescriptor("q0", 1, 1, QueueOptions(narrow=parse_narrow([["is", "dm"]])), 0.0)
+    client = ClientDescriptor(
+        "q0", 1, 1, QueueOptions(narrow=parse_narrow([["is", "dm"]])), 0.0, EventQueue(encode)
+    )
 
     assert NoticePayloads(message_event(), encode).for_client(client, None) is None
 
