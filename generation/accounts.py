@@ -96,6 +96,19 @@ def realm_id_by_subdomain(conn: psycopg.Connection[Any], subdomain: str) -> int:
     return int(row[0])
 
 
+def resolve_realm(conn: psycopg.Connection[Any], subdomain_or_id: str) -> int:
+    """A realm named by its subdomain or, failing that, by its numeric id
+    (subdomains may be all digits, so the subdomain is tried first)."""
+    row = conn.execute("SELECT id FROM realms WHERE subdomain = %s", (subdomain_or_id,)).fetchone()
+    if row is None and subdomain_or_id.isdigit():
+        row = conn.execute(
+            "SELECT id FROM realms WHERE id = %s", (int(subdomain_or_id),)
+        ).fetchone()
+    if row is None:
+        raise AccountError(f"no realm with subdomain or id {subdomain_or_id!r}")
+    return int(row[0])
+
+
 def create_user(
     conn: psycopg.Connection[Any],
     realm_subdomain: str,

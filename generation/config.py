@@ -28,17 +28,26 @@ def state_dir_from(env: Mapping[str, str]) -> Path:
     return Path(env.get("EVENTQ_STATE_DIR") or default_state_dir(env))
 
 
-def shared_secret(state_dir: Path, configured: str = "") -> str:
+class SecretMissing(RuntimeError):
+    """Raised by `shared_secret` for a producer when neither
+    `EVENTQ_SHARED_SECRET` nor the server's secret file exists."""
+
+
+def shared_secret(state_dir: Path, configured: str = "", *, create: bool = False) -> str:
     """The secret internal callers present: `configured` when set, otherwise a
     random one generated once per installation into `<state_dir>/shared_secret`
-    (mode 0600), which the server and producers on the machine both read."""
+    (mode 0600) by the server (`create`), which producers on the machine read."""
     if configured:
         return configured
     path = state_dir / "shared_secret"
     try:
         return path.read_text().strip()
     except FileNotFoundError:
-        pass
+        if not create:
+            raise SecretMissing(
+                f"no shared secret: set EVENTQ_SHARED_SECRET, or start the server once"
+                f" so that it creates {path}"
+            ) from None
     state_dir.mkdir(parents=True, exist_ok=True)
     secret = secrets.token_urlsafe(32)
     tmp = path.with_name(f".shared_secret.{os.getpid()}")

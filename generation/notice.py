@@ -20,6 +20,10 @@ from generation.errors import BadNotice
 
 NoticeUser = int | dict[str, Any]
 
+# The AMQP header carrying a notice's unique id, set once by the publisher and
+# kept across its retry: the consumer drops a second copy by it.
+NOTICE_ID_HEADER = "x-eventq-notice-id"
+
 # An event type is an identifier, not free text; Zulip's longest is 31 chars.
 MAX_EVENT_TYPE_LENGTH = 64
 
@@ -31,9 +35,6 @@ class Notice:
     event: dict[str, Any]
     users: list[NoticeUser]
     realm_id: int | None = None
-
-    def user_ids(self) -> list[int]:
-        return [user if isinstance(user, int) else user["id"] for user in self.users]
 
 
 def _is_int(value: object) -> bool:
@@ -76,6 +77,15 @@ def make_notice(
                 or not all(isinstance(flag, str) for flag in user["flags"])
             ):
                 raise BadNotice(f"users[{index}].flags is not a list of strings")
+            # A user's own data is added to their copy of the event; it may
+            # not replace what the event says (its type, above all).
+            shadowed = sorted(
+                key for key in user if key != "id" and (key in event or key == "type")
+            )
+            if shadowed:
+                raise BadNotice(
+                    f"users[{index}] would override the event's {', '.join(map(repr, shadowed))}"
+                )
             entry = dict(user)
         else:
             raise BadNotice(f"users[{index}] is neither a user id nor an object with 'id'")
@@ -101,7 +111,8 @@ def parse_notice(raw: bytes | str) -> Notice:
 
 def encode_notice(notice: Notice) -> bytes:
     """The wire form of a validated notice; `BadNotice` if a value cannot be
-    encoded as JSON (a datetime, a set, an integer beyond 64 bits, ...)."""
+    encoded as JSON (a set, an arbitrary object, an integer beyond 64 bits).
+    orjson encodes datetimes, UUIDs and dataclasses; the client gets strings."""
     body: dict[str, Any] = {"event": notice.event, "users": notice.users}
     if notice.realm_id is not None:
         body["realm_id"] = notice.realm_id

@@ -8,14 +8,18 @@ reconnecting and trying once more. pika's exceptions stop here.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
 import time
 import uuid
+import weakref
 
 import pika
 import pika.exceptions
+
+from generation.notice import NOTICE_ID_HEADER
 
 log = logging.getLogger("eventq.publisher")
 
@@ -36,6 +40,11 @@ class Publisher:
         self._params.blocked_connection_timeout = confirm_timeout_secs
         self._params.socket_timeout = confirm_timeout_secs
         self._params.connection_attempts = 1
+        # A blocking connection answers AMQP heartbeats only while it is in a
+        # call: an idle producer would be dropped by the broker every few
+        # minutes and pay a reconnect on its next publish. Without heartbeats,
+        # a dead connection is found by the next publish, which reconnects.
+        self._params.heartbeat = 0
         self._connection: pika.BlockingConnection | None = None
         self._channel: pika.adapters.blocking_connection.BlockingChannel | None = None
         self._declared: set[str] = set()
@@ -64,8 +73,13 @@ class Publisher:
                 content_type="application/json",
                 delivery_mode=pika.DeliveryMode.Persistent,
                 message_id=message_id,
-                # AMQP tables carry no floats: microseconds since the epoch.
-                headers={"x-eventq-published-us": time.time_ns() // 1000},
+                headers={
+                    # What the consumer deduplicates on (message_id is any
+                    # producer's to use).
+                    NOTICE_ID_HEADER: message_id,
+                    # AMQP tables carry no floats: microseconds since the epoch.
+                    "x-eventq-published-us": time.time_ns() // 1000,
+                },
             ),
             mandatory=True,
         )
@@ -97,6 +111,16 @@ class Publisher:
 
 
 _local = threading.local()
+# Every publisher of this process, closed at exit so the broker sees a clean
+# close rather than a dropped connection.
+_all: weakref.WeakSet[Publisher] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for publisher in list(_all):
+        if publisher.pid == os.getpid():
+            publisher.close()
 
 
 def for_thread(url: str, confirm_timeout_secs: float = 10.0) -> Publisher:
@@ -108,6 +132,7 @@ def for_thread(url: str, confirm_timeout_secs: float = 10.0) -> Publisher:
         publisher.close()  # another URL; after a fork the socket is the parent's
     publisher = Publisher(url, confirm_timeout_secs)
     _local.publisher = publisher
+    _all.add(publisher)
     return publisher
 
 

@@ -27,7 +27,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from generation import publisher
-from generation.config import ProducerConfig
+from generation.config import ProducerConfig, SecretMissing
 from generation.errors import BadNotice
 from generation.notice import Notice, encode_notice, make_notice
 from generation.publisher import PublishError
@@ -59,7 +59,11 @@ def publish_encoded(body: bytes, config: ProducerConfig) -> None:
             config.notify_queue, body
         )
         return
-    form = urllib.parse.urlencode({"secret": config.secret(), "data": body.decode()}).encode()
+    try:
+        secret = config.secret()
+    except SecretMissing as exc:
+        raise PublishError(str(exc)) from None
+    form = urllib.parse.urlencode({"secret": secret, "data": body.decode()}).encode()
     request = urllib.request.Request(config.notify_url, data=form, method="POST")  # noqa: S310
     try:
         with urllib.request.urlopen(request, timeout=config.confirm_timeout_secs) as response:  # noqa: S310

@@ -21,7 +21,6 @@ def test_notice_with_user_ids_is_valid():
     notice = make_notice({"type": "realm", "op": "update"}, [1, 2, 3], realm_id=4)
 
     assert notice == Notice({"type": "realm", "op": "update"}, [1, 2, 3], 4)
-    assert notice.user_ids() == [1, 2, 3]
 
 
 def test_notice_with_user_dicts_keeps_per_user_data():
@@ -30,7 +29,6 @@ def test_notice_with_user_dicts_keeps_per_user_data():
     notice = make_notice(MESSAGE_EVENT, users)
 
     assert notice.users == users
-    assert notice.user_ids() == [1, 2, 3]
     assert notice.realm_id is None
 
 
@@ -47,7 +45,7 @@ def test_notice_copies_what_the_producer_passed():
     user["id"] = 99
 
     assert notice.event == {"type": "realm", "op": "update"}
-    assert notice.user_ids() == [1]
+    assert notice.users == [{"id": 1, "flags": ["read"]}]
 
 
 def test_duplicate_users_keep_the_first():
@@ -182,3 +180,22 @@ def test_make_notice_rejects_a_non_mapping_event():
 
 def test_bad_notice_is_a_value_error():
     assert issubclass(BadNotice, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("user", "shadowed"),
+    [
+        ({"id": 1, "type": 1}, "'type'"),
+        ({"id": 1, "type": "heartbeat"}, "'type'"),
+        ({"id": 1, "op": "remove"}, "'op'"),
+        ({"id": 1, "op": "x", "type": "y"}, "'op', 'type'"),
+    ],
+)
+def test_user_data_may_not_override_the_event(user, shadowed):
+    with pytest.raises(BadNotice, match=f"users\\[0\\] would override the event's {shadowed}"):
+        make_notice({"type": "realm", "op": "update"}, [user])
+
+
+def test_user_data_adds_keys_the_event_does_not_have():
+    notice = make_notice({"type": "update_message"}, [{"id": 1, "flags": ["read"], "extra": 2}])
+    assert notice.users == [{"id": 1, "flags": ["read"], "extra": 2}]
