@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import socket
 import time
 from typing import Any
@@ -21,20 +20,32 @@ import tornado.netutil
 import tornado.web
 from tornado.ioloop import PeriodicCallback
 
+from generation.errors import BadNotice
 from generation.notice import Notice, parse_notice
 from queues.client import ClientDescriptor
+from queues.payload import PER_EVENT_OVERHEAD
 from queues.registry import DeliveryReport, EndReason, QueueRegistry
 from server import persistence
 from server.auth import Authenticator
 from server.config import Settings
 from server.consumer import NoticeConsumer
 from server.db import Database
+from server.longpoll import heartbeat_delay
 from server.looplag import LoopLagMonitor
+from server.migrate import latest_migration
 from server.responses import encode
 from server.routes import make_application
 from server.version import ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION
 
 log = logging.getLogger("eventq.server")
+
+# How long start() waits for the consumer before accepting clients anyway.
+CONSUMER_START_WAIT_SECS = 5.0
+
+
+class StartupError(RuntimeError):
+    """Raised by `EventServer.start` when the server cannot serve at all; the
+    message says what to do."""
 
 
 class EventServer:
@@ -75,37 +86,59 @@ class EventServer:
     # -- lifecycle ----------------------------------------------------------
 
     async def start(self, port: int | None = None, host: str | None = None) -> None:
-        """Restore queues, connect to the database, listen. Returns once
-        listening; `port` 0 picks a free port (see `self.port`)."""
+        """Bind, restore queues, consume, connect to the database, then accept
+        connections. Returns once serving; `port` 0 picks a free port (see
+        `self.port`). Raises `StartupError` before touching any saved state
+        if the port cannot be bound or the database schema is not migrated."""
+        # Bind first: a taken port must fail before the saved queues are read
+        # (and moved to .last). Connections wait in the backlog meanwhile.
+        try:
+            sockets = tornado.netutil.bind_sockets(
+                self.settings.port if port is None else port,
+                host or self.settings.host,
+                family=socket.AF_INET,
+                backlog=4096,
+            )
+        except OSError as exc:
+            raise StartupError(
+                f"cannot listen on {host or self.settings.host}:{port}: {exc.strerror}"
+            ) from exc
+        self.port = sockets[0].getsockname()[1]
+        if await self.db.open():
+            missing = await self.db.missing_migrations(latest_migration())
+            if missing:
+                for sock in sockets:
+                    sock.close()
+                raise StartupError(
+                    f"the database schema is not up to date ({missing}): run `eventq db migrate`"
+                )
         self.loop_lag.start()
         await self._restore_queues()
-        # Consume before listening: notices published while the server was
-        # down reach the restored queues before clients come back.
+        # Consume before accepting clients: notices published while the server
+        # was down reach the restored queues before clients come back.
         if self.consumer is not None:
             self.consumer.start()
+            try:
+                await asyncio.wait_for(self.consumer.consuming.wait(), CONSUMER_START_WAIT_SECS)
+            except TimeoutError:
+                log.warning(
+                    "not consuming %s yet (RabbitMQ unreachable?); serving meanwhile",
+                    self.settings.notify_queue,
+                )
         else:
             log.info(
                 "no broker (EVENTQ_AMQP_URL is empty): notices arrive only through"
                 " /api/internal/notify_tornado"
             )
-        await self.db.open()
         self._gc = PeriodicCallback(self.collect_garbage, self.settings.gc_interval_secs * 1000)
         self._gc.start()
-        app = make_application(self)
         self._http = tornado.httpserver.HTTPServer(
-            app,
+            make_application(self),
             # The handlers enforce their own (smaller) limits with a JSON 413;
             # this is the hard cap for a body without a Content-Length.
             max_body_size=self.settings.max_internal_request_bytes,
             idle_connection_timeout=3600,
         )
-        sockets = tornado.netutil.bind_sockets(
-            self.settings.port if port is None else port,
-            host or self.settings.host,
-            family=socket.AF_INET,
-            backlog=4096,
-        )
-        self.port = sockets[0].getsockname()[1]
         self._http.add_sockets(sockets)
         log.info(
             "listening on http://%s:%d (generation %d, %d queues)",
@@ -174,7 +207,7 @@ class EventServer:
             log.info("no saved queues at %s", path)
             return
         try:
-            clients = self.registry.restore(data, self.clock())
+            clients, errors = self.registry.restore(data, self.clock())
         except ValueError as exc:
             kept = await loop.run_in_executor(None, persistence.quarantine, path)
             log.error(
@@ -184,6 +217,18 @@ class EventServer:
                 kept,
             )
             return
+        if errors:
+            kept = await loop.run_in_executor(None, persistence.keep_copy, path)
+            for error in errors[:20]:
+                log.error("%s; skipped", error)
+            log.error(
+                "%d saved queues could not be restored (their clients will re-register);"
+                " the file is kept as %s",
+                len(errors),
+                kept,
+            )
+        if self.consumer is not None:
+            self.consumer.remember(data.get("notice_ids"))
         last = persistence.last_file(self.settings.state_dir, self.settings.shard)
         await loop.run_in_executor(None, path.replace, last)
         restarted = self.registry.push_to_accepting(self.restart_event(), self.clock())
@@ -198,6 +243,8 @@ class EventServer:
     async def save_queues(self) -> None:
         path = persistence.queue_file(self.settings.state_dir, self.settings.shard)
         snapshot = self.registry.snapshot(self.clock())
+        if self.consumer is not None:
+            snapshot["notice_ids"] = self.consumer.recent_ids()
         started = time.monotonic()
         size = await asyncio.get_running_loop().run_in_executor(
             None, persistence.save, path, snapshot, self.server_generation
@@ -220,9 +267,7 @@ class EventServer:
         }
 
     def heartbeat_delay(self) -> float:
-        return self.settings.heartbeat_secs + random.uniform(  # noqa: S311 (timing jitter)
-            0, self.settings.heartbeat_jitter_secs
-        )
+        return heartbeat_delay(self.settings.heartbeat_secs, self.settings.heartbeat_jitter_secs)
 
     def heartbeat(self, client: ClientDescriptor) -> None:
         """Timer callback: the parked request has waited a heartbeat period."""
@@ -258,9 +303,19 @@ class EventServer:
     def process_notice(self, body: bytes) -> DeliveryReport:
         """The consumer's processor: decode, validate and deliver one notice.
         Raises `BadNotice` for a malformed one."""
-        return self.deliver(parse_notice(body))
+        return self.deliver(parse_notice(body), len(body))
 
-    def deliver(self, notice: Notice) -> DeliveryReport:
+    def deliver(self, notice: Notice, encoded_size: int) -> DeliveryReport:
+        """Deliver a validated notice whose wire form is `encoded_size` bytes.
+        Raises `BadNotice` for an event no queue could hold: delivering it
+        would end every recipient's queue."""
+        limit = self.registry.limits.max_bytes - PER_EVENT_OVERHEAD
+        if encoded_size > limit:  # cheap test first: the notice contains the event
+            size = len(encode(notice.event))
+            if size > limit:
+                raise BadNotice(
+                    f"the event is {size} bytes, more than a queue holds ({limit} bytes)"
+                )
         report = self.registry.deliver(notice.event, notice.users, notice.realm_id, self.clock())
         if report.foreign:
             log.warning(
@@ -295,6 +350,7 @@ class EventServer:
                     "parked": client.waiter is not None,
                     "events": len(client.event_queue),
                     "idle_secs": round(self.clock() - client.last_active, 3),
+                    "lifespan_secs": client.options.lifespan_secs,
                     "client_name": client.options.client_name,
                 }
                 for client in self.registry.user_queues(user_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import dataclasses
 import hmac
 import time
@@ -17,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 from generation.accounts import ROLE_GUEST, api_key_id, hash_api_key, is_well_formed_api_key
-from server.db import ApiKeyRow
+from server.db import ApiKeyRow, DatabaseUnavailable
 from server.errors import BASIC_CHALLENGE, SESSION_CHALLENGE, ApiError
 
 
@@ -55,7 +56,7 @@ def parse_basic(header: str | None) -> tuple[str, str]:
         raise ApiError("This endpoint requires HTTP basic authentication.")
     try:
         decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
+    except (binascii.Error, ValueError):  # ValueError: non-ASCII, or not UTF-8
         raise _unauthorized("Invalid authorization header for basic auth") from None
     email, sep, api_key = decoded.partition(":")
     if not sep:
@@ -74,36 +75,52 @@ class Authenticator:
         lookup: Callable[[str], Awaitable[ApiKeyRow | None]],
         *,
         ttl_secs: float = 60.0,
+        stale_secs: float = 600.0,
         max_entries: int = 100_000,
         clock: Callable[[], float] = time.monotonic,
     ):
         self._lookup = lookup
         self._ttl = ttl_secs
+        self._stale = stale_secs
         self._max_entries = max_entries
         self._clock = clock
-        # header value -> (user, expiry); least recently used first.
+        # header value -> (user, checked at); least recently used first. An
+        # entry younger than the TTL is trusted; one younger than TTL + stale
+        # is still served while it is checked again in the background.
         self._cache: OrderedDict[str, tuple[AuthUser, float]] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[AuthUser]] = {}
+        self._refreshing: set[asyncio.Task[None]] = set()
         self.lookups = 0  # database lookups made, for stats and tests
-
-    def forget_user(self, user_id: int) -> None:
-        """Drop cached entries of a user (deactivated, key rotated)."""
-        for key in [k for k, (user, _) in self._cache.items() if user.user_id == user_id]:
-            del self._cache[key]
 
     async def authenticate(self, header: str | None) -> AuthUser:
         """The user behind an Authorization header; raises `ApiError` (401/400)
-        or `server.db.DatabaseUnavailable`."""
+        or `server.db.DatabaseUnavailable`.
+
+        A long-poll never waits on the database once its credentials were
+        checked: past the TTL the cached user is served while a background
+        check runs; a deactivated user or a rotated key is refused from the
+        request after that check (so within one poll of the TTL), and a
+        database outage shorter than `stale_secs` does not cut clients off.
+        """
         if header is not None:
             cached = self._cache.get(header)
             if cached is not None:
-                user, expires = cached
-                if self._clock() < expires:
+                user, checked_at = cached
+                age = self._clock() - checked_at
+                if age < self._ttl:
                     self._cache.move_to_end(header)
+                    return user
+                if age < self._ttl + self._stale:
+                    self._cache.move_to_end(header)
+                    self._refresh_later(header)
                     return user
                 del self._cache[header]
         email, api_key = parse_basic(header)
         assert header is not None
+        return await self._check_once(header, email, api_key)
+
+    async def _check_once(self, header: str, email: str, api_key: str) -> AuthUser:
+        """Check credentials, sharing one query among concurrent requests."""
         pending = self._inflight.get(header)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -112,16 +129,35 @@ class Authenticator:
         try:
             user = await self._check(email, api_key)
         except BaseException as exc:
+            if isinstance(exc, ApiError):
+                self._cache.pop(header, None)  # no longer valid
             future.set_exception(exc)
             future.exception()  # retrieved: waiters re-raise it, nobody else must
             raise
         finally:
             del self._inflight[header]
         future.set_result(user)
-        self._cache[header] = (user, self._clock() + self._ttl)
+        self._cache[header] = (user, self._clock())
+        self._cache.move_to_end(header)
         while len(self._cache) > self._max_entries:
             self._cache.popitem(last=False)
         return user
+
+    def _refresh_later(self, header: str) -> None:
+        if header in self._inflight:
+            return
+        email, api_key = parse_basic(header)
+
+        async def refresh() -> None:
+            # ApiError: dropped from the cache, the next request gets the 401.
+            # DatabaseUnavailable: the cached user stays; the next request
+            # past the TTL tries again.
+            with contextlib.suppress(ApiError, DatabaseUnavailable):
+                await self._check_once(header, email, api_key)
+
+        task = asyncio.get_running_loop().create_task(refresh())
+        self._refreshing.add(task)
+        task.add_done_callback(self._refreshing.discard)
 
     async def _check(self, email: str, api_key: str) -> AuthUser:
         if not is_well_formed_api_key(api_key):

@@ -60,8 +60,8 @@ def _raise_fd_limit() -> None:
     log.info("file descriptor limit %d (about that many clients)", soft)
 
 
-async def _serve(settings: Settings, port: int | None, host: str | None) -> None:
-    from server.app import EventServer  # noqa: PLC0415 (tornado only when serving)
+async def _serve(settings: Settings, port: int | None, host: str | None) -> int:
+    from server.app import EventServer, StartupError  # noqa: PLC0415 (tornado only when serving)
 
     # Collect young objects 100x less often than the default (700): a parked
     # client holds about 100 tracked objects, so a fan-out's responses and
@@ -74,18 +74,23 @@ async def _serve(settings: Settings, port: int | None, host: str | None) -> None
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    await server.start(port, host)
+    try:
+        await server.start(port, host)
+    except StartupError as exc:
+        await server.db.close()
+        print(f"eventq: cannot start: {exc}", file=sys.stderr)
+        return 1
     # What startup built (modules, restored queues) stays: keep it out of
     # every future collection.
     gc.freeze()
     await stop.wait()
     await server.stop()
+    return 0
 
 
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     _raise_fd_limit()
-    asyncio.run(_serve(settings, args.port, args.host))
-    return 0
+    return asyncio.run(_serve(settings, args.port, args.host))
 
 
 def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
@@ -174,11 +179,8 @@ def cmd_send_event(settings: Settings, args: argparse.Namespace) -> int:
     except json.JSONDecodeError as exc:
         raise BadNotice(f"--event is not valid JSON: {exc}") from None
     users = _parse_users(args.users)
-    if args.realm.isdigit():
-        realm_id = int(args.realm)
-    else:
-        with _connect(settings) as conn:
-            realm_id = accounts.realm_id_by_subdomain(conn, args.realm)
+    with _connect(settings) as conn:
+        realm_id = accounts.resolve_realm(conn, args.realm)
     config = ProducerConfig.from_env()
     send_event(realm_id, event, users, config=config)
     _print_json(

@@ -11,7 +11,13 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from generation.config import DEFAULT_AMQP_URL, NOTIFY_QUEUE, default_state_dir, shared_secret
+from generation.config import (
+    DEFAULT_AMQP_URL,
+    NOTIFY_QUEUE,
+    ProducerConfig,
+    default_state_dir,
+    shared_secret,
+)
 from queues.registry import QueueLimits
 
 _LIMITS = QueueLimits()
@@ -97,7 +103,8 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read `EVENTQ_*` variables; unset or empty ones take the defaults."""
         env = os.environ if env is None else env
-        state_dir = Path(env.get("EVENTQ_STATE_DIR") or default_state_dir(env))
+        # What producers read too (broker, queue, state directory, secret).
+        producer = ProducerConfig.from_env(env)
         heartbeat = _number(env, "EVENTQ_HEARTBEAT_SECS", 45.0, minimum=0.001)
         # The jitter scales with the heartbeat unless set: 10 s at 45 s.
         jitter = _number(env, "EVENTQ_HEARTBEAT_JITTER_SECS", heartbeat * 10.0 / 45.0)
@@ -107,12 +114,28 @@ class Settings:
             raise ConfigError(
                 "EVENTQ_QUEUE_MAX_LIFESPAN_SECS must be at least EVENTQ_QUEUE_IDLE_TIMEOUT_SECS"
             )
+        # The advertised client timeout must outlast a heartbeat period, or
+        # clients would time out waiting for one: 90 s by default, longer
+        # when the heartbeat is set longer.
+        longest_wait = heartbeat + jitter
+        longpoll = _number(
+            env, "EVENTQ_LONGPOLL_TIMEOUT_SECS", max(90.0, longest_wait + 30.0), minimum=1
+        )
+        if longpoll <= longest_wait:
+            raise ConfigError(
+                f"EVENTQ_LONGPOLL_TIMEOUT_SECS ({longpoll:g}) must be longer than the longest"
+                f" heartbeat wait ({longest_wait:g} s), or clients time out on idle polls"
+            )
+        pool_min = _integer(env, "EVENTQ_DB_POOL_MIN", cls.db_pool_min, minimum=0)
+        pool_max = _integer(env, "EVENTQ_DB_POOL_MAX", cls.db_pool_max)
+        if pool_min > pool_max:
+            raise ConfigError("EVENTQ_DB_POOL_MIN must not be larger than EVENTQ_DB_POOL_MAX")
         log_dir = env.get("EVENTQ_LOG_DIR")
         return cls(
             database_url=env.get("EVENTQ_DATABASE_URL") or cls.database_url,
-            amqp_url=env.get("EVENTQ_AMQP_URL", cls.amqp_url),
-            shared_secret=env.get("EVENTQ_SHARED_SECRET", ""),
-            state_dir=state_dir,
+            amqp_url=producer.amqp_url,
+            shared_secret=producer.configured_secret,
+            state_dir=producer.state_dir,
             log_dir=Path(log_dir) if log_dir else None,
             host=env.get("EVENTQ_HOST") or cls.host,
             port=_integer(env, "EVENTQ_PORT", cls.port),
@@ -121,7 +144,7 @@ class Settings:
             queue_idle_timeout_secs=idle,
             queue_max_lifespan_secs=max_lifespan,
             gc_interval_secs=_number(env, "EVENTQ_GC_INTERVAL_SECS", 60.0, minimum=0.001),
-            longpoll_timeout_secs=_number(env, "EVENTQ_LONGPOLL_TIMEOUT_SECS", 90.0, minimum=1),
+            longpoll_timeout_secs=longpoll,
             queue_max_events=_integer(env, "EVENTQ_QUEUE_MAX_EVENTS", cls.queue_max_events),
             queue_max_bytes=_integer(env, "EVENTQ_QUEUE_MAX_BYTES", cls.queue_max_bytes),
             max_queues_per_user=_integer(
@@ -132,10 +155,10 @@ class Settings:
                 env, "EVENTQ_MAX_INTERNAL_REQUEST_BYTES", cls.max_internal_request_bytes
             ),
             auth_cache_secs=_number(env, "EVENTQ_AUTH_CACHE_SECS", 60.0),
-            db_pool_min=_integer(env, "EVENTQ_DB_POOL_MIN", cls.db_pool_min, minimum=0),
-            db_pool_max=_integer(env, "EVENTQ_DB_POOL_MAX", cls.db_pool_max),
+            db_pool_min=pool_min,
+            db_pool_max=pool_max,
             shutdown_grace_secs=_number(env, "EVENTQ_SHUTDOWN_GRACE_SECS", 10.0),
-            notify_queue=env.get("EVENTQ_NOTIFY_QUEUE") or NOTIFY_QUEUE,
+            notify_queue=producer.notify_queue,
             shard=env.get("EVENTQ_SHARD", ""),
         )
 
@@ -154,5 +177,6 @@ class Settings:
         return self.log_dir if self.log_dir is not None else self.state_dir / "log"
 
     def load_shared_secret(self) -> str:
-        """See `generation.config.shared_secret`."""
-        return shared_secret(self.state_dir, self.shared_secret)
+        """See `generation.config.shared_secret`; the server creates the file
+        when there is none."""
+        return shared_secret(self.state_dir, self.shared_secret, create=True)

@@ -9,8 +9,12 @@ acknowledged. A notice whose processing raises is republished with its try
 count, up to `MAX_RETRIES` times, then moved to the dead-letter queue with the error;
 it never blocks the notices behind it. A lost connection is re-established
 with a capped backoff (1 s doubling to 30 s); unacknowledged notices are
-redelivered by RabbitMQ, and one already processed (its acknowledgement was
-lost) is recognised by its message id and not delivered twice.
+redelivered by RabbitMQ, and one already processed (its acknowledgement, or
+the publisher's confirmation, was lost) is recognised by its notice id (the
+`x-eventq-notice-id` header that `send_event` sets) and not delivered twice;
+the recent ids are saved with the queues, so this holds across a restart too.
+The consumer is exclusive: a second server on the same queue is refused (and
+says so in its log) instead of silently taking half of the notices.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ import pika
 import pika.exceptions
 from pika.adapters.asyncio_connection import AsyncioConnection
 
+from generation.notice import NOTICE_ID_HEADER
+
 log = logging.getLogger("eventq.consumer")
 
 # Zulip's MAX_REQUEST_RETRIES: a failing notice is republished this many
@@ -37,9 +43,12 @@ FAILURES_HEADER = "x-eventq-failures"
 PREFETCH = 100
 BACKOFF_FIRST_SECS = 1.0
 BACKOFF_MAX_SECS = 30.0
-# Message ids remembered to drop redelivered duplicates: far more than the
+# Notice ids remembered to drop redelivered duplicates: far more than the
 # prefetch window that can be redelivered at once.
 REMEMBERED_IDS = 50_000
+# Of those, how many are saved with the queues (the newest): enough to cover
+# every notice that can be unacknowledged when the process stops.
+SAVED_IDS = 1_000
 
 
 def dead_letter_queue(queue: str) -> str:
@@ -117,7 +126,12 @@ class NoticeConsumer:
         try:
             await asyncio.wait_for(asyncio.shield(self._closed), wait_secs)
         except TimeoutError:
-            log.warning("broker connection did not close within %.0f s", wait_secs)
+            log.warning(
+                "RabbitMQ did not confirm the cancel within %.0f s; closing the connection",
+                wait_secs,
+            )
+            if not (connection.is_closing or connection.is_closed):
+                connection.close()
 
     def _connect(self) -> None:
         self._reconnect = None
@@ -147,8 +161,9 @@ class NoticeConsumer:
         self._channel.basic_qos(prefetch_count=self._prefetch, callback=self._on_qos)
 
     def _on_qos(self, _frame: Any) -> None:
+        self._channel.add_on_cancel_callback(self._on_broker_cancel)
         self._consumer_tag = self._channel.basic_consume(
-            self.queue, self._on_message, auto_ack=False
+            self.queue, self._on_message, auto_ack=False, exclusive=True
         )
         if self._failures:
             log.info("reconnected to RabbitMQ after %d failed attempts", self._failures)
@@ -161,7 +176,21 @@ class NoticeConsumer:
         self._flush_ack()
         self._channel.close()
 
+    def _on_broker_cancel(self, _frame: Any) -> None:
+        """RabbitMQ cancelled the consumer (queue deleted, node failover)."""
+        log.warning("RabbitMQ cancelled the consumer of %s; reconnecting", self.queue)
+        self.consuming.clear()
+        if self._channel is not None and self._channel.is_open:
+            self._channel.close()
+
     def _on_channel_closed(self, channel: Any, reason: Exception) -> None:
+        if isinstance(reason, pika.exceptions.ChannelClosedByBroker) and reason.reply_code == 403:
+            log.error(
+                "another consumer holds %s (is a second server running with the same"
+                " EVENTQ_NOTIFY_QUEUE?); this one will keep trying: %s",
+                self.queue,
+                reason.reply_text,
+            )
         self.consuming.clear()
         self._channel = None
         self._consumer_tag = None
@@ -197,11 +226,20 @@ class NoticeConsumer:
     # -- messages -----------------------------------------------------------
 
     def _on_message(self, channel: Any, method: Any, properties: Any, body: bytes) -> None:
-        message_id = properties.message_id
-        if message_id is not None and message_id in self._seen:
+        if self._stopping:
+            # Cancelling: the queues may be saved at any moment now; leave the
+            # notice to RabbitMQ for the next start.
+            channel.basic_nack(method.delivery_tag, requeue=True)
+            return
+        headers = properties.headers or {}
+        notice_id = headers.get(NOTICE_ID_HEADER)
+        if isinstance(notice_id, bytes):
+            notice_id = notice_id.decode("ascii", "replace")
+        if notice_id is not None and notice_id in self._seen:
             # Processed before: its acknowledgement (or the publisher's
             # confirmation) was lost and RabbitMQ delivered it again.
             self.duplicates += 1
+            log.info("notice %s delivered again by RabbitMQ; dropped as a duplicate", notice_id)
             self._ack(method.delivery_tag)
             return
         try:
@@ -210,11 +248,26 @@ class NoticeConsumer:
             self._failed(channel, properties, body, exc)
         else:
             self.processed += 1
-            if message_id is not None:
-                self._seen[message_id] = None
-                if len(self._seen) > REMEMBERED_IDS:
-                    self._seen.popitem(last=False)
+            if notice_id is not None:
+                self._remember(str(notice_id))
         self._ack(method.delivery_tag)
+
+    def _remember(self, notice_id: str) -> None:
+        self._seen[notice_id] = None
+        if len(self._seen) > REMEMBERED_IDS:
+            self._seen.popitem(last=False)
+
+    def recent_ids(self) -> list[str]:
+        """The newest processed notice ids, oldest first (saved with queues)."""
+        ids = list(self._seen)
+        return ids[-SAVED_IDS:]
+
+    def remember(self, notice_ids: object) -> None:
+        """Restore ids saved by `recent_ids` (ignores anything malformed)."""
+        if isinstance(notice_ids, list):
+            for notice_id in notice_ids[-SAVED_IDS:]:
+                if isinstance(notice_id, str):
+                    self._remember(notice_id)
 
     def _failed(self, channel: Any, properties: Any, body: bytes, exc: Exception) -> None:
         headers = dict(properties.headers or {})

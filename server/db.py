@@ -67,6 +67,19 @@ class Database:
             return False
         return True
 
+    async def missing_migrations(self, latest: str) -> str | None:
+        """None if `latest` has been applied; otherwise what is missing."""
+        try:
+            async with self.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT 1 FROM schema_migrations WHERE name = %s", (latest,)
+                )
+                if await cur.fetchone() is None:
+                    return f"migration {latest} not applied"
+        except psycopg.errors.UndefinedTable:
+            return "no schema_migrations table"
+        return None
+
     async def close(self) -> None:
         await self._pool.close()
 

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import Literal
 
 from queues.client import WakeReason
+
+
+def heartbeat_delay(base_secs: float, jitter_secs: float) -> float:
+    """When to send a parked request its heartbeat: `base_secs` plus a uniform
+    0-`jitter_secs` (45 + 0-10 s by default), spreading the wake-ups of
+    clients that parked together."""
+    return base_secs + random.uniform(0.0, jitter_secs)  # noqa: S311 (timing, not secrets)
+
 
 # What a parked GET learns when it resumes: why the queue woke it, or that
 # its own connection went away.

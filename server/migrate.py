@@ -33,6 +33,14 @@ def migrations_dir() -> Path:
     return Path(str(packaged))
 
 
+def latest_migration(directory: Path | None = None) -> str:
+    """The name of the newest migration shipped with this version."""
+    files = sorted((directory or migrations_dir()).glob("*.sql"))
+    if not files:
+        raise MigrationError("no migrations found")
+    return files[-1].name
+
+
 def migrate(database_url: str, directory: Path | None = None) -> list[str]:
     """Apply every migration not yet applied; returns the names applied."""
     directory = directory or migrations_dir()

@@ -8,6 +8,7 @@ read, `event_queues.json.last`; with a shard name S, `event_queues.S.json` and
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,13 @@ def load(path: Path) -> dict[str, Any] | None:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CorruptSnapshot(f"{path} is not an eventq queue snapshot")
     return data
+
+
+def keep_copy(path: Path) -> Path:
+    """Copy a snapshot that was only partly readable, for inspection."""
+    target = path.with_name(f"{path.name}.partial-{time.strftime('%Y%m%dT%H%M%S')}")
+    shutil.copy2(path, target)
+    return target
 
 
 def quarantine(path: Path) -> Path:

@@ -48,6 +48,7 @@ def make_application(server: EventServer) -> tornado.web.Application:
             (r"/api/v1/register", RegisterHandler, api),
             (r"/json/register", RegisterHandler, json),
             (r"/api/v1/server_settings", ServerSettingsHandler, api),
+            (r"/json/server_settings", ServerSettingsHandler, json),
             (r"/api/internal/notify_tornado", NotifyHandler, api),
             (r"/api/internal/stats", StatsHandler, api),
         ],

@@ -4,6 +4,7 @@ authentication, and the server's count of requests in progress."""
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("eventq.http")
 
 _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+_DIGITS = re.compile(r"[0-9]{1,18}")
 
 
 @tornado.web.stream_request_body
@@ -40,6 +42,7 @@ class BaseHandler(tornado.web.RequestHandler):
         self.server = server
         self.json_api = json_api
         self._chunks: list[bytes] = []
+        self._size = 0
         self._counted = False
 
     def set_default_headers(self) -> None:
@@ -68,7 +71,7 @@ class BaseHandler(tornado.web.RequestHandler):
         # KeyError when the header is absent (every GET), 4% of a busy server.
         if "Content-Length" in headers:
             length = headers["Content-Length"]
-            if not length.isdigit():
+            if not _DIGITS.fullmatch(length):
                 raise ApiError("Invalid Content-Length header")
             if int(length) > limit:
                 # The body is never read: the connection cannot be reused.
@@ -76,13 +79,16 @@ class BaseHandler(tornado.web.RequestHandler):
                 raise ApiError(
                     f"Request body too large (limit: {limit} bytes)", "REQUEST_TOO_LARGE", 413
                 )
-        # For a body without Content-Length (chunked), Tornado enforces the
-        # limit itself by closing the connection.
-        self.request.connection.set_max_body_size(limit)  # type: ignore[union-attr]
         return None
 
     def data_received(self, chunk: bytes) -> None:
-        self._chunks.append(chunk)
+        # A chunked body has no Content-Length to refuse up front: count it,
+        # keep nothing past the limit, and answer 413 once it has been read.
+        self._size += len(chunk)
+        if self._size <= self.body_limit():
+            self._chunks.append(chunk)
+        else:
+            self._chunks.clear()
 
     def on_finish(self) -> None:
         if self._counted:
@@ -100,6 +106,12 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def params(self) -> Params:
         """Query-string parameters, then form-body ones (which win)."""
+        if self._size > self.body_limit():
+            raise ApiError(
+                f"Request body too large (limit: {self.body_limit()} bytes)",
+                "REQUEST_TOO_LARGE",
+                413,
+            )
         raw: dict[str, list[bytes]] = {k: list(v) for k, v in self.request.query_arguments.items()}
         body = b"".join(self._chunks)
         if body:

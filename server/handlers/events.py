@@ -20,6 +20,7 @@ class EventsHandler(BaseHandler):
     SUPPORTED_METHODS = ("GET", "DELETE", "OPTIONS")
 
     _parked: tuple[ClientDescriptor, ParkedRequest] | None = None
+    _connection_closed = False
 
     def set_default_headers(self) -> None:
         super().set_default_headers()
@@ -40,7 +41,9 @@ class EventsHandler(BaseHandler):
         params = self.params()
         server = self.server
         registry = server.registry
-        queue_id = params.string("queue_id", max_length=100)
+        # Longer than any id we issue is still just an unknown queue: the
+        # client must re-register, not retry (as it would on BAD_REQUEST).
+        queue_id = params.string("queue_id", max_length=1000)
         dont_block = params.boolean("dont_block", False)
         if queue_id is None:
             if not dont_block:
@@ -64,6 +67,17 @@ class EventsHandler(BaseHandler):
 
     async def _long_poll(self, client: ClientDescriptor) -> None:
         server = self.server
+        if self._connection_closed:
+            return  # went away while we authenticated: nothing to park
+        if server.stopping:
+            # Shutdown began while this request was being authenticated.
+            self.set_header("Connection", "close")
+            raise ApiError(
+                "The server is restarting; try again shortly",
+                "SERVER_SHUTTING_DOWN",
+                503,
+                headers={"Retry-After": "1"},
+            )
         waiter = ParkedRequest()
         server.registry.park(client, waiter, server.clock())
         waiter.timer = waiter.outcome.get_loop().call_later(
@@ -83,6 +97,7 @@ class EventsHandler(BaseHandler):
         self.write_body(events_body(client.event_queue.contents(), client.queue_id))
 
     def on_connection_close(self) -> None:
+        self._connection_closed = True
         parked = self._parked
         if parked is not None:
             client, waiter = parked
@@ -94,7 +109,7 @@ class EventsHandler(BaseHandler):
     async def delete(self) -> None:
         user = await self.authenticate()
         params = self.params()
-        queue_id = params.required_string("queue_id", max_length=100)
-        client = self.queue_for(queue_id, user)
-        self.server.registry.end(client, "deleted", self.server.clock())
+        queue_id = params.required_string("queue_id", max_length=1000)
+        self.queue_for(queue_id, user)  # logs another user's id
+        self.server.registry.delete(queue_id, user.user_id, self.server.clock())
         self.write_success()

@@ -53,7 +53,10 @@ class NotifyHandler(InternalHandler):
             notice = parse_notice(data)
         except BadNotice as exc:
             raise ApiError(f"Invalid notice: {exc}") from None
-        report = self.server.deliver(notice)
+        try:
+            report = self.server.deliver(notice, len(data))
+        except BadNotice as exc:
+            raise ApiError(f"Invalid notice: {exc}") from None
         self.write_success({"queues": report.queues})
 
 

@@ -8,6 +8,7 @@ import psycopg
 import requests
 
 from generation import accounts
+from tests.support import wait_for
 
 
 def _get(server, authorization: str | None) -> requests.Response:
@@ -115,3 +116,32 @@ def test_api_keys_are_not_stored_in_the_database(world, database_url):
     assert row is not None
     assert user.api_key not in row[0]
     assert user.api_key[8:] not in row[0]
+
+
+def test_non_ascii_credentials_are_401_not_500(server):
+    response = requests.get(
+        f"{server.url}/api/v1/events",
+        params={"dont_block": "true"},
+        headers={"Authorization": "Basic \xe9\xe9\xe9\xe9".encode("latin-1")},
+        timeout=10,
+    )
+    assert response.status_code == 401
+    assert response.json()["msg"] == "Invalid authorization header for basic auth"
+    utf8 = base64.b64encode("é@x.com:é".encode("latin-1")).decode()
+    assert _get(server, f"Basic {utf8}").status_code == 401
+
+
+def test_a_deactivation_reaches_a_cached_client_within_one_poll(start_server, world, database_url):
+    server = start_server(EVENTQ_AUTH_CACHE_SECS="0.2")
+    realm = world.realm()
+    user = world.user(realm)
+    header = _basic(user.email, user.api_key)
+    assert _get(server, header).status_code == 200
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        accounts.set_user_active(conn, realm, user.email, False)
+    # Past the cache time the cached user is served once more while it is
+    # checked again in the background; the next request is refused.
+    refused = wait_for(
+        lambda: [r for r in [_get(server, header)] if r.status_code == 401], 10, "the 401"
+    )
+    assert refused[0].json()["code"] == "USER_DEACTIVATED"

@@ -34,7 +34,7 @@ def _unchanged(client, queue_id):
         ({"last_event_id": "-99999999999999999999999"}, "last_event_id is too small"),
         ({"last_event_id": "-1", "dont_block": "yes"}, 'Argument "dont_block" is not valid JSON.'),
         ({"last_event_id": "-1", "dont_block": "1"}, "dont_block is not a boolean"),
-        ({"last_event_id": "0", "queue_id": "q" * 101}, "queue_id is too long"),
+        ({"last_event_id": "0", "queue_id": "q" * 1001}, "queue_id is too long"),
     ],
 )
 def test_malformed_get_parameters(loaded, params, msg):
@@ -46,6 +46,13 @@ def test_malformed_get_parameters(loaded, params, msg):
     assert response.json()["code"] == "BAD_REQUEST"
     assert response.json()["msg"].startswith(msg)
     _unchanged(client, queue_id)
+
+
+def test_a_long_unknown_queue_id_is_bad_event_queue_id_so_clients_re_register(api):
+    client = api()
+    response = client.get_events(queue_id="q" * 500, last_event_id=-1)
+    assert response.status_code == 400
+    assert response.json()["code"] == "BAD_EVENT_QUEUE_ID"
 
 
 def test_malformed_implicit_registration_creates_nothing(api):
@@ -139,3 +146,33 @@ def test_no_request_reaches_a_500(server, api):
         assert response.json()["code"]
     # The server is still healthy.
     assert requests.get(f"{server.url}/api/v1/server_settings", timeout=10).status_code == 200
+
+
+def test_a_non_ascii_content_length_is_400(server, world):
+    user = world.user()
+    credentials = base64.b64encode(f"{user.email}:{user.api_key}".encode()).decode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /api/v1/register HTTP/1.1\r\nHost: x\r\nContent-Length: \xc2\xb2\r\n"
+            + f"Authorization: Basic {credentials}\r\n\r\n".encode()
+        )
+        reply = sock.recv(65536)
+    assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
+
+
+def test_an_oversized_chunked_body_is_a_json_413(loaded):
+    client, queue_id = loaded
+
+    def chunks():
+        for _ in range(40):
+            yield b"narrow=" + b"x" * 65536
+
+    response = client.session.post(
+        f"{client.server.url}/api/v1/register",
+        data=chunks(),
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+        timeout=30,
+    )
+    assert response.status_code == 413
+    assert response.json()["code"] == "REQUEST_TOO_LARGE"
+    _unchanged(client, queue_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from server.config import ConfigError, Settings
+from server.longpoll import heartbeat_delay
 
 
 def test_defaults_are_the_design_numbers():
@@ -56,3 +57,25 @@ def test_the_shared_secret_is_generated_once_per_installation(tmp_path):
     assert other.load_shared_secret() != secret
     explicit = Settings.from_env({"EVENTQ_SHARED_SECRET": "s3cret", "EVENTQ_STATE_DIR": "/x"})
     assert explicit.load_shared_secret() == "s3cret"
+
+
+def test_the_advertised_long_poll_timeout_outlasts_the_heartbeat():
+    assert (
+        Settings.from_env({"EVENTQ_HEARTBEAT_SECS": "120"}).longpoll_timeout_secs
+        == 120 + (120 * 10 / 45) + 30
+    )
+    with pytest.raises(ConfigError, match="must be longer than the longest heartbeat wait"):
+        Settings.from_env({"EVENTQ_LONGPOLL_TIMEOUT_SECS": "50"})
+
+
+def test_pool_sizes_must_be_ordered():
+    with pytest.raises(ConfigError, match="EVENTQ_DB_POOL_MIN must not be larger"):
+        Settings.from_env({"EVENTQ_DB_POOL_MIN": "5", "EVENTQ_DB_POOL_MAX": "2"})
+
+
+def test_heartbeat_delays_stay_within_the_jitter():
+    delays = [heartbeat_delay(45.0, 10.0) for _ in range(2000)]
+    assert all(45.0 <= d <= 55.0 for d in delays)
+    # Spread over the whole window, not bunched at one end.
+    assert min(delays) < 46.0
+    assert max(delays) > 54.0

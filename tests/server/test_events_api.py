@@ -323,13 +323,14 @@ def test_unknown_path_is_a_json_404(server):
 
 
 def test_server_settings_needs_no_auth(server):
-    response = requests.get(f"{server.url}/api/v1/server_settings", timeout=10)
-    assert response.status_code == 200
-    body = response.json()
-    assert body["result"] == "success"
-    assert body["zulip_version"]
-    assert isinstance(body["zulip_feature_level"], int)
-    assert "authentication_methods" in body
+    for prefix in ("/api/v1", "/json"):
+        response = requests.get(f"{server.url}{prefix}/server_settings", timeout=10)
+        assert response.status_code == 200
+        body = response.json()
+        assert body["result"] == "success"
+        assert body["zulip_version"]
+        assert isinstance(body["zulip_feature_level"], int)
+        assert "authentication_methods" in body
 
 
 def test_responses_are_never_cached(api, server):

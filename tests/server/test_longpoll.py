@@ -4,6 +4,7 @@ server processes with shortened timings."""
 from __future__ import annotations
 
 import base64
+import json
 import socket
 
 from tests.support import Api, wait_for
@@ -156,16 +157,19 @@ def test_a_queue_over_its_byte_budget_overflows(start_server, world):
     client.close()
 
 
-def test_a_parked_request_on_an_overflowing_queue_is_told(start_server, world):
+def test_an_event_larger_than_any_queue_is_refused_not_delivered(start_server, world):
     server = start_server(EVENTQ_QUEUE_MAX_BYTES="1024")
     user = world.user()
     client = Api(server, user)
     queue_id = client.register()["queue_id"]
     parked = client.park(queue_id, -1)
-    server.notify({"type": "test", "blob": "z" * 5000}, [user.user_id])
-    response = parked.result(timeout=10)
+    notice = {"event": {"type": "test", "blob": "z" * 5000}, "users": [user.user_id]}
+    response = server.internal("notify_tornado", data=json.dumps(notice))
     assert response.status_code == 400
-    assert response.json()["reason"] == "overflow"
+    assert response.json()["msg"].startswith("Invalid notice: the event is 5")
+    # Nobody's queue was ended for it.
+    server.notify({"type": "small"}, [user.user_id])
+    assert parked.result(timeout=10).json()["events"] == [{"type": "small", "id": 0}]
     client.close()
 
 
@@ -197,6 +201,16 @@ def test_the_user_queue_limit_refuses_when_every_queue_is_in_use(start_server, w
         "msg": "Too many event queues: this user already has 2 queues in use",
         "code": "TOO_MANY_EVENT_QUEUES",
     }
+    assert sorted(q["queue_id"] for q in server.user_queues(user.user_id)) == sorted(queues)
     server.notify({"type": "test"}, [user.user_id])
     assert all(p.result(timeout=10).status_code == 200 for p in parked)
     client.close()
+
+
+def test_a_requested_lifespan_is_capped_at_seven_days(api, server):
+    client = api()
+    client.register(queue_lifespan_secs=10**9)
+    client.register(queue_lifespan_secs=0)
+    client.register(queue_lifespan_secs=120)
+    lifespans = sorted(q["lifespan_secs"] for q in server.user_queues(client.user.user_id))
+    assert lifespans == [120, 600, 7 * 24 * 3600]

@@ -15,9 +15,10 @@ import pytest
 
 from generation.config import ProducerConfig
 from generation.errors import BadNotice
+from generation.notice import NOTICE_ID_HEADER
 from generation.publisher import PublishError, close_for_thread
 from generation.send import send_event, send_event_on_commit, transaction
-from tests.support import REPO, Api, wait_for
+from tests.support import REPO, Api, ServerProcess, wait_for
 
 
 def _collect(client: Api, queue_id: str, count: int, timeout: float = 30.0) -> list[dict]:
@@ -313,3 +314,70 @@ def test_the_send_event_command(server, world):
     assert typeless.returncode == 1
     assert "event has no string 'type'" in typeless.stderr
     client.close()
+
+
+def test_a_second_server_on_the_same_queue_is_refused_not_sharing(start_server, world):
+    first = start_server()
+    first.wait_consuming()
+    second = ServerProcess(
+        first.database_url, first.state_dir.parent / "second", {}, first.amqp_url
+    )
+    second.notify_queue = first.notify_queue
+    second.start()
+    try:
+        wait_for(lambda: "another consumer holds" in second.log(), 15, "the refusal")
+        assert not second.stats()["consumer"]["consuming"]
+        user = world.user()
+        client = Api(first, user)
+        queue_id = client.register()["queue_id"]
+        for n in range(10):
+            send_event(
+                user.realm_id, {"type": "t", "n": n}, [user.user_id], config=first.producer()
+            )
+        assert [e["n"] for e in _collect(client, queue_id, 10)] == list(range(10))
+        assert second.stats()["consumer"]["processed"] == 0
+        # When the first one stops, the second takes over (a rolling restart).
+        assert first.stop() == 0
+        second.wait_consuming(timeout=60)
+        client.close()
+    finally:
+        second.kill()
+
+
+def test_a_notice_published_twice_is_delivered_once(api, server):
+    """A publisher retry after a lost confirmation sends the same notice id twice."""
+    server.wait_consuming()
+    client = api()
+    queue_id = client.register()["queue_id"]
+    before = server.stats()["consumer"]["duplicates"]
+    body = json.dumps({"event": {"type": "once"}, "users": [client.user.user_id]}).encode()
+    with pika.BlockingConnection(pika.URLParameters(server.amqp_url)) as connection:
+        channel = connection.channel()
+        for _ in range(2):
+            channel.basic_publish(
+                "",
+                server.notify_queue,
+                body,
+                pika.BasicProperties(delivery_mode=2, headers={NOTICE_ID_HEADER: "same-id"}),
+            )
+    send_event(
+        client.user.realm_id, {"type": "after"}, [client.user.user_id], config=server.producer()
+    )
+    assert [e["type"] for e in _collect(client, queue_id, 2)] == ["once", "after"]
+    assert server.stats()["consumer"]["duplicates"] == before + 1
+    assert "notice same-id delivered again by RabbitMQ; dropped as a duplicate" in server.log()
+
+
+def test_user_data_cannot_override_the_event(api, server):
+    client = api()
+    notice = {"event": {"type": "x"}, "users": [{"id": client.user.user_id, "type": "heartbeat"}]}
+    response = server.internal("notify_tornado", data=json.dumps(notice))
+    assert response.status_code == 400
+    assert "would override the event's 'type'" in response.json()["msg"]
+
+
+def test_a_producer_without_a_secret_is_told_how_to_get_one(tmp_path):
+    config = ProducerConfig(amqp_url="", state_dir=tmp_path / "nothing-here")
+    with pytest.raises(PublishError, match="no shared secret: set EVENTQ_SHARED_SECRET"):
+        send_event(1, {"type": "x"}, [1], config=config)
+    assert not (tmp_path / "nothing-here").exists()

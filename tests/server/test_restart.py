@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import signal
+import socket
+import subprocess
+import sys
+import uuid
 
 import orjson
+import psycopg
+from psycopg import conninfo
 
 from server.version import ZULIP_FEATURE_LEVEL, ZULIP_VERSION
 from tests.support import Api, ServerProcess
@@ -116,3 +122,81 @@ def test_no_file_means_no_queues(start_server, tmp_path):
     server = start_server(tmp_path / "fresh")
     assert server.stats()["queues"] == 0
     assert "no saved queues" in server.log()
+
+
+def test_a_taken_port_fails_cleanly_and_keeps_the_saved_queues(start_server, world, tmp_path):
+    state = tmp_path / "state"
+    server = start_server(state)
+    user = world.user()
+    client = Api(server, user)
+    queue_id = client.register()["queue_id"]
+    port = server.port
+    assert server.stop() == 0
+    with socket.socket() as blocker:
+        blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAIT
+        blocker.bind(("127.0.0.1", port))
+        blocker.listen()
+        result = subprocess.run(
+            [sys.executable, "-m", "server", "serve", "--port", str(port)],
+            env=server.env(),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    assert result.returncode == 1
+    assert f"eventq: cannot start: cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert (state / "event_queues.json").exists()
+    server.start()
+    assert client.events(queue_id, -1)[0]["type"] == "restart"
+    client.close()
+
+
+def test_a_database_without_the_schema_is_refused_at_start(start_server, database_url, tmp_path):
+    name = f"eventq_empty_{uuid.uuid4().hex[:8]}"
+    admin = conninfo.make_conninfo(database_url, dbname="postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"'.encode())
+    try:
+        env = ServerProcess(database_url, tmp_path / "s").env()
+        env["EVENTQ_DATABASE_URL"] = conninfo.make_conninfo(database_url, dbname=name)
+        result = subprocess.run(
+            [sys.executable, "-m", "server", "serve", "--port", "0"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)'.encode())
+    assert result.returncode == 1
+    assert "the database schema is not up to date" in result.stderr
+    assert "run `eventq db migrate`" in result.stderr
+
+
+def test_one_bad_saved_queue_costs_only_itself(start_server, world, tmp_path):
+    state = tmp_path / "state"
+    server = start_server(state)
+    user = world.user()
+    client = Api(server, user)
+    good_q = client.register()["queue_id"]
+    bad_q = client.register()["queue_id"]
+    assert server.stop() == 0
+    path = state / "event_queues.json"
+    saved = orjson.loads(path.read_bytes())
+    for queue in saved["queues"]:
+        if queue["queue_id"] == bad_q:
+            queue["event_queue"]["next_event_id"] = "seven"
+    path.write_bytes(orjson.dumps(saved))
+    server.start()
+    assert [e["type"] for e in client.events(good_q, -1)] == ["restart"]
+    assert client.get_events(queue_id=bad_q, last_event_id=-1).json()["code"] == (
+        "BAD_EVENT_QUEUE_ID"
+    )
+    assert "saved queue" in server.log()
+    assert "1 saved queues could not be restored" in server.log()
+    assert list(state.glob("event_queues.json.partial-*"))
+    client.close()
