@@ -7,7 +7,6 @@ and credentials, migrated, dropped at the end), so runs never share state.
 from __future__ import annotations
 
 import os
-import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 from psycopg import conninfo
 
 from server.migrate import migrate
-from tests.support import Api, ServerProcess, World
+from tests.support import Api, ServerProcess, World, rabbitmqctl
 
 DEFAULT_URL = "host=127.0.0.1 port=5432 dbname=eventq"
 
@@ -36,10 +35,6 @@ def database_url() -> Iterator[str]:
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
-
-
-def rabbitmqctl(*args: str) -> None:
-    subprocess.run(["rabbitmqctl", "--quiet", *args], check=True, capture_output=True, timeout=60)
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +25,14 @@ from generation.config import ProducerConfig
 
 REPO = Path(__file__).resolve().parent.parent
 SECRET = "test-shared-secret"
+
+
+def rabbitmqctl(*args: str) -> None:
+    """Run rabbitmqctl (it needs root's Erlang cookie: through sudo otherwise)."""
+    command = ["rabbitmqctl", "--quiet", *args]
+    if os.geteuid() != 0 and shutil.which("sudo"):
+        command = ["sudo", "-n", *command]
+    subprocess.run(command, check=True, capture_output=True, timeout=60)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:

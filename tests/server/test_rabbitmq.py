@@ -18,7 +18,7 @@ from generation.errors import BadNotice
 from generation.notice import NOTICE_ID_HEADER
 from generation.publisher import PublishError, close_for_thread
 from generation.send import send_event, send_event_on_commit, transaction
-from tests.support import REPO, Api, ServerProcess, wait_for
+from tests.support import REPO, Api, ServerProcess, rabbitmqctl, wait_for
 
 
 def _collect(client: Api, queue_id: str, count: int, timeout: float = 30.0) -> list[dict]:
@@ -107,12 +107,7 @@ def test_closing_the_brokers_connections_loses_and_duplicates_nothing(
             sent += 1
 
     def cut() -> None:
-        subprocess.run(
-            ["rabbitmqctl", "--quiet", "close_all_connections", "--vhost", vhost, "test: cut"],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
+        rabbitmqctl("close_all_connections", "--vhost", vhost, "test: cut")
 
     send(100)  # before
     cut()  # the consumer and this producer both lose their connections
