@@ -5,16 +5,17 @@ callables so that it runs the same in the server and in tests.
 2. fetch the initial state, non-atomically, while events may arrive;
 3. take every event that reached the queue since its creation;
 4. apply those whose type was asked for to the fetched state;
-5. return the state with `last_event_id`, the newest replayed id (or -1): the
-   client's first GET with it acknowledges the replayed events, and everything
-   newer reaches it through the queue.
+5. post-process it into the form clients read;
+6. return it with `last_event_id`, the newest replayed id (or -1): the
+   client's first GET with it acknowledges the replayed events, and
+   everything newer reaches it through the queue.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from apply_events.apply import apply_events
+from apply_events.engine import apply_events, post_process_state
 from apply_events.state import Event, State, StateContext, Want, make_want
 
 
@@ -39,6 +40,7 @@ async def register(
         raise
     events = queue_events(queue_id)
     apply_events(state, events, want, ctx)
+    post_process_state(state, want, ctx)
     state["queue_id"] = queue_id
     state["last_event_id"] = events[-1]["id"] if events else -1
     return state

@@ -146,6 +146,7 @@ def create_user(
             return create_user(conn, realm_subdomain, email, full_name, role)
         raise AccountError(f"{email} already exists in realm {realm_subdomain!r}") from None
     assert row is not None
+    conn.execute("INSERT INTO user_settings (user_id) VALUES (%s)", (row[0],))
     return CreatedUser(int(row[0]), realm_id, email, full_name, role, api_key)
 
 

@@ -8,7 +8,8 @@ import contextlib
 import logging
 from typing import Any
 
-from apply_events.fetch import RealmGone, fetch_initial_state
+from apply_events.engine import fetch_initial_state
+from apply_events.fetch.realm import RealmGone
 from apply_events.register import register
 from apply_events.state import Event, State, StateContext, Want
 from queues.errors import BadQueueId

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from apply_events.apply import apply_events
+from apply_events.engine import apply_events
 from apply_events.state import StateContext, make_want
 
 CTX = StateContext(user_id=1, realm_id=1, queue_id="q0")

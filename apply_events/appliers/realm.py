@@ -1,0 +1,36 @@
+"""Appliers of the `realm` section."""
+
+from __future__ import annotations
+
+from apply_events.section import Applier
+from apply_events.state import Event, State, StateContext
+
+# Realm properties a `realm` update event may carry, and the state key of each.
+REALM_PROPERTIES = {
+    "name": "realm_name",
+    "description": "realm_description",
+    "allow_message_editing": "realm_allow_message_editing",
+    "mandatory_topics": "realm_mandatory_topics",
+    "message_content_edit_limit_seconds": "realm_message_content_edit_limit_seconds",
+}
+
+
+def apply_realm(state: State, event: Event, ctx: StateContext) -> None:
+    op = event.get("op")
+    prop = event.get("property")
+    if not isinstance(prop, str):
+        return  # malformed: nothing of ours to update
+    if op == "update":
+        key = REALM_PROPERTIES.get(prop)
+        if key is not None and key in state:
+            state[key] = event.get("value")
+    elif op == "update_dict" and prop == "default":
+        data = event.get("data")
+        if isinstance(data, dict):
+            for name, value in data.items():
+                key = REALM_PROPERTIES.get(name)
+                if key is not None and key in state:
+                    state[key] = value
+
+
+APPLIERS: dict[str, Applier] = {"realm": apply_realm}

@@ -1,0 +1,29 @@
+"""Events the server itself produces: heartbeats and restarts."""
+
+from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+
+class HeartbeatEvent(TypedDict):
+    """Sent to a parked request that waited 45-55 s without an event."""
+
+    id: int
+    type: Literal["heartbeat"]
+
+
+class RestartEvent(TypedDict):
+    """Sent to every queue restored after a server restart."""
+
+    id: int
+    type: Literal["restart"]
+    zulip_version: str
+    zulip_merge_base: str
+    zulip_feature_level: int
+    server_generation: int
+
+
+EVENTS: dict[tuple[str, str | None], type] = {
+    ("heartbeat", None): HeartbeatEvent,
+    ("restart", None): RestartEvent,
+}
