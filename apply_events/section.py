@@ -30,6 +30,9 @@ class Section:
     # Turns intermediate structures (raw_*) into the keys clients read.
     post_process: PostProcess | None = None
     requires: tuple[str, ...] = ()
+    # A TypedDict (total=False) of the keys this section puts in register's
+    # response, after post-processing: the OpenAPI document's source.
+    state: type | None = None
 
     def wanted(self, want: Want) -> bool:
         return want(self.name) and all(want(name) for name in self.requires)

@@ -1,11 +1,15 @@
-"""Every state section, in the order register fetches them."""
+"""Every state section, in the order register fetches them. Each area's fetch
+module declares its sections (fetcher, appliers, post-processing, state
+schema); an integrator adds state by adding a section there."""
 
 from __future__ import annotations
 
-from apply_events.appliers import realm as realm_appliers
-from apply_events.fetch import realm as realm_fetch
+from apply_events.fetch import messages, realm, streams, users
 from apply_events.section import Section
 
 SECTIONS: tuple[Section, ...] = (
-    Section("realm", realm_fetch.fetch_realm, realm_appliers.APPLIERS),
+    *realm.SECTIONS,
+    *users.SECTIONS,
+    *streams.SECTIONS,
+    *messages.SECTIONS,
 )

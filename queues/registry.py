@@ -348,7 +348,11 @@ class QueueRegistry:
                 if payload is None:
                     continue
                 report.queues += 1
-                self._push(client, payload, now, overflowed)
+                if isinstance(payload, Payload):
+                    self._push(client, payload, now, overflowed)
+                else:  # a legacy client's several events
+                    for part in payload:
+                        self._push(client, part, now, overflowed)
         if public:
             assert realm_id is not None
             for client in self._public_by_realm[realm_id].values():
@@ -358,7 +362,11 @@ class QueueRegistry:
                 if payload is None:
                     continue
                 report.queues += 1
-                self._push(client, payload, now, overflowed)
+                if isinstance(payload, Payload):
+                    self._push(client, payload, now, overflowed)
+                else:  # a legacy client's several events
+                    for part in payload:
+                        self._push(client, part, now, overflowed)
         report.overflowed = self._end_overflowed(overflowed, now)
         return report
 

@@ -39,6 +39,7 @@ class NoticePayloads:
         "_last_user",
         "_messages",
         "_shared",
+        "_variants",
     )
 
     def __init__(self, event: Event, encode: Encoder):
@@ -48,6 +49,7 @@ class NoticePayloads:
         self._shared: Payload | None = None
         self._by_key: dict[object, Payload] = {}
         self._messages: dict[bool, dict[str, Any]] = {}
+        self._variants: dict[object, Payload | tuple[Payload, ...]] = {}
         # One-entry memo of `_user_form`: delivery visits a user's queues one
         # after the other, so the per-user work is done once per user.
         self._last_user: UserData | None = None
@@ -69,22 +71,30 @@ class NoticePayloads:
         self._last_form = form
         return form
 
-    def for_client(self, client: ClientDescriptor, user_data: UserData | None) -> Payload | None:
-        """The payload for `client` (whose user's own data is `user_data`), or
+    def for_client(
+        self, client: ClientDescriptor, user_data: UserData | None
+    ) -> Payload | tuple[Payload, ...] | None:
+        """What `client` (whose user's own data is `user_data`) receives: one
+        payload, several (a legacy client's one-per-message deletions), or
         None if the client's narrow filters this event out."""
         if self._event_type == "message":
             flags: Sequence[str] = self._user_form(user_data)[1] if user_data else ()
             return self._message_payload(client, flags)
-        if not user_data or len(user_data) == 1:
+        variant = _client_variant(self._event_type, client)
+        if variant is None and (not user_data or len(user_data) == 1):
             if self._shared is None:
                 self._shared = Payload.build(self._event, self._encode)
             return self._shared
-        key, extra = self._user_form(user_data)
-        payload = self._by_key.get(key)
-        if payload is None:
-            payload = Payload.build({**self._event, **extra}, self._encode)
-            self._by_key[key] = payload
-        return payload
+        user_key, extra = self._user_form(user_data) if user_data else (None, {})
+        key = (variant, user_key)
+        cached = self._variants.get(key)
+        if cached is None:
+            event = {**self._event, **extra} if extra else self._event
+            forms = _rewrite(event, variant)
+            payloads = tuple(Payload.build(form, self._encode) for form in forms)
+            cached = payloads[0] if len(payloads) == 1 else payloads
+            self._variants[key] = cached
+        return cached
 
     def _message_payload(self, client: ClientDescriptor, flags: Sequence[str]) -> Payload | None:
         event = self._event
@@ -123,6 +133,31 @@ class NoticePayloads:
                     variant["content_type"] = "text/x-markdown"
             self._messages[apply_markdown] = variant
         return variant
+
+
+def _client_variant(event_type: str, client: ClientDescriptor) -> str | None:
+    """Which form of an event of this type the client takes (reference 2.5),
+    or None when every client takes the same."""
+    if event_type == "presence":
+        return "slim" if client.options.slim_presence else "legacy"
+    if event_type == "delete_message":
+        bulk = "bulk_message_deletion" in client.options.capabilities
+        return "bulk" if bulk else "one_per_message"
+    return None
+
+
+def _rewrite(event: Event, variant: str | None) -> list[Event]:
+    """The event(s) a client of `variant` receives. Producers send the modern
+    form: presence with both `user_id` and `email`, deletions with
+    `message_ids`."""
+    if variant == "slim":
+        return [{k: v for k, v in event.items() if k != "email"}]
+    if variant == "one_per_message":
+        ids = event.get("message_ids")
+        if isinstance(ids, list):
+            base = {k: v for k, v in event.items() if k != "message_ids"}
+            return [{**base, "message_id": message_id} for message_id in ids] or [event]
+    return [event]
 
 
 def is_public_channel_message(event: Mapping[str, Any]) -> bool:

@@ -300,6 +300,11 @@ class EventServer:
         else:
             log.debug("queue %s of user %d ended: %s", client.queue_id, client.user_id, reason)
 
+    async def sink(self, notice: Notice) -> None:
+        """Where this process's own actions send their events: straight into
+        its queues (one shard: every user's queues are here)."""
+        self.deliver(notice, len(encode(notice.event)))
+
     def process_notice(self, body: bytes) -> DeliveryReport:
         """The consumer's processor: decode, validate and deliver one notice.
         Raises `BadNotice` for a malformed one."""

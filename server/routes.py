@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import tornado.web
 
 from server.handlers.base import NotFoundHandler
+from server.handlers.domain import ROUTES as DOMAIN_ROUTES
 from server.handlers.events import EventsHandler
 from server.handlers.internal import NotifyHandler, StatsHandler
 from server.handlers.register import RegisterHandler
@@ -41,8 +42,14 @@ def _log_request(handler: tornado.web.RequestHandler) -> None:
 def make_application(server: EventServer) -> tornado.web.Application:
     api = {"server": server}
     json = {"server": server, "json_api": True}
+    domain = [
+        route
+        for path, handler in DOMAIN_ROUTES
+        for route in ((rf"/api/v1/{path}", handler, api), (rf"/json/{path}", handler, json))
+    ]
     return tornado.web.Application(
         [
+            *domain,
             (r"/api/v1/events", EventsHandler, api),
             (r"/json/events", EventsHandler, json),
             (r"/api/v1/register", RegisterHandler, api),

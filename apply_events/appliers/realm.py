@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from apply_events.section import Applier
 from apply_events.state import Event, State, StateContext
+
+
+class RealmState(TypedDict, total=False):
+    """The `realm` section of register's response."""
+
+    realm_name: str
+    realm_description: str
+    realm_allow_message_editing: bool
+    realm_mandatory_topics: bool
+    realm_message_content_edit_limit_seconds: int | None
+    event_queue_longpoll_timeout_seconds: int
+    server_generation: int
+
 
 # Realm properties a `realm` update event may carry, and the state key of each.
 REALM_PROPERTIES = {

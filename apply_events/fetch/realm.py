@@ -7,6 +7,8 @@ from typing import Any
 
 import psycopg
 
+from apply_events.appliers import realm as appliers
+from apply_events.section import Section
 from apply_events.state import State, StateContext
 
 Connection = psycopg.AsyncConnection[Any]
@@ -37,3 +39,8 @@ async def fetch_realm(conn: Connection, ctx: StateContext) -> State:
         "event_queue_longpoll_timeout_seconds": ctx.longpoll_timeout_secs,
         "server_generation": ctx.server_generation,
     }
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section("realm", fetch_realm, appliers.APPLIERS, state=appliers.RealmState),
+)

@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from generation.events import messages, streams, system, users
+from generation.events import messages, realm, streams, system, users
 
 EventKind = tuple[str, str | None]
 
 CATALOGUE: dict[EventKind, type] = {
     **system.EVENTS,
+    **realm.EVENTS,
     **users.EVENTS,
     **streams.EVENTS,
     **messages.EVENTS,

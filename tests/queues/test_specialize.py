@@ -8,7 +8,7 @@ import pytest
 from queues.client import ClientDescriptor, QueueOptions
 from queues.event_queue import EventQueue
 from queues.specialize import NoticePayloads, is_public_channel_message
-from tests.queues.helpers import encode, message_event, options
+from tests.queues.helpers import client_events, encode, make_registry, message_event, options
 
 
 def _client(queue_id="q0", user_id=1, **kwargs):
@@ -158,3 +158,39 @@ def test_non_message_event_merges_each_users_own_data():
 )
 def test_only_explicitly_public_channel_messages_are_public(event, public):
     assert is_public_channel_message(event) is public
+
+
+def test_presence_is_slim_or_legacy_by_client():
+    event = {"type": "presence", "user_id": 5, "email": "a@b.c", "server_timestamp": 1.0}
+    payloads = NoticePayloads(event, encode)
+    slim = payloads.for_client(_client(slim_presence=True), None)
+    legacy = payloads.for_client(_client("q1", slim_presence=False), None)
+    assert slim.client_event(0) == {
+        "type": "presence",
+        "user_id": 5,
+        "server_timestamp": 1.0,
+        "id": 0,
+    }
+    assert legacy.client_event(0) == {**event, "id": 0}
+    assert payloads.for_client(_client("q2", slim_presence=True), None) is slim
+
+
+def test_deletions_are_one_event_per_message_without_bulk_message_deletion():
+    event = {"type": "delete_message", "message_type": "private", "message_ids": [3, 4]}
+    payloads = NoticePayloads(event, encode)
+    bulk = payloads.for_client(_client(capabilities=frozenset({"bulk_message_deletion"})), None)
+    legacy = payloads.for_client(_client("q1"), None)
+    assert bulk.client_event(0) == {**event, "id": 0}
+    assert [p.client_event(i) for i, p in enumerate(legacy)] == [
+        {"type": "delete_message", "message_type": "private", "message_id": 3, "id": 0},
+        {"type": "delete_message", "message_type": "private", "message_id": 4, "id": 1},
+    ]
+
+
+def test_a_legacy_client_queue_gets_every_deletion_with_its_own_id():
+    registry = make_registry()
+    client = registry.allocate(1, 1, options(), 0.0)
+    event = {"type": "delete_message", "message_type": "private", "message_ids": [3, 4]}
+    registry.deliver(event, [1], 1, 0.0)
+    assert [e["message_id"] for e in client_events(client)] == [3, 4]
+    assert [e["id"] for e in client_events(client)] == [0, 1]

@@ -1,0 +1,7 @@
+"""State sections of the users area: fetchers (see apply_events/sections.py)."""
+
+from __future__ import annotations
+
+from apply_events.section import Section
+
+SECTIONS: tuple[Section, ...] = ()
