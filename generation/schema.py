@@ -60,7 +60,14 @@ def schema_of(annotation: object, definitions: dict[str, JsonSchema] | None = No
 
 def _object_schema(cls: type, definitions: dict[str, JsonSchema] | None) -> JsonSchema:
     hints = typing.get_type_hints(cls, include_extras=True)
-    required = sorted(cls.__required_keys__)  # type: ignore[attr-defined]
+    # Not `__required_keys__`: on Python 3.11 it cannot see NotRequired in
+    # postponed (string) annotations; the resolved hints keep the wrappers.
+    total: bool = cls.__total__  # type: ignore[attr-defined]
+    required = sorted(
+        name
+        for name, hint in hints.items()
+        if get_origin(hint) is Required or (total and get_origin(hint) is not NotRequired)
+    )
     schema: JsonSchema = {
         "type": "object",
         "properties": {name: schema_of(hint, definitions) for name, hint in hints.items()},

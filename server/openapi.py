@@ -1,0 +1,217 @@
+"""The OpenAPI document of eventq's API, built from the types that define it.
+
+Event schemas come from the event catalogue (`generation.events`), register's
+state keys from each state section's `state` TypedDict, so the document
+cannot drift from the code: adding an event type or a section adds it here.
+Served at `GET /api/v1/openapi.json`; the tests validate real responses
+against it.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Literal, NotRequired, TypedDict
+
+from apply_events.sections import SECTIONS
+from generation.events import CATALOGUE
+from generation.schema import JsonSchema, schema_of
+from server.version import EVENTQ_VERSION, ZULIP_FEATURE_LEVEL
+
+OPENAPI_VERSION = "3.1.0"
+
+
+class ErrorResponse(TypedDict):
+    """Every error: `code` is what a program matches; some carry data
+    fields (`queue_id` and `reason` with BAD_EVENT_QUEUE_ID, `var_name` with
+    REQUEST_VARIABLE_MISSING)."""
+
+    result: Literal["error"]
+    msg: str
+    code: str
+    queue_id: NotRequired[str]
+    reason: NotRequired[str]
+    var_name: NotRequired[str]
+
+
+class SuccessResponse(TypedDict):
+    result: Literal["success"]
+    msg: str
+
+
+class ServerSettingsResponse(TypedDict):
+    result: Literal["success"]
+    msg: str
+    authentication_methods: dict[str, bool]
+    external_authentication_methods: list[Any]
+    zulip_version: str
+    zulip_merge_base: str
+    zulip_feature_level: int
+    push_notifications_enabled: bool
+    is_incompatible: bool
+    email_auth_enabled: bool
+    require_email_format_usernames: bool
+
+
+class _RegisterBase(TypedDict):
+    result: Literal["success"]
+    msg: str
+    queue_id: str
+    last_event_id: int
+    zulip_version: str
+    zulip_feature_level: int
+    zulip_merge_base: str
+    ignored_parameters_unsupported: NotRequired[list[str]]
+
+
+def _form(name: str, schema: JsonSchema, description: str, required: bool = False) -> JsonSchema:
+    return {
+        "name": name,
+        "in": "query",
+        "required": required,
+        "description": description,
+        "schema": schema,
+    }
+
+
+def _json_param(name: str, schema: JsonSchema, description: str) -> JsonSchema:
+    """A Zulip parameter: JSON-encoded in the query string or form body."""
+    return {
+        "name": name,
+        "in": "query",
+        "description": description + " (JSON-encoded)",
+        "content": {"application/json": {"schema": schema}},
+    }
+
+
+def _responses(ok: str, errors: str = "ErrorResponse") -> JsonSchema:
+    error = {
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{errors}"}}}
+    }
+    return {
+        "200": {
+            "description": "Success",
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ok}"}}},
+        },
+        "400": {"description": "Bad request (see `code`)", **error},
+        "401": {"description": "Not authenticated", **error},
+    }
+
+
+def register_response_schema(components: dict[str, JsonSchema]) -> JsonSchema:
+    schema = schema_of(_RegisterBase, None)
+    for section in SECTIONS:
+        if section.state is not None:
+            state = schema_of(section.state, components)
+            ref = state["$ref"]
+            resolved = components[ref.rsplit("/", 1)[1]]
+            schema["properties"].update(resolved["properties"])
+    return schema
+
+
+@functools.cache
+def document() -> dict[str, Any]:
+    """The whole OpenAPI document (built once per process)."""
+    components: dict[str, JsonSchema] = {}
+    for response in (ErrorResponse, SuccessResponse, ServerSettingsResponse):
+        schema_of(response, components)
+    event_refs = [schema_of(schema, components) for schema in CATALOGUE.values()]
+    components["Event"] = {"oneOf": event_refs}
+    components["EventsResponse"] = {
+        "type": "object",
+        "properties": {
+            "result": {"enum": ["success"]},
+            "msg": {"type": "string"},
+            "events": {"type": "array", "items": {"$ref": "#/components/schemas/Event"}},
+            "queue_id": {"type": "string"},
+            "displaced": {"type": "boolean"},
+        },
+        "required": ["result", "msg", "events"],
+        "additionalProperties": False,
+    }
+    components["RegisterResponse"] = register_response_schema(components)
+    string_list = {"type": "array", "items": {"type": "string"}}
+    queue_params = [
+        _json_param("event_types", string_list, "Only these event types (default: all)"),
+        _json_param(
+            "narrow",
+            {"type": "array", "items": {"type": "array", "items": {"type": "string"}}},
+            "[operator, operand] pairs filtering message events",
+        ),
+        _json_param("all_public_streams", {"type": "boolean"}, "Also every public channel"),
+        _json_param("apply_markdown", {"type": "boolean"}, "Rendered HTML message content"),
+        _json_param("client_gravatar", {"type": "boolean"}, "avatar_url null for Gravatars"),
+        _json_param("slim_presence", {"type": "boolean"}, "Presence keyed by user id"),
+    ]
+    return {
+        "openapi": OPENAPI_VERSION,
+        "info": {
+            "title": "eventq",
+            "version": EVENTQ_VERSION,
+            "description": (
+                "Real-time event delivery with Zulip's events API (feature level"
+                f" {ZULIP_FEATURE_LEVEL}). HTTP Basic auth `email:api_key`."
+            ),
+        },
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"basicAuth": {"type": "http", "scheme": "basic"}},
+        },
+        "security": [{"basicAuth": []}],
+        "paths": {
+            "/api/v1/register": {
+                "post": {
+                    "summary": "Create an event queue and fetch the initial state",
+                    "parameters": [
+                        *queue_params,
+                        _json_param("fetch_event_types", string_list, "State sections to fetch"),
+                        _json_param(
+                            "queue_lifespan_secs",
+                            {"type": "integer", "minimum": 0},
+                            "Idle lifespan; 0 is the default, capped at 7 days",
+                        ),
+                        _json_param(
+                            "client_capabilities",
+                            {"type": "object"},
+                            "Capabilities; notification_settings_null is required",
+                        ),
+                        _form(
+                            "include_subscribers",
+                            {"enum": ["true", "false", "partial"]},
+                            "Subscriber lists in the subscription state",
+                        ),
+                    ],
+                    "responses": _responses("RegisterResponse"),
+                }
+            },
+            "/api/v1/events": {
+                "get": {
+                    "summary": "Long-poll a queue for events",
+                    "parameters": [
+                        _form("queue_id", {"type": "string"}, "The queue (none: create one)"),
+                        _json_param("last_event_id", {"type": "integer"}, "Acknowledged id"),
+                        _json_param("dont_block", {"type": "boolean"}, "Answer at once"),
+                        *queue_params,
+                    ],
+                    "responses": _responses("EventsResponse"),
+                },
+                "delete": {
+                    "summary": "Delete a queue",
+                    "parameters": [_form("queue_id", {"type": "string"}, "The queue", True)],
+                    "responses": _responses("SuccessResponse"),
+                },
+            },
+            "/api/v1/server_settings": {
+                "get": {
+                    "summary": "Server facts (no authentication)",
+                    "security": [],
+                    "responses": _responses("ServerSettingsResponse"),
+                }
+            },
+        },
+    }
+
+
+def schema_ref(name: str) -> JsonSchema:
+    """A standalone JSON Schema for one component, resolvable on its own
+    (the document is its root), for validators."""
+    return {**document(), "$ref": f"#/components/schemas/{name}"}
