@@ -27,9 +27,12 @@ async def register(
     fetch_state: Callable[[StateContext, Want], Awaitable[State]],
     queue_events: Callable[[str], list[Event]],
     drop_queue: Callable[[str], None],
+    post_process: bool = True,
 ) -> State:
     """Run register for one client. If fetching fails, the queue is dropped
-    and the error propagates."""
+    and the error propagates. With `post_process` False the state keeps its
+    intermediate structures, so that later events can still be applied (the
+    race tests continue from there)."""
     want = make_want(fetch_event_types)
     queue_id = allocate_queue()
     ctx = make_context(queue_id)
@@ -40,7 +43,8 @@ async def register(
         raise
     events = queue_events(queue_id)
     apply_events(state, events, want, ctx)
-    post_process_state(state, want, ctx)
+    if post_process:
+        post_process_state(state, want, ctx)
     state["queue_id"] = queue_id
     state["last_event_id"] = events[-1]["id"] if events else -1
     return state

@@ -1,0 +1,152 @@
+"""Register under concurrent changes: random action sequences interleaved at
+every step of the register algorithm (after the queue is created, between
+each section's fetch, before the queue's events are taken, and after register
+returns). After each register, its state plus every event its queue received
+up to a quiet point must equal a fresh fetch.
+
+EVENTQ_RACE_ITERATIONS (default 1000) and EVENTQ_RACE_SEED choose the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+
+from apply_events.engine import apply_events, fetch_initial_state, post_process_state
+from apply_events.register import register
+from apply_events.state import StateContext, make_want
+from generation.actions.base import ActionContext
+from generation.notice import Notice
+from queues.client import QueueOptions
+from queues.registry import QueueRegistry
+from tests.domain.harness import MODERN, Domain, diff, encode
+from tests.domain.race_actions import ACTIONS
+
+ITERATIONS = int(os.environ.get("EVENTQ_RACE_ITERATIONS", "1000"))
+SEED = int(os.environ.get("EVENTQ_RACE_SEED", "20261122"))
+
+RaceAction = Callable[[ActionContext, Domain, random.Random], Awaitable[Any]]
+
+# fetch_event_types a client may ask for (None: everything).
+FETCH_CHOICES: list[frozenset[str] | None] = [
+    None,
+    frozenset({"realm"}),
+    frozenset({"message", "update_message_flags"}),
+    frozenset({"subscription", "stream"}),
+    frozenset({"realm_user", "presence"}),
+    frozenset({"user_settings", "default_streams", "realm"}),
+]
+USERS = ("iago", "hamlet", "othello", "polonius")
+
+
+async def _run_actions(ctx: ActionContext, domain: Domain, rng: random.Random, count: int) -> None:
+    for _ in range(count):
+        action = rng.choice(ACTIONS)
+        await action(ctx, domain, rng)
+
+
+async def _one_register(
+    domain: Domain,
+    rng: random.Random,
+    actions: ActionContext,
+    fetch_conn: Any,
+    registry: QueueRegistry,
+) -> list[str]:
+    """One register with interleaved actions; the differences found (none
+    when correct). `actions` delivers its events into `registry`."""
+    user = rng.choice(USERS)
+    fetch_event_types = rng.choice(FETCH_CHOICES)
+    want = make_want(fetch_event_types)
+    options = QueueOptions(
+        apply_markdown=rng.random() < 0.5,
+        client_gravatar=rng.random() < 0.5,
+        slim_presence=rng.random() < 0.5,
+        capabilities=MODERN if rng.random() < 0.7 else frozenset(),
+    )
+    base = StateContext(
+        user_id=domain.id(user),
+        realm_id=domain.realm_id,
+        queue_id="",
+        apply_markdown=options.apply_markdown,
+        client_gravatar=options.client_gravatar,
+        slim_presence=options.slim_presence,
+        include_subscribers=rng.random() < 0.5,
+        capabilities=options.capabilities,
+        server_generation=1,
+        longpoll_timeout_secs=90,
+    )
+    client_box: list[Any] = []
+
+    def allocate() -> str:
+        client = registry.allocate(base.user_id, domain.realm_id, options, 0.0)
+        client_box.append(client)
+        return client.queue_id
+
+    async def between(_section: str) -> None:
+        await _run_actions(actions, domain, rng, rng.randint(0, 2))
+
+    async def fetch(ctx: StateContext, want_: Callable[[str], bool]) -> dict[str, Any]:
+        await between("before")
+        state = await fetch_initial_state(fetch_conn, ctx, want_, between=between)
+        await between("after")
+        return state
+
+    def queue_events(queue_id: str) -> list[dict[str, Any]]:
+        return [p.client_event(i) for i, p in client_box[0].event_queue.contents()]
+
+    state = await register(
+        fetch_event_types=fetch_event_types,
+        allocate_queue=allocate,
+        make_context=lambda queue_id: dataclasses.replace(base, queue_id=queue_id),
+        fetch_state=fetch,
+        queue_events=queue_events,
+        drop_queue=lambda queue_id: None,
+        post_process=False,
+    )
+    ctx = dataclasses.replace(base, queue_id=client_box[0].queue_id)
+    # More changes after register, then a quiet point: the client's first
+    # polls acknowledge the replayed events and get the rest.
+    await _run_actions(actions, domain, rng, rng.randint(0, 3))
+    queue = client_box[0].event_queue
+    queue.prune(state["last_event_id"])
+    later = [p.client_event(i) for i, p in queue.contents()]
+    apply_events(state, later, want, ctx)
+    post_process_state(state, want, ctx)
+    fresh = await fetch_initial_state(fetch_conn, ctx, want)
+    post_process_state(fresh, want, ctx)
+    for key in ("queue_id", "last_event_id"):
+        state.pop(key)
+    return diff(state, fresh)
+
+
+def test_register_state_plus_events_equals_a_fresh_fetch(domain):
+    rng = random.Random(SEED)
+
+    async def go() -> None:
+        registry = QueueRegistry(encode)
+
+        async def sink(notice: Notice) -> None:
+            registry.deliver(notice.event, notice.users, notice.realm_id, 0.0)
+
+        async with (
+            await psycopg.AsyncConnection.connect(domain.database_url, autocommit=True) as conn,
+            await psycopg.AsyncConnection.connect(domain.database_url, autocommit=True) as fetch,
+        ):
+            actions = ActionContext(conn, sink)
+            for iteration in range(ITERATIONS):
+                differences = await _one_register(domain, rng, actions, fetch, registry)
+                assert not differences, (
+                    f"iteration {iteration} (EVENTQ_RACE_SEED={SEED}):\n"
+                    + "\n".join(differences[:30])
+                )
+                # Keep the registry small: the queues of past iterations go.
+                for client in list(registry):
+                    registry.end(client, "deleted", 0.0)
+
+    asyncio.run(go())
