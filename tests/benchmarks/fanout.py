@@ -9,8 +9,10 @@ It builds its own world and tears it down: a fresh PostgreSQL database
 `eventq_bench_<random>` (on the server of EVENTQ_DATABASE_URL, default
 `host=127.0.0.1 user=postgres`), migrated, with one realm and one user per
 `--clients-per-user` clients (bulk COPY); the real server as a subprocess
-(`python -m server serve`) on a free port. Whatever happens (error, Ctrl-C,
-SIGTERM) the server is stopped and the database dropped (unless --keep-db).
+(`python -m server serve`) on a free port, without a broker (EVENTQ_AMQP_URL
+empty: it must not consume the notify queue of the default vhost). Whatever
+happens (error, Ctrl-C, SIGTERM) the server is stopped and the database
+dropped (unless --keep-db).
 
 The load generator runs in this process on raw asyncio protocols (no aiohttp
 or httpx: on 2 cores the generator's own CPU competes with the server, see
@@ -29,7 +31,9 @@ Phases, in this order (the report is ordered by topic):
    disconnected), --warmup uncounted rounds then --rounds rounds of one event
    to every parked client, each round started only once the server's stats
    say every client has re-parked. Latency of a client = when it finished
-   reading its response - the event's send time. Medians over the rounds.
+   reading its response - the event's send time. The server's CPU is read
+   at the last client's read and again once it is idle (after the re-polls).
+   Medians over the rounds.
 3. throughput: --throughput-clients clients; --injectors connections, each
    with --pipeline notices in flight, send notices to all of them for
    --duration s. Delivered events/s counts events read by clients inside the
@@ -180,7 +184,7 @@ class Database:
         self.created = False
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: SIGTERM the server if this process dies
     (even by SIGKILL), so no server outlives its benchmark."""
     with contextlib.suppress(OSError, AttributeError):
@@ -196,7 +200,13 @@ def free_port() -> int:
 class ServerProcess:
     """`python -m server serve`, its log in `state_dir/server.log`."""
 
-    def __init__(self, database_url: str, state_dir: Path, secret: str):
+    def __init__(
+        self,
+        database_url: str,
+        state_dir: Path,
+        secret: str,
+        extra_env: dict[str, str] | None = None,
+    ):
         self.state_dir = state_dir
         self.secret = secret
         self.port = free_port()
@@ -210,8 +220,14 @@ class ServerProcess:
                 "EVENTQ_LOG_LEVEL": "WARNING",
                 # No heartbeat may wake a parked request during a measurement.
                 "EVENTQ_HEARTBEAT_SECS": "3600",
+                # No broker unless the caller names one: notices come through
+                # /api/internal/notify_tornado, and a server started here must
+                # never consume the notify queue of the default vhost (that of
+                # a developer's own server on this machine).
+                "EVENTQ_AMQP_URL": "",
             }
         )
+        env.update(extra_env or {})
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -230,7 +246,7 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C reaches us; we stop the server
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 (no threads yet)
+                preexec_fn=die_with_parent,  # noqa: PLW1509 (no threads yet)
             )
         deadline = time.monotonic() + timeout
         last_error = ""
@@ -308,6 +324,30 @@ class ServerProcess:
             log("server did not stop within 30 s of SIGTERM; killing it")
             proc.kill()
             proc.wait(10)
+
+
+def source_state() -> str:
+    """The code the server runs: REPO's commit and the files changed since
+    (outside tests/), so that a result says what it measured."""
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return f"{REPO} (not a git checkout)"
+    changed = [line[3:] for line in status.splitlines() if not line[3:].startswith("tests/")]
+    return f"commit {commit}" + (f" + uncommitted {', '.join(changed)}" if changed else "")
 
 
 def own_cpu_secs() -> float:
@@ -592,6 +632,20 @@ class Bench:
         result: dict[str, Any] = orjson.loads(body)
         return result
 
+    async def server_idle(self, quiet_secs: float = 0.1, limit_secs: float = 10.0) -> float:
+        """The server's CPU seconds once it has used none for `quiet_secs`
+        (read from /proc, so without adding work to it, unlike `stats`)."""
+        last = self.server.cpu_secs()
+        quiet_since = time.monotonic()
+        deadline = quiet_since + limit_secs
+        while time.monotonic() - quiet_since < quiet_secs and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            now = self.server.cpu_secs()
+            if now != last:
+                last = now
+                quiet_since = time.monotonic()
+        return last
+
     async def wait_parked(self, count: int, limit_secs: float = 60.0) -> dict[str, Any]:
         """Until the server says exactly `count` requests are parked."""
         deadline = time.monotonic() + limit_secs
@@ -762,7 +816,10 @@ class Bench:
                 await self.wait_until(
                     all_received, 30, f"{size} clients to receive event {current.seq}", step=0.001
                 )
-                cpu1, own1 = self.server.cpu_secs(), own_cpu_secs()
+                cpu_read, own1 = self.server.cpu_secs(), own_cpu_secs()
+                # The round's work goes on after the last read: every client's
+                # re-poll is parsed, authenticated and parked.
+                cpu1 = await self.server_idle()
                 self.round = None
                 latencies = sorted(current.latencies)
                 row = {
@@ -772,6 +829,7 @@ class Bench:
                     "last_ms": latencies[-1] * 1000,
                     "notify_ms": notify_ms,
                     "server_cpu_ms": (cpu1 - cpu0) * 1000,
+                    "server_cpu_to_last_read_ms": (cpu_read - cpu0) * 1000,
                     "generator_cpu_ms": (own1 - own0) * 1000,
                 }
                 kind = "warm-up" if number < self.args.warmup else "round"
@@ -779,7 +837,9 @@ class Bench:
                     f"  fan-out {size} {kind}: first {row['first_ms']:.1f} p50 {row['p50_ms']:.1f}"
                     f" p99 {row['p99_ms']:.1f} last {row['last_ms']:.1f} ms"
                     f" (notify answered in {notify_ms:.1f} ms; CPU server"
-                    f" {row['server_cpu_ms']:.0f} ms, generator {row['generator_cpu_ms']:.0f} ms)"
+                    f" {row['server_cpu_to_last_read_ms']:.0f} ms to the last read,"
+                    f" {row['server_cpu_ms']:.0f} ms until idle; generator"
+                    f" {row['generator_cpu_ms']:.0f} ms)"
                 )
                 if number >= self.args.warmup:
                     rows.append(row)
@@ -913,12 +973,20 @@ class Bench:
 # -- py-spy ---------------------------------------------------------------
 
 
-def start_py_spy(pid: int, output: Path, duration: float, native: bool) -> subprocess.Popen[bytes]:
+def start_py_spy(
+    pid: int, output: Path, duration: float | None, native: bool
+) -> subprocess.Popen[bytes]:
+    """py-spy recording `pid` into `output` for `duration` s, or until it is
+    sent SIGINT (`duration` None); `finish_py_spy` waits for it."""
     binary = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(binary).exists():
         raise BenchError("--py-spy needs py-spy (pip install py-spy into this venv)")
-    log(f"  py-spy recording the server for {duration:.0f} s into {output}")
-    command = [binary, "record", "--pid", str(pid), "--duration", str(max(1, int(duration)))]
+    command = [binary, "record", "--pid", str(pid)]
+    if duration is None:
+        log(f"  py-spy recording the server into {output}")
+    else:
+        log(f"  py-spy recording the server for {duration:.0f} s into {output}")
+        command += ["--duration", str(max(1, int(duration)))]
     # Native stacks (GC, syscalls) need the process paused at each sample:
     # a lower rate keeps that perturbation small.
     command += ["--native", "--rate", "50"] if native else ["--nonblocking", "--rate", "200"]
@@ -926,13 +994,13 @@ def start_py_spy(pid: int, output: Path, duration: float, native: bool) -> subpr
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-_OUR_PACKAGES = ("server/", "queues/", "generation/", "apply_events/")
+OUR_PACKAGES = ("server/", "queues/", "generation/", "apply_events/")
 _SYSCALLS = frozenset(
     {"send", "recv", "epoll_ctl", "epoll_wait", "setsockopt", "accept4", "write", "read", "close"}
 )
 
 
-def _function(frame: str) -> str:
+def frame_function(frame: str) -> str:
     """`func (path/module.py:123)` -> `func (path/module.py)`."""
     name, _, where = frame.partition(" (")
     if ":" not in where:  # a native frame: `send (libc.so.6)`
@@ -943,7 +1011,7 @@ def _function(frame: str) -> str:
 def _is_ours(frame: str) -> bool:
     """A frame of our code other than the entry point (in every sample)."""
     where = frame.partition(" (")[2]
-    return where.startswith(_OUR_PACKAGES) and not where.startswith(("server/cli.py", "server/__"))
+    return where.startswith(OUR_PACKAGES) and not where.startswith(("server/cli.py", "server/__"))
 
 
 def _category(frames: list[str]) -> str:
@@ -956,13 +1024,25 @@ def _category(frames: list[str]) -> str:
         return f"syscall {leaf}"
     python = [frame for frame in frames if ".py:" in frame]
     where = python[-1].partition(" (")[2] if python else ""
-    if where.startswith(_OUR_PACKAGES):
+    if where.startswith(OUR_PACKAGES):
         return "eventq Python code"
     if where.startswith("tornado/"):
         return "tornado Python code"
+    if where.startswith("pika/"):
+        return "pika Python code (AMQP)"
     if where.startswith(("asyncio/", "selectors.py")):
         return "asyncio Python code"
     return "other"
+
+
+def read_stacks(output: Path) -> list[tuple[list[str], int]]:
+    """py-spy's raw output: (frames, outermost first; sample count) per stack."""
+    stacks = []
+    for line in output.read_text(errors="replace").splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if stack and count_text.isdigit():
+            stacks.append((stack.split(";"), int(count_text)))
+    return stacks
 
 
 def finish_py_spy(spy: subprocess.Popen[bytes], output: Path) -> dict[str, Any]:
@@ -979,16 +1059,11 @@ def finish_py_spy(spy: subprocess.Popen[bytes], output: Path) -> dict[str, Any]:
     ours: collections.Counter[str] = collections.Counter()
     categories: collections.Counter[str] = collections.Counter()
     total = 0
-    for line in output.read_text(errors="replace").splitlines():
-        stack, _, count_text = line.rpartition(" ")
-        if not stack or not count_text.isdigit():
-            continue
-        count = int(count_text)
+    for frames, count in read_stacks(output):
         total += count
-        frames = stack.split(";")
-        own[_function(frames[-1])] += count
+        own[frame_function(frames[-1])] += count
         categories[_category(frames)] += count
-        for name in {_function(f) for f in frames if _is_ours(f)}:
+        for name in {frame_function(f) for f in frames if _is_ours(f)}:
             ours[name] += count
     if not total:
         return {"error": "no samples"}
@@ -1021,6 +1096,7 @@ def render(results: dict[str, Any]) -> str:
     out.write(
         f"\neventq fan-out benchmark  ({config['cpus']} CPUs, generator loop"
         f" {config['generator_loop']}, {config['clients_per_user']} clients per user)\n"
+        f"server code: {config['source']}\n"
     )
     rows: list[tuple[str, str, str]] = []
     for size, phase in results["fanout"].items():
@@ -1042,9 +1118,16 @@ def render(results: dict[str, Any]) -> str:
         )
         rows.append(
             (
-                f"fan-out to {int(size):,}: server / generator CPU per round",
-                f"{median['server_cpu_ms']:.0f} / {median['generator_cpu_ms']:.0f} ms"
+                f"fan-out to {int(size):,}: server CPU to last read / until idle",
+                f"{median['server_cpu_to_last_read_ms']:.0f} / {median['server_cpu_ms']:.0f} ms"
                 f" ({median['server_cpu_ms'] * 1000 / int(size):.0f} us/client)",
+                "-",
+            )
+        )
+        rows.append(
+            (
+                f"fan-out to {int(size):,}: generator CPU per round",
+                f"{median['generator_cpu_ms']:.0f} ms",
                 "-",
             )
         )
@@ -1314,6 +1397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "generator_loop": loop_name,
             "python": sys.version.split()[0],
+            "source": source_state(),
         },
         "reference_nginx_nchan": REFERENCE,
         "fanout": {},
