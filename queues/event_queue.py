@@ -121,6 +121,15 @@ class EventQueue:
             return
         if last_event_id >= self.next_event_id:
             raise EventNotInQueue(last_event_id)
+        items = self._items
+        if items and items[-1][0] <= last_event_id:
+            # The usual case: the client acknowledges all it was sent.
+            if items[-1][0] != last_event_id:
+                raise EventNotInQueue(last_event_id)
+            items.clear()
+            self.bytes = 0  # nothing collapsed is left after _materialize
+            self.newest_pruned_id = last_event_id
+            return
         count = 0
         boundary = self.newest_pruned_id
         for event_id, _ in self._items:

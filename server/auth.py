@@ -13,6 +13,7 @@ import binascii
 import contextlib
 import dataclasses
 import hmac
+import random
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -20,6 +21,10 @@ from collections.abc import Awaitable, Callable
 from generation.accounts import ROLE_GUEST, api_key_id, hash_api_key, is_well_formed_api_key
 from server.db import ApiKeyRow, DatabaseUnavailable
 from server.errors import BASIC_CHALLENGE, SESSION_CHALLENGE, ApiError
+
+# Background re-checks at once: a burst of stale entries must not take the
+# whole database pool from registers and actions.
+MAX_BACKGROUND_CHECKS = 4
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -84,9 +89,11 @@ class Authenticator:
         self._stale = stale_secs
         self._max_entries = max_entries
         self._clock = clock
-        # header value -> (user, checked at); least recently used first. An
-        # entry younger than the TTL is trusted; one younger than TTL + stale
-        # is still served while it is checked again in the background.
+        # header value -> (user, fresh until); least recently used first. A
+        # fresh entry is trusted; one stale by less than `stale_secs` is still
+        # served while it is checked again in the background. Each entry's
+        # freshness is jittered by +-25% so that clients that connected
+        # together are not all re-checked in the same second.
         self._cache: OrderedDict[str, tuple[AuthUser, float]] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[AuthUser]] = {}
         self._refreshing: set[asyncio.Task[None]] = set()
@@ -105,12 +112,12 @@ class Authenticator:
         if header is not None:
             cached = self._cache.get(header)
             if cached is not None:
-                user, checked_at = cached
-                age = self._clock() - checked_at
-                if age < self._ttl:
+                user, fresh_until = cached
+                now = self._clock()
+                if now < fresh_until:
                     self._cache.move_to_end(header)
                     return user
-                if age < self._ttl + self._stale:
+                if now < fresh_until + self._stale:
                     self._cache.move_to_end(header)
                     self._refresh_later(header)
                     return user
@@ -137,15 +144,16 @@ class Authenticator:
         finally:
             del self._inflight[header]
         future.set_result(user)
-        self._cache[header] = (user, self._clock())
+        jitter = random.uniform(0.75, 1.25)  # noqa: S311 (spreading load, not a secret)
+        self._cache[header] = (user, self._clock() + self._ttl * jitter)
         self._cache.move_to_end(header)
         while len(self._cache) > self._max_entries:
             self._cache.popitem(last=False)
         return user
 
     def _refresh_later(self, header: str) -> None:
-        if header in self._inflight:
-            return
+        if header in self._inflight or len(self._refreshing) >= MAX_BACKGROUND_CHECKS:
+            return  # served stale; a later request checks it
         email, api_key = parse_basic(header)
 
         async def refresh() -> None:
