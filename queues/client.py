@@ -31,6 +31,8 @@ CAPABILITIES = frozenset(
     }
 )
 
+_LEGACY_SETTINGS_EVENTS = frozenset({"update_display_settings", "update_global_notifications"})
+
 # Why a parked request is being answered.
 WakeReason = Literal["events", "displaced", "deleted", "overflow"]
 
@@ -159,6 +161,10 @@ class ClientDescriptor:
         if event_type == "typing" and "stream_id" in event:
             # Channel typing notifications only for clients that declared them.
             return "stream_typing_notifications" in self.options.capabilities
+        if event_type in _LEGACY_SETTINGS_EVENTS:
+            # Clients with the user_settings object get `user_settings` events
+            # instead (reference 2.5 rule 5).
+            return "user_settings_object" not in self.options.capabilities
         return True
 
     def expired(self, now: float) -> bool:

@@ -61,6 +61,7 @@ class _RegisterBase(TypedDict):
     zulip_feature_level: int
     zulip_merge_base: str
     ignored_parameters_unsupported: NotRequired[list[str]]
+    server_timestamp: NotRequired[float]
 
 
 def _form(name: str, schema: JsonSchema, description: str, required: bool = False) -> JsonSchema:

@@ -32,6 +32,8 @@ ONLY_IN = {
         "generation/send.py",
     },
     ("apply_events", "psycopg"): {"apply_events/fetch/"},
+    # rendering message content, for the actions that store it
+    ("generation", "markdown_it"): {"generation/markdown.py"},
 }
 
 

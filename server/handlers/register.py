@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from typing import Any
 
 from apply_events.engine import fetch_initial_state
@@ -94,6 +95,10 @@ class RegisterHandler(BaseHandler):
             "zulip_merge_base": ZULIP_MERGE_BASE,
             **state,
         }
+        if "presences" in state:
+            # When the presences were read (Zulip's presence section); not
+            # part of the section itself, which must equal a later fetch.
+            body["server_timestamp"] = time.time()
         if ignored:
             body["ignored_parameters_unsupported"] = ignored
         self.write_success(body)

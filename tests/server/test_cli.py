@@ -15,7 +15,17 @@ from tests.support import REPO, Api
 
 def eventq(database_url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("EVENTQ_")}
-    environ.update({"EVENTQ_DATABASE_URL": database_url, **env})
+    # Commands that send events (user create) must not reach a real broker's
+    # default vhost: no broker, and a notify endpoint nobody listens on.
+    environ.update(
+        {
+            "EVENTQ_DATABASE_URL": database_url,
+            "EVENTQ_AMQP_URL": "",
+            "EVENTQ_NOTIFY_URL": "http://127.0.0.1:1/api/internal/notify_tornado",
+            "EVENTQ_SHARED_SECRET": "cli-tests",
+            **env,
+        }
+    )
     return subprocess.run(
         [sys.executable, "-m", "server", *args],
         cwd=REPO,
