@@ -92,6 +92,8 @@ class EventQueue:
         event_id = self.next_event_id
         self.next_event_id += 1
         self.bytes += payload.size
+        if self._virtual and payload.event.get("type") == "update_message_flags":
+            self._settle_opposite(payload.event)
         key = payload.collapse
         if key is None:
             self._items.append((event_id, payload))
@@ -102,6 +104,18 @@ class EventQueue:
         else:
             collapsing.add(event_id, payload)
         return event_id
+
+    def _settle_opposite(self, event: Event) -> None:
+        """Before a flag change, fix in place the unread collapsed changes of
+        the same flag in the other direction. Otherwise "read X", "unread X",
+        "read Y" would fold the two reads together after the unread, and the
+        client would end with X read: Zulip's known flaw (reference 2.6),
+        which we do not reproduce. Changes of other flags or kinds keep
+        collapsing across it."""
+        operation = event.get("operation", event.get("op"))
+        opposite = {"add": "remove", "remove": "add"}.get(str(operation))
+        if opposite is not None and f"flags/{opposite}/{event.get('flag')}" in self._virtual:
+            self._materialize()
 
     def prune(self, last_event_id: int) -> None:
         """Drop every event with id <= `last_event_id`: the client has them.

@@ -164,13 +164,17 @@ def test_different_full_types_collapse_separately():
     push(queue, flag_event("read", "add", [1], 1))
     push(queue, flag_event("starred", "add", [2], 2))
     push(queue, flag_event("read", "add", [3], 3))
+    # Unstarring settles the pending stars (and the rest) before it ...
     push(queue, flag_event("starred", "remove", [4], 4))
+    # ... and starring again settles the pending unstar: no reordering of
+    # opposite changes of one flag (unlike Zulip).
     push(queue, flag_event("starred", "add", [5], 5))
 
     assert read_events(queue) == [
+        {**flag_event("starred", "add", [2], 2), "id": 1},
         {**flag_event("read", "add", [1, 3], 3), "id": 2},
         {**flag_event("starred", "remove", [4], 4), "id": 3},
-        {**flag_event("starred", "add", [2, 5], 5), "id": 4},
+        {**flag_event("starred", "add", [5], 5), "id": 4},
     ]
 
 
@@ -496,3 +500,19 @@ def test_acknowledging_past_an_unread_collapsed_event_drops_it_too():
     assert queue.empty()
     assert queue.bytes == 0
     assert read_events(queue) == []
+
+
+def test_an_opposite_flag_change_stops_the_collapse_before_it():
+    queue = EventQueue(encode)
+    push(queue, flag_event("starred", "add", [1], 1))  # id 0
+    push(queue, flag_event("starred", "remove", [1], 2))  # id 1: settles id 0 first
+    push(queue, flag_event("starred", "add", [2], 3))  # id 2: settles id 1 first
+    push(queue, {"type": "other"})  # id 3
+    push(queue, flag_event("starred", "add", [3], 4))  # id 4: folds into id 2
+    events = read_events(queue)
+    assert [(e["id"], e.get("op"), e.get("messages")) for e in events] == [
+        (0, "add", [1]),
+        (1, "remove", [1]),
+        (3, None, None),
+        (4, "add", [2, 3]),
+    ]
