@@ -39,9 +39,14 @@ def schema_of(annotation: object, definitions: dict[str, JsonSchema] | None = No
         if definitions is None:
             return _object_schema(annotation, None)
         name = annotation.__name__
+        python_name = f"{annotation.__module__}.{annotation.__qualname__}"
         if name not in definitions:
-            definitions[name] = {}  # placeholder against recursion
-            definitions[name] = _object_schema(annotation, definitions)
+            definitions[name] = {"x-python": python_name}  # placeholder against recursion
+            definitions[name] = {**_object_schema(annotation, definitions), "x-python": python_name}
+        elif definitions[name].get("x-python") != python_name:
+            raise TypeError(
+                f"two schemas named {name}: {python_name} and {definitions[name]['x-python']}"
+            )
         return {"$ref": f"#/components/schemas/{name}"}
     origin = get_origin(annotation)
     args = get_args(annotation)
