@@ -1,5 +1,179 @@
-"""Events of the streams area (see generation/events/__init__.py)."""
+"""Events of the streams area: streams (Zulip's channels), subscriptions and
+the realm's default streams (see generation/events/__init__.py).
+
+Shapes are Zulip's (feature level 419) for the fields we model; a stream
+object carries `stream_id`, `name`, `description`, `rendered_description`,
+`invite_only` and `date_created`, a subscription adds the user's own `color`,
+`is_muted` (with its legacy inverse `in_home_view`) and `pin_to_top`.
+
+Who can see a stream (and its subscriber list): its active subscribers, and
+for a public stream every active user who is not a guest. Every event about a
+stream goes only to users who can see it.
+"""
 
 from __future__ import annotations
 
-EVENTS: dict[tuple[str, str | None], type] = {}
+import html
+import re
+from typing import Literal, NotRequired, TypedDict
+
+# The stream properties a `stream` update event may carry.
+StreamProperty = Literal["name", "description", "invite_only"]
+# The per-user subscription properties a `subscription` update event may carry.
+SubscriptionProperty = Literal["color", "is_muted", "in_home_view", "pin_to_top"]
+
+
+class BasicStream(TypedDict):
+    """A stream as every user who can see it knows it."""
+
+    stream_id: int
+    name: str
+    description: str
+    # The description as HTML (see `render_description`).
+    rendered_description: str
+    invite_only: bool
+    # UNIX seconds.
+    date_created: int
+
+
+class SubscribedStream(BasicStream):
+    """A stream as one of its subscribers knows it: the stream, the user's
+    settings for it, and its active subscribers (user ids, ascending)."""
+
+    color: str
+    is_muted: bool
+    # Zulip's legacy name for `not is_muted`, kept for older clients.
+    in_home_view: bool
+    pin_to_top: bool
+    subscribers: list[int]
+
+
+class StreamCreateEvent(TypedDict):
+    """Streams the user can now see: new ones, or ones they gained access to
+    (a private stream made public, a private stream they were added to, a
+    public one a guest was added to)."""
+
+    id: int
+    type: Literal["stream"]
+    op: Literal["create"]
+    streams: list[BasicStream]
+
+
+class DeletedStream(TypedDict):
+    stream_id: int
+
+
+class StreamDeleteEvent(TypedDict):
+    """Streams the user can no longer see: deleted (archived) ones, or ones
+    they lost access to. `streams` is Zulip's legacy form of `stream_ids`."""
+
+    id: int
+    type: Literal["stream"]
+    op: Literal["delete"]
+    streams: list[DeletedStream]
+    stream_ids: list[int]
+
+
+class StreamUpdateEvent(TypedDict):
+    """One property of a stream changed. `name` is the stream's name before
+    the change (for a rename, `value` is the new one); `rendered_description`
+    comes with a description change only."""
+
+    id: int
+    type: Literal["stream"]
+    op: Literal["update"]
+    stream_id: int
+    name: str
+    property: StreamProperty
+    value: str | bool
+    rendered_description: NotRequired[str]
+
+
+class SubscriptionAddEvent(TypedDict):
+    """The user was subscribed to these streams."""
+
+    id: int
+    type: Literal["subscription"]
+    op: Literal["add"]
+    subscriptions: list[SubscribedStream]
+
+
+class RemovedSubscription(TypedDict):
+    name: str
+    stream_id: int
+
+
+class SubscriptionRemoveEvent(TypedDict):
+    """The user was unsubscribed from these streams."""
+
+    id: int
+    type: Literal["subscription"]
+    op: Literal["remove"]
+    subscriptions: list[RemovedSubscription]
+
+
+class SubscriptionUpdateEvent(TypedDict):
+    """One of the user's own settings for a stream changed."""
+
+    id: int
+    type: Literal["subscription"]
+    op: Literal["update"]
+    stream_id: int
+    property: SubscriptionProperty
+    value: str | bool
+
+
+class SubscriptionPeerAddEvent(TypedDict):
+    """Other users were subscribed to streams whose subscribers the user can
+    see (or the user just gained sight of these subscribers)."""
+
+    id: int
+    type: Literal["subscription"]
+    op: Literal["peer_add"]
+    stream_ids: list[int]
+    user_ids: list[int]
+
+
+class SubscriptionPeerRemoveEvent(TypedDict):
+    """Users left streams whose subscribers the user can see."""
+
+    id: int
+    type: Literal["subscription"]
+    op: Literal["peer_remove"]
+    stream_ids: list[int]
+    user_ids: list[int]
+
+
+class DefaultStreamsEvent(TypedDict):
+    """The realm's default streams (new users join them), all of them, as
+    stream ids (Zulip's form since it stopped sending stream objects)."""
+
+    id: int
+    type: Literal["default_streams"]
+    default_streams: list[int]
+
+
+EVENTS: dict[tuple[str, str | None], type] = {
+    ("stream", "create"): StreamCreateEvent,
+    ("stream", "delete"): StreamDeleteEvent,
+    ("stream", "update"): StreamUpdateEvent,
+    ("subscription", "add"): SubscriptionAddEvent,
+    ("subscription", "remove"): SubscriptionRemoveEvent,
+    ("subscription", "update"): SubscriptionUpdateEvent,
+    ("subscription", "peer_add"): SubscriptionPeerAddEvent,
+    ("subscription", "peer_remove"): SubscriptionPeerRemoveEvent,
+    ("default_streams", None): DefaultStreamsEvent,
+}
+
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
+
+
+def render_description(description: str) -> str:
+    """A stream description as the HTML clients display: its paragraphs
+    (split at blank lines), escaped, with single newlines as line breaks; ""
+    for an empty description. Pure and deterministic: actions put it in
+    events and the state fetch computes it, and the two must agree."""
+    paragraphs = [p.strip() for p in _PARAGRAPH_BREAK.split(description.strip()) if p.strip()]
+    return "".join(
+        "<p>" + html.escape(paragraph).replace("\n", "<br>\n") + "</p>" for paragraph in paragraphs
+    )

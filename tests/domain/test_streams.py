@@ -1,0 +1,1094 @@
+"""verify_action for streams, subscriptions and default streams, seen by each
+kind of user: a subscriber, a member who is not, a guest, and users who gain
+or lose sight of a stream. Plus the refusals.
+
+The Domain realm: iago (admin), hamlet, othello (members), polonius (guest);
+Denmark (public: iago, hamlet, othello), Verona (public: hamlet; default),
+Scotland (private: iago, othello).
+
+The last test races random stream actions against register;
+EVENTQ_STREAMS_RACE_ITERATIONS (default 300) and EVENTQ_RACE_SEED choose the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import os
+import random
+from typing import Any
+
+import psycopg
+import pytest
+
+from apply_events.engine import apply_events, fetch_initial_state, post_process_state
+from apply_events.register import register
+from apply_events.state import StateContext, make_want
+from generation import accounts
+from generation.actions import streams as actions
+from generation.actions.base import ActionContext, ActionError
+from generation.actions.streams import (
+    StreamRequest,
+    do_add_default_stream,
+    do_add_subscriptions,
+    do_change_stream_description,
+    do_change_stream_invite_only,
+    do_create_stream,
+    do_delete_stream,
+    do_remove_default_stream,
+    do_remove_subscriptions,
+    do_rename_stream,
+    do_update_subscription_properties,
+    send_stream_access_for_role,
+    send_subscriber_activity,
+    subscribe_to_default_streams,
+)
+from generation.notice import Notice
+from queues.client import QueueOptions
+from queues.registry import QueueRegistry
+from tests.domain.harness import MODERN, Domain, covers, diff, encode
+
+STREAM_SECTIONS = ["stream", "subscription", "default_streams"]
+_names = (f"Rome {n}" for n in itertools.count())
+
+
+def _by_id(entries):
+    return {entry["stream_id"]: entry for entry in entries}
+
+
+def _subscribe(domain, actor, stream, *users):
+    principals = [domain.id(user) for user in users] if users else None
+    return lambda ctx: do_add_subscriptions(
+        ctx, domain.id(actor), domain.realm_id, [StreamRequest(stream)], principals=principals
+    )
+
+
+def _unsubscribe(domain, actor, stream, *users):
+    principals = [domain.id(user) for user in users] if users else None
+    return lambda ctx: do_remove_subscriptions(
+        ctx, domain.id(actor), domain.realm_id, [stream], principals=principals
+    )
+
+
+# -- creating streams -----------------------------------------------------------
+
+
+@covers(("stream", "create"), ("subscription", "add"), ("subscription", "peer_add"))
+@pytest.mark.parametrize("include_subscribers", [True, False])
+def test_creating_a_public_stream(domain, include_subscribers):
+    hamlet = domain.id("hamlet")
+
+    def create(ctx):
+        return do_create_stream(ctx, hamlet, domain.realm_id, next(_names), description="Roman")
+
+    creator = domain.verify(create, num_events=2, include_subscribers=include_subscribers)
+    assert [e["type"] for e in creator] == ["stream", "subscription"]
+    [subscription] = creator[1]["subscriptions"]
+    assert subscription["subscribers"] == [hamlet]
+    assert subscription["rendered_description"] == "<p>Roman</p>"
+    # Another member sees it appear, never subscribed, with its subscriber.
+    other = domain.verify(
+        create, user="othello", num_events=2, include_subscribers=include_subscribers
+    )
+    assert [(e["type"], e["op"]) for e in other] == [
+        ("stream", "create"),
+        ("subscription", "peer_add"),
+    ]
+    assert other[1]["user_ids"] == [hamlet]
+    # A guest sees nothing of a public stream they are not in.
+    domain.verify(create, user="polonius", num_events=0, state_change_expected=False)
+    state = domain.fetch("othello")
+    never = {entry["name"]: entry for entry in state["never_subscribed"]}
+    assert never[creator[0]["streams"][0]["name"]]["subscribers"] == [hamlet]
+
+
+@covers(("stream", "create"), ("subscription", "add"))
+def test_creating_a_private_stream_tells_only_its_subscribers(domain):
+    iago, othello = domain.id("iago"), domain.id("othello")
+
+    def create(ctx):
+        return do_create_stream(
+            ctx, iago, domain.realm_id, next(_names), invite_only=True, subscribers=[iago, othello]
+        )
+
+    events = domain.verify(create, user="othello", num_events=2)
+    assert events[0]["streams"][0]["invite_only"] is True
+    assert events[1]["subscriptions"][0]["subscribers"] == [iago, othello]
+    for outsider in ("hamlet", "polonius"):
+        domain.verify(create, user=outsider, num_events=0, state_change_expected=False)
+
+
+@covers(("stream", "create"), ("subscription", "add"), ("subscription", "peer_add"))
+def test_subscribing_to_several_streams_creates_the_missing_ones(domain):
+    def subscribe(actor, name):
+        return lambda ctx: do_add_subscriptions(
+            ctx,
+            domain.id(actor),
+            domain.realm_id,
+            [StreamRequest("verona"), StreamRequest(name), StreamRequest("Denmark")],
+        )
+
+    name = next(_names)
+    events = domain.verify(subscribe("othello", name), user="othello", num_events=2)
+    assert [s["name"] for s in events[1]["subscriptions"]] == ["Verona", name]
+    state = domain.fetch("othello")
+    assert {s["name"] for s in state["subscriptions"]} == {"Denmark", "Verona", "Scotland", name}
+    # Others: the new stream appears; one peer_add covers both streams.
+    name = next(_names)
+    events = domain.verify(subscribe("iago", name), num_events=2)
+    assert events[0]["streams"][0]["name"] == name
+    assert events[1]["user_ids"] == [domain.id("iago")]
+    assert len(events[1]["stream_ids"]) == 2
+
+
+# -- subscribing ----------------------------------------------------------------
+
+
+@covers(("subscription", "add"), ("subscription", "peer_add"))
+@pytest.mark.parametrize("include_subscribers", [True, False])
+def test_subscribing_to_a_public_stream(domain, include_subscribers):
+    othello, verona = domain.id("othello"), domain.streams["Verona"]
+    before = domain.fetch("othello", include_subscribers=include_subscribers)
+    assert verona in _by_id(before["never_subscribed"])
+    [add] = domain.verify(
+        _subscribe(domain, "othello", "Verona"),
+        user="othello",
+        include_subscribers=include_subscribers,
+    )
+    assert add["subscriptions"][0]["subscribers"] == [domain.id("hamlet"), othello]
+    state = domain.fetch("othello", include_subscribers=include_subscribers)
+    assert verona in _by_id(state["subscriptions"])
+    assert verona not in _by_id(state["never_subscribed"])
+    assert ("subscribers" in _by_id(state["subscriptions"])[verona]) is include_subscribers
+    domain.run(_unsubscribe(domain, "othello", "Verona"))
+    # Peers: a subscriber, and a member who can see the subscriber list.
+    for viewer in ("hamlet", "iago"):
+        [peer_add] = domain.verify(
+            _subscribe(domain, "othello", "Verona"),
+            user=viewer,
+            include_subscribers=include_subscribers,
+            state_change_expected=include_subscribers,
+        )
+        assert (peer_add["stream_ids"], peer_add["user_ids"]) == ([verona], [othello])
+        domain.run(_unsubscribe(domain, "othello", "Verona"))
+    domain.verify(
+        _subscribe(domain, "othello", "Verona"),
+        user="polonius",
+        num_events=0,
+        state_change_expected=False,
+    )
+
+
+@covers(("subscription", "add"), ("subscription", "peer_add"))
+def test_resubscribing_keeps_the_old_settings(domain):
+    hamlet, denmark = domain.id("hamlet"), domain.streams["Denmark"]
+    domain.run(
+        lambda ctx: do_update_subscription_properties(ctx, hamlet, [(denmark, "color", "#123456")])
+    )
+    domain.run(_unsubscribe(domain, "hamlet", "Denmark"))
+    assert _by_id(domain.fetch()["unsubscribed"])[denmark]["color"] == "#123456"
+    [add] = domain.verify(_subscribe(domain, "hamlet", "Denmark"))
+    assert add["subscriptions"][0]["color"] == "#123456"
+    domain.run(_unsubscribe(domain, "hamlet", "Denmark"))
+    domain.verify(_subscribe(domain, "hamlet", "Denmark"), user="othello")
+
+
+@covers(("stream", "create"), ("subscription", "add"), ("subscription", "peer_add"))
+def test_a_guest_added_to_a_public_stream_gains_sight_of_it(domain):
+    polonius, verona = domain.id("polonius"), domain.streams["Verona"]
+    assert verona not in _by_id(domain.fetch("polonius")["streams"])
+    events = domain.verify(
+        _subscribe(domain, "iago", "Verona", "polonius"), user="polonius", num_events=2
+    )
+    assert [(e["type"], e["op"]) for e in events] == [("stream", "create"), ("subscription", "add")]
+    assert verona in _by_id(domain.fetch("polonius")["streams"])
+    domain.run(_unsubscribe(domain, "iago", "Verona", "polonius"))
+    [peer_add] = domain.verify(_subscribe(domain, "iago", "Verona", "polonius"), user="hamlet")
+    assert peer_add["user_ids"] == [polonius]
+
+
+@covers(("stream", "create"), ("subscription", "add"), ("subscription", "peer_add"))
+def test_a_member_added_to_a_private_stream_gains_sight_of_it(domain):
+    hamlet, scotland = domain.id("hamlet"), domain.streams["Scotland"]
+    assert scotland not in _by_id(domain.fetch()["streams"])
+    events = domain.verify(_subscribe(domain, "iago", "Scotland", "hamlet"), num_events=2)
+    assert events[1]["subscriptions"][0]["subscribers"] == [
+        domain.id("iago"),
+        hamlet,
+        domain.id("othello"),
+    ]
+    domain.run(_unsubscribe(domain, "iago", "Scotland", "hamlet"))
+    [peer_add] = domain.verify(_subscribe(domain, "iago", "Scotland", "hamlet"), user="othello")
+    assert peer_add["user_ids"] == [hamlet]
+    domain.run(_unsubscribe(domain, "iago", "Scotland", "hamlet"))
+    domain.verify(
+        _subscribe(domain, "iago", "Scotland", "hamlet"),
+        user="polonius",
+        num_events=0,
+        state_change_expected=False,
+    )
+
+
+def test_subscribing_twice_reports_already_subscribed(domain):
+    hamlet = domain.id("hamlet")
+    result = domain.run(_subscribe(domain, "hamlet", "Denmark"))
+    assert result.subscribed == {}
+    assert result.already_subscribed == {hamlet: ["Denmark"]}
+
+
+# -- unsubscribing ----------------------------------------------------------------
+
+
+@covers(("subscription", "remove"), ("subscription", "peer_remove"))
+@pytest.mark.parametrize("include_subscribers", [True, False])
+def test_leaving_a_public_stream(domain, include_subscribers):
+    hamlet, denmark = domain.id("hamlet"), domain.streams["Denmark"]
+    [remove] = domain.verify(
+        _unsubscribe(domain, "hamlet", "Denmark"), include_subscribers=include_subscribers
+    )
+    assert remove["subscriptions"] == [{"name": "Denmark", "stream_id": denmark}]
+    state = domain.fetch(include_subscribers=include_subscribers)
+    assert denmark in _by_id(state["unsubscribed"])
+    assert denmark in _by_id(state["streams"])
+    domain.run(_subscribe(domain, "hamlet", "Denmark"))
+    [peer_remove] = domain.verify(
+        _unsubscribe(domain, "hamlet", "Denmark"),
+        user="othello",
+        include_subscribers=include_subscribers,
+        state_change_expected=include_subscribers,
+    )
+    assert (peer_remove["stream_ids"], peer_remove["user_ids"]) == ([denmark], [hamlet])
+
+
+@covers(("subscription", "remove"), ("stream", "delete"), ("subscription", "peer_remove"))
+def test_leaving_a_private_stream_loses_sight_of_it(domain):
+    othello, scotland = domain.id("othello"), domain.streams["Scotland"]
+    events = domain.verify(
+        _unsubscribe(domain, "othello", "Scotland"), user="othello", num_events=2
+    )
+    assert [(e["type"], e["op"]) for e in events] == [
+        ("subscription", "remove"),
+        ("stream", "delete"),
+    ]
+    state = domain.fetch("othello")
+    assert all(
+        scotland not in _by_id(state[key])
+        for key in ("streams", "subscriptions", "unsubscribed", "never_subscribed")
+    )
+    domain.run(_subscribe(domain, "iago", "Scotland", "othello"))
+    [peer_remove] = domain.verify(_unsubscribe(domain, "othello", "Scotland"), user="iago")
+    assert peer_remove["user_ids"] == [othello]
+    domain.run(_subscribe(domain, "iago", "Scotland", "othello"))
+    for outsider in ("hamlet", "polonius"):
+        domain.verify(
+            _unsubscribe(domain, "othello", "Scotland"),
+            user=outsider,
+            num_events=0,
+            state_change_expected=False,
+        )
+        domain.run(_subscribe(domain, "iago", "Scotland", "othello"))
+
+
+@covers(("subscription", "remove"), ("stream", "delete"))
+def test_a_guest_leaving_a_public_stream_loses_sight_of_it(domain):
+    domain.run(_subscribe(domain, "iago", "Verona", "polonius"))
+    domain.verify(_unsubscribe(domain, "polonius", "Verona"), user="polonius", num_events=2)
+    assert domain.streams["Verona"] not in _by_id(domain.fetch("polonius")["streams"])
+
+
+@covers(("subscription", "remove"), ("subscription", "peer_remove"))
+def test_users_who_leave_together_learn_about_each_other(domain):
+    hamlet, othello = domain.id("hamlet"), domain.id("othello")
+    events = domain.verify(
+        _unsubscribe(domain, "iago", "Denmark", "hamlet", "othello"), num_events=2
+    )
+    assert events[1]["user_ids"] == [hamlet, othello]
+    unsubscribed = _by_id(domain.fetch()["unsubscribed"])[domain.streams["Denmark"]]
+    assert unsubscribed["subscribers"] == [domain.id("iago")]
+
+
+def test_unsubscribing_reports_what_was_not_subscribed(domain):
+    result = domain.run(_unsubscribe(domain, "iago", "Verona"))
+    assert (result.removed, result.not_removed) == ([], ["Verona"])
+
+
+# -- subscription settings ----------------------------------------------------------
+
+
+@covers(("subscription", "update"))
+def test_subscription_properties(domain):
+    hamlet, denmark = domain.id("hamlet"), domain.streams["Denmark"]
+
+    def change(prop, value):
+        return lambda ctx: do_update_subscription_properties(ctx, hamlet, [(denmark, prop, value)])
+
+    [color] = domain.verify(change("color", "#F00"))
+    assert color["value"] == "#ff0000"
+    domain.verify(change("pin_to_top", True))
+    muted = domain.verify(change("is_muted", True), num_events=2)
+    assert [(e["property"], e["value"]) for e in muted] == [
+        ("in_home_view", False),
+        ("is_muted", True),
+    ]
+    unmuted = domain.verify(change("in_home_view", True), num_events=2)
+    assert [(e["property"], e["value"]) for e in unmuted] == [
+        ("in_home_view", True),
+        ("is_muted", False),
+    ]
+    entry = _by_id(domain.fetch()["subscriptions"])[denmark]
+    assert (entry["color"], entry["pin_to_top"], entry["is_muted"], entry["in_home_view"]) == (
+        "#ff0000",
+        True,
+        False,
+        True,
+    )
+    # Only the user's own clients hear of it.
+    domain.verify(
+        change("pin_to_top", False), user="othello", num_events=0, state_change_expected=False
+    )
+
+
+# -- stream administration ----------------------------------------------------------
+
+
+@covers(("stream", "update"))
+def test_renaming_a_stream(domain):
+    iago, denmark = domain.id("iago"), domain.streams["Denmark"]
+    [event] = domain.verify(
+        lambda ctx: do_rename_stream(ctx, iago, domain.realm_id, denmark, "Jutland")
+    )
+    assert (event["name"], event["value"]) == ("Denmark", "Jutland")
+    domain.verify(
+        lambda ctx: do_rename_stream(ctx, iago, domain.realm_id, denmark, "Zealand"), user="iago"
+    )
+    # Seen also by members who never joined; a case-only rename is allowed.
+    domain.verify(
+        lambda ctx: do_rename_stream(
+            ctx, iago, domain.realm_id, domain.streams["Verona"], "VERONA"
+        ),
+        user="othello",
+    )
+    domain.verify(
+        lambda ctx: do_rename_stream(ctx, iago, domain.realm_id, denmark, "Funen"),
+        user="polonius",
+        num_events=0,
+        state_change_expected=False,
+    )
+    assert "Funen" in {s["name"] for s in domain.fetch()["subscriptions"]}
+
+
+@covers(("stream", "update"))
+def test_renaming_a_private_stream_tells_only_its_subscribers(domain):
+    iago, scotland = domain.id("iago"), domain.streams["Scotland"]
+    domain.verify(
+        lambda ctx: do_rename_stream(ctx, iago, domain.realm_id, scotland, "Caledonia"),
+        user="othello",
+    )
+    for outsider in ("hamlet", "polonius"):
+        domain.verify(
+            lambda ctx, name=f"Alba {outsider}": do_rename_stream(
+                ctx, iago, domain.realm_id, scotland, name
+            ),
+            user=outsider,
+            num_events=0,
+            state_change_expected=False,
+        )
+
+
+@covers(("stream", "update"))
+def test_changing_a_description(domain):
+    iago, verona = domain.id("iago"), domain.streams["Verona"]
+    [event] = domain.verify(
+        lambda ctx: do_change_stream_description(
+            ctx, iago, domain.realm_id, verona, "Fair <Verona>\nwhere we lay our scene"
+        ),
+        user="othello",
+    )
+    assert event["value"] == "Fair <Verona> where we lay our scene"
+    assert event["rendered_description"] == "<p>Fair &lt;Verona&gt; where we lay our scene</p>"
+    domain.verify(
+        lambda ctx: do_change_stream_description(ctx, iago, domain.realm_id, verona, ""),
+    )
+    assert _by_id(domain.fetch()["streams"])[verona]["rendered_description"] == ""
+
+
+@covers(("stream", "update"))
+@pytest.mark.parametrize("include_subscribers", [True, False])
+def test_making_a_stream_private_keeps_its_subscribers_informed(domain, include_subscribers):
+    iago, denmark = domain.id("iago"), domain.streams["Denmark"]
+    [event] = domain.verify(
+        lambda ctx: do_change_stream_invite_only(ctx, iago, domain.realm_id, denmark, True),
+        include_subscribers=include_subscribers,
+    )
+    assert (event["property"], event["value"]) == ("invite_only", True)
+    # Unchanged: nothing is sent.
+    domain.verify(
+        lambda ctx: do_change_stream_invite_only(ctx, iago, domain.realm_id, denmark, True),
+        num_events=0,
+        state_change_expected=False,
+    )
+
+
+@covers(("stream", "delete"))
+def test_making_a_stream_private_hides_it_from_non_subscribers(domain):
+    hamlet = domain.id("hamlet")
+    stream_id = domain.run(lambda ctx: do_create_stream(ctx, hamlet, domain.realm_id, "Rome"))
+    # othello never subscribed; iago left it earlier (an unsubscribed row).
+    domain.run(_subscribe(domain, "iago", "Rome"))
+    domain.run(_unsubscribe(domain, "iago", "Rome"))
+    assert stream_id in _by_id(domain.fetch("iago")["unsubscribed"])
+
+    def make_private(ctx):
+        return do_change_stream_invite_only(ctx, None, domain.realm_id, stream_id, True)
+
+    [event] = domain.verify(make_private, user="othello")
+    assert event["stream_ids"] == [stream_id]
+    domain.run(
+        lambda ctx: do_change_stream_invite_only(ctx, None, domain.realm_id, stream_id, False)
+    )
+    domain.run(_subscribe(domain, "iago", "Rome"))
+    domain.run(_unsubscribe(domain, "iago", "Rome"))
+    domain.verify(make_private, user="iago")
+    state = domain.fetch("iago")
+    assert stream_id not in _by_id(state["unsubscribed"]) | _by_id(state["streams"])
+    domain.verify(
+        lambda ctx: do_change_stream_invite_only(ctx, None, domain.realm_id, stream_id, False),
+        user="polonius",
+        num_events=0,
+        state_change_expected=False,
+    )
+
+
+@covers(("stream", "create"), ("subscription", "peer_add"), ("stream", "update"))
+@pytest.mark.parametrize("include_subscribers", [True, False])
+def test_making_a_stream_public_shows_it_with_its_subscribers(domain, include_subscribers):
+    iago, scotland = domain.id("iago"), domain.streams["Scotland"]
+
+    def make(invite_only):
+        return lambda ctx: do_change_stream_invite_only(
+            ctx, iago, domain.realm_id, scotland, invite_only
+        )
+
+    events = domain.verify(make(False), num_events=2, include_subscribers=include_subscribers)
+    assert [(e["type"], e["op"]) for e in events] == [
+        ("stream", "create"),
+        ("subscription", "peer_add"),
+    ]
+    assert events[1]["user_ids"] == [iago, domain.id("othello")]
+    never = _by_id(domain.fetch(include_subscribers=include_subscribers)["never_subscribed"])
+    assert never[scotland]["invite_only"] is False
+    domain.run(make(True))
+    [update] = domain.verify(make(False), user="othello", include_subscribers=include_subscribers)
+    assert (update["property"], update["value"]) == ("invite_only", False)
+    domain.run(make(True))
+    domain.verify(make(False), user="polonius", num_events=0, state_change_expected=False)
+
+
+@covers(("subscription", "remove"), ("stream", "delete"))
+def test_deleting_a_stream(domain):
+    iago, denmark = domain.id("iago"), domain.streams["Denmark"]
+    events = domain.verify(
+        lambda ctx: do_delete_stream(ctx, iago, domain.realm_id, denmark), num_events=2
+    )
+    assert [(e["type"], e["op"]) for e in events] == [
+        ("subscription", "remove"),
+        ("stream", "delete"),
+    ]
+    assert events[1]["streams"] == [{"stream_id": denmark}]
+    state = domain.fetch()
+    assert all(
+        denmark not in _by_id(state[key]) for key in ("streams", "subscriptions", "unsubscribed")
+    )
+    # The name is free again.
+    domain.run(lambda ctx: do_create_stream(ctx, iago, domain.realm_id, "Denmark"))
+
+
+@covers(("subscription", "remove"), ("stream", "delete"), ("default_streams", None))
+def test_deleting_a_default_stream(domain):
+    verona = domain.streams["Verona"]
+
+    def delete(ctx):
+        return do_delete_stream(ctx, None, domain.realm_id, verona)
+
+    events = domain.verify(delete, num_events=3)
+    assert events[2]["default_streams"] == []
+    assert domain.fetch()["realm_default_streams"] == []
+
+
+@covers(("stream", "delete"), ("default_streams", None))
+def test_deleting_a_stream_seen_by_a_non_subscriber(domain):
+    domain.verify(
+        lambda ctx: do_delete_stream(ctx, None, domain.realm_id, domain.streams["Verona"]),
+        user="othello",
+        num_events=2,
+    )
+
+
+def test_deleting_a_private_stream_tells_no_outsider(domain):
+    for outsider in ("hamlet", "polonius"):
+        scotland = domain.run(
+            lambda ctx: do_create_stream(
+                ctx,
+                None,
+                domain.realm_id,
+                next(_names),
+                invite_only=True,
+                subscribers=[domain.id("iago")],
+            )
+        )
+        domain.verify(
+            lambda ctx, s=scotland: do_delete_stream(ctx, None, domain.realm_id, s),
+            user=outsider,
+            num_events=0,
+            state_change_expected=False,
+        )
+
+
+# -- default streams ----------------------------------------------------------------
+
+
+@covers(("default_streams", None))
+def test_default_streams(domain):
+    iago, denmark, verona = domain.id("iago"), domain.streams["Denmark"], domain.streams["Verona"]
+    assert domain.fetch()["realm_default_streams"] == [verona]
+    [event] = domain.verify(lambda ctx: do_add_default_stream(ctx, iago, domain.realm_id, denmark))
+    assert event["default_streams"] == sorted([denmark, verona])
+    domain.verify(lambda ctx: do_remove_default_stream(ctx, iago, domain.realm_id, verona))
+    assert domain.fetch()["realm_default_streams"] == [denmark]
+    # Already default / not default: nothing happens.
+    for action in (do_add_default_stream, do_remove_default_stream):
+        stream = denmark if action is do_add_default_stream else verona
+        domain.verify(
+            lambda ctx, a=action, s=stream: a(ctx, iago, domain.realm_id, s),
+            num_events=0,
+            state_change_expected=False,
+        )
+    # Guests know of no default streams and are not told.
+    assert domain.fetch("polonius")["realm_default_streams"] == []
+    domain.verify(
+        lambda ctx: do_add_default_stream(ctx, iago, domain.realm_id, verona),
+        user="polonius",
+        num_events=0,
+        state_change_expected=False,
+    )
+
+
+@covers(("subscription", "peer_add"))
+def test_new_users_join_the_default_streams(domain):
+    verona = domain.streams["Verona"]
+    created: list[int] = []
+
+    async def create_user(ctx: ActionContext) -> None:
+        async with ctx.transaction():
+            key = accounts.new_api_key()
+            cur = await ctx.conn.execute(
+                "INSERT INTO users (realm_id, email, full_name, api_key_id, api_key_hash)"
+                " VALUES (%s, %s, 'Newcomer', %s, %s) RETURNING id",
+                (
+                    domain.realm_id,
+                    f"new{len(created)}@{domain.subdomain}.example",
+                    accounts.api_key_id(key),
+                    accounts.hash_api_key(key),
+                ),
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            created.append(row[0])
+            assert await subscribe_to_default_streams(ctx, row[0]) == [verona]
+
+    # The users area tells about the user; this test looks at streams only.
+    [peer_add] = domain.verify(create_user, fetch_event_types=STREAM_SECTIONS)
+    assert (peer_add["stream_ids"], peer_add["user_ids"]) == ([verona], created)
+    domain.verify(create_user, user="othello", fetch_event_types=STREAM_SECTIONS)
+
+
+# -- the users area's hooks ---------------------------------------------------------
+
+
+_SET_USER = {
+    "is_active": "UPDATE users SET is_active = %s WHERE id = %s",
+    "role": "UPDATE users SET role = %s WHERE id = %s",
+}
+
+
+def _set_user(domain, name, column, value, hook):
+    """What the users area does: change the user, then call our hook, in
+    one transaction."""
+
+    async def change(ctx: ActionContext) -> None:
+        async with ctx.transaction():
+            await ctx.conn.execute(_SET_USER[column], (value, domain.id(name)))
+            await hook(ctx)
+
+    return change
+
+
+@covers(("subscription", "peer_remove"), ("subscription", "peer_add"))
+def test_deactivated_users_leave_the_subscriber_lists(domain):
+    othello, denmark = domain.id("othello"), domain.streams["Denmark"]
+
+    def activity(active):
+        return _set_user(
+            domain,
+            "othello",
+            "is_active",
+            active,
+            lambda ctx: send_subscriber_activity(ctx, othello),
+        )
+
+    [gone] = domain.verify(activity(False), fetch_event_types=STREAM_SECTIONS)
+    assert (gone["op"], gone["stream_ids"], gone["user_ids"]) == (
+        "peer_remove",
+        [denmark],
+        [othello],
+    )
+    assert othello not in _by_id(domain.fetch()["subscriptions"])[denmark]["subscribers"]
+    [back] = domain.verify(activity(True), fetch_event_types=STREAM_SECTIONS)
+    assert back["op"] == "peer_add"
+    # iago also sees Scotland's subscribers.
+    events = domain.verify(
+        activity(False), user="iago", num_events=2, fetch_event_types=STREAM_SECTIONS
+    )
+    assert sorted(e["stream_ids"][0] for e in events) == sorted(
+        [denmark, domain.streams["Scotland"]]
+    )
+
+
+@covers(
+    ("stream", "delete"),
+    ("default_streams", None),
+    ("stream", "create"),
+    ("subscription", "peer_add"),
+)
+def test_a_role_change_to_or_from_guest_changes_what_the_user_sees(domain):
+    othello = domain.id("othello")
+    domain.run(_subscribe(domain, "othello", "Verona"))
+    domain.run(_unsubscribe(domain, "othello", "Verona"))
+
+    def role(new_role, was_guest):
+        return _set_user(
+            domain,
+            "othello",
+            "role",
+            new_role,
+            lambda ctx: send_stream_access_for_role(ctx, othello, was_guest),
+        )
+
+    guest, member = accounts.ROLES["guest"], accounts.ROLES["member"]
+    events = domain.verify(
+        role(guest, False), user="othello", num_events=2, fetch_event_types=STREAM_SECTIONS
+    )
+    assert events[0]["stream_ids"] == [domain.streams["Verona"]]
+    state = domain.fetch("othello")
+    assert state["unsubscribed"] == []
+    assert state["realm_default_streams"] == []
+    events = domain.verify(
+        role(member, True), user="othello", num_events=3, fetch_event_types=STREAM_SECTIONS
+    )
+    assert [e["type"] for e in events] == ["stream", "subscription", "default_streams"]
+    # Nobody else's view changes.
+    domain.verify(
+        role(guest, False),
+        user="hamlet",
+        num_events=0,
+        state_change_expected=False,
+        fetch_event_types=STREAM_SECTIONS,
+    )
+
+
+@covers(("stream", "update"))
+def test_an_event_outside_fetch_event_types_changes_nothing(domain):
+    iago, denmark = domain.id("iago"), domain.streams["Denmark"]
+    domain.verify(
+        lambda ctx: do_rename_stream(ctx, iago, domain.realm_id, denmark, "Jutland"),
+        fetch_event_types=["realm"],
+        state_change_expected=False,
+    )
+
+
+# -- refusals -------------------------------------------------------------------------
+
+
+def _refused(domain, action, message, code="BAD_REQUEST"):
+    with pytest.raises(ActionError, match=message) as caught:
+        domain.run(action)
+    assert caught.value.code == code
+
+
+def test_only_administrators_manage_streams(domain):
+    hamlet, denmark, realm = domain.id("hamlet"), domain.streams["Denmark"], domain.realm_id
+    for action in (
+        lambda ctx: do_rename_stream(ctx, hamlet, realm, denmark, "Mine"),
+        lambda ctx: do_change_stream_description(ctx, hamlet, realm, denmark, "Mine"),
+        lambda ctx: do_change_stream_invite_only(ctx, hamlet, realm, denmark, True),
+        lambda ctx: do_delete_stream(ctx, hamlet, realm, denmark),
+        lambda ctx: do_add_default_stream(ctx, hamlet, realm, denmark),
+        lambda ctx: do_remove_default_stream(ctx, hamlet, realm, denmark),
+        _subscribe(domain, "hamlet", "Denmark", "polonius"),
+        _unsubscribe(domain, "hamlet", "Denmark", "othello"),
+    ):
+        _refused(domain, action, "Must be an organization administrator", "UNAUTHORIZED")
+
+
+def test_guests_neither_create_nor_join_streams(domain):
+    _refused(
+        domain,
+        _subscribe(domain, "polonius", "Verona"),
+        "Not allowed for guest users",
+        "UNAUTHORIZED",
+    )
+    _refused(
+        domain,
+        _subscribe(domain, "polonius", "Athens"),
+        "Not allowed for guest users",
+        "UNAUTHORIZED",
+    )
+
+
+def test_a_private_stream_is_invisible_to_outsiders(domain):
+    hamlet, scotland, realm = domain.id("hamlet"), domain.streams["Scotland"], domain.realm_id
+    # Subscribing by name: the name is taken, nothing more is said.
+    _refused(
+        domain, _subscribe(domain, "hamlet", "scotland"), r"Unable to access channel \(Scotland\)\."
+    )
+    result = domain.run(
+        lambda ctx: do_add_subscriptions(
+            ctx,
+            hamlet,
+            realm,
+            [StreamRequest("Scotland"), StreamRequest("Denmark")],
+            authorization_errors_fatal=False,
+        )
+    )
+    assert result.unauthorized == ["Scotland"]
+    assert result.already_subscribed == {hamlet: ["Denmark"]}
+    # Everywhere else it does not exist, exactly like an unknown stream.
+    _refused(
+        domain,
+        _unsubscribe(domain, "hamlet", "Scotland"),
+        r"Channel\(s\) \(Scotland\) do not exist",
+    )
+    _refused(
+        domain, _unsubscribe(domain, "hamlet", "Nowhere"), r"Channel\(s\) \(Nowhere\) do not exist"
+    )
+    _refused(
+        domain,
+        lambda ctx: do_update_subscription_properties(
+            ctx, hamlet, [(scotland, "pin_to_top", True)]
+        ),
+        "Invalid channel ID",
+    )
+    # An administrator who is not subscribed cannot manage it either.
+    private = domain.run(
+        lambda ctx: do_create_stream(
+            ctx,
+            None,
+            realm,
+            "Secret",
+            invite_only=True,
+            subscribers=[domain.users["othello"].email],
+        )
+    )
+    _refused(
+        domain,
+        lambda ctx: do_rename_stream(ctx, domain.id("iago"), realm, private, "X"),
+        "Invalid channel ID",
+    )
+    _refused(
+        domain,
+        lambda ctx: do_delete_stream(ctx, domain.id("iago"), realm, 10**15),
+        "Invalid channel ID",
+    )
+
+
+def test_stream_names_are_checked(domain):
+    iago, denmark, realm = domain.id("iago"), domain.streams["Denmark"], domain.realm_id
+    for name, message in (
+        ("  ", "Channel name can't be empty."),
+        ("x" * 61, r"Channel name too long \(limit: 60 characters\)\."),
+        ("bad\x00name", "Invalid character in channel name, at position 4."),
+        ("dEnMaRk", "Channel name 'Denmark' is already taken."),
+    ):
+        _refused(domain, lambda ctx, n=name: do_create_stream(ctx, iago, realm, n), message)
+    _refused(
+        domain,
+        lambda ctx: do_rename_stream(ctx, iago, realm, denmark, "verona"),
+        "Channel name 'verona' is already taken.",
+    )
+    _refused(
+        domain,
+        lambda ctx: do_rename_stream(ctx, iago, realm, denmark, "Denmark"),
+        "Channel already has that name.",
+    )
+    _refused(
+        domain,
+        lambda ctx: do_change_stream_description(ctx, iago, realm, denmark, "d" * 1025),
+        r"description is too long \(limit: 1024 characters\)",
+    )
+
+
+def test_subscription_properties_are_checked(domain):
+    hamlet, denmark, verona = (
+        domain.id("hamlet"),
+        domain.streams["Denmark"],
+        domain.streams["Verona"],
+    )
+    othello = domain.id("othello")
+    for change, message in (
+        ((denmark, "colour", "#fff"), "Unknown subscription property: colour"),
+        ((denmark, "color", "red"), "color is not a valid hex color code"),
+        ((denmark, "is_muted", "yes"), "is_muted is not a boolean"),
+    ):
+        _refused(
+            domain,
+            lambda ctx, c=change: do_update_subscription_properties(ctx, hamlet, [c]),
+            message,
+        )
+    _refused(
+        domain,
+        lambda ctx: do_update_subscription_properties(ctx, othello, [(verona, "pin_to_top", True)]),
+        f"Not subscribed to channel ID {verona}",
+    )
+    # All or nothing: the valid first change was not kept.
+    _refused(
+        domain,
+        lambda ctx: do_update_subscription_properties(
+            ctx, othello, [(denmark, "pin_to_top", True), (verona, "pin_to_top", True)]
+        ),
+        "Not subscribed",
+    )
+    assert _by_id(domain.fetch("othello")["subscriptions"])[denmark]["pin_to_top"] is False
+
+
+def test_default_streams_are_public(domain):
+    iago, scotland, verona = domain.id("iago"), domain.streams["Scotland"], domain.streams["Verona"]
+    _refused(
+        domain,
+        lambda ctx: do_add_default_stream(ctx, iago, domain.realm_id, scotland),
+        "Private channels cannot be made default.",
+    )
+    _refused(
+        domain,
+        lambda ctx: do_change_stream_invite_only(ctx, iago, domain.realm_id, verona, True),
+        "A default channel cannot be private.",
+    )
+
+
+def test_principals_must_be_users_of_the_realm(domain):
+    _refused(
+        domain,
+        lambda ctx: do_add_subscriptions(
+            ctx,
+            domain.id("iago"),
+            domain.realm_id,
+            [StreamRequest("Denmark")],
+            principals=["nobody@example.com"],
+        ),
+        "No such user",
+    )
+
+
+# -- register under concurrent stream changes -----------------------------------------
+#
+# Random stream, subscription and default-stream actions interleaved at every
+# step of the register algorithm (after the queue is created, between section
+# fetches, before the queue's events are taken, after register returns). The
+# state plus every event the queue receives up to a quiet point must equal a
+# fresh fetch, for every kind of user, with and without subscriber lists.
+
+ITERATIONS = int(os.environ.get("EVENTQ_STREAMS_RACE_ITERATIONS", "300"))
+SEED = int(os.environ.get("EVENTQ_RACE_SEED", "20261122"))
+
+USERS = ("iago", "hamlet", "othello", "polonius")
+NAMES = ("Denmark", "Verona", "Scotland", "Rome", "Athens", "Venice")
+# The streams area's sections only: the users area's hooks are driven here by
+# bare SQL, without the users area's own events.
+FETCH_CHOICES: list[frozenset[str] | None] = [
+    frozenset({"stream", "subscription", "default_streams"}),
+    frozenset({"stream"}),
+    frozenset({"default_streams"}),
+]
+
+
+# Users whose activity changed during the current register: a deactivated
+# user's queues end (the users area's job), so their register is not compared.
+_activity_changes: list[int] = []
+
+
+async def _stream_ids(ctx: ActionContext, domain: Domain) -> list[int]:
+    cur = await ctx.conn.execute(
+        "SELECT id FROM streams WHERE realm_id = %s AND NOT deactivated ORDER BY id",
+        (domain.realm_id,),
+    )
+    return [row[0] for row in await cur.fetchall()]
+
+
+async def _random_action(ctx: ActionContext, domain: Domain, rng: random.Random) -> None:
+    """One random change; refusals (ActionError) change nothing."""
+    user = domain.id(rng.choice(USERS))
+    stream_ids = await _stream_ids(ctx, domain) or [0]
+    stream_id = rng.choice(stream_ids)
+    realm = domain.realm_id
+    choice = rng.randrange(12)
+    try:
+        if choice == 0:
+            members = rng.sample([domain.id(u) for u in USERS], rng.randint(0, 3))
+            await actions.do_create_stream(
+                ctx,
+                None,
+                realm,
+                rng.choice(NAMES),
+                invite_only=rng.random() < 0.4,
+                subscribers=members,
+            )
+        elif choice in (1, 2):
+            await actions.do_add_subscriptions(
+                ctx, None, realm, [actions.StreamRequest(rng.choice(NAMES))], principals=[user]
+            )
+        elif choice in (3, 4):
+            await actions.do_remove_subscriptions(ctx, user, realm, [rng.choice(NAMES)])
+        elif choice == 5:
+            prop, value = rng.choice(
+                [
+                    ("color", "#abcdef"),
+                    ("is_muted", True),
+                    ("in_home_view", True),
+                    ("pin_to_top", True),
+                ]
+            )
+            await actions.do_update_subscription_properties(ctx, user, [(stream_id, prop, value)])
+        elif choice == 6:
+            await actions.do_rename_stream(ctx, None, realm, stream_id, rng.choice(NAMES) + "!")
+        elif choice == 7:
+            await actions.do_change_stream_description(
+                ctx, None, realm, stream_id, f"about {rng.randint(0, 99)}"
+            )
+        elif choice == 8:
+            await actions.do_change_stream_invite_only(
+                ctx, None, realm, stream_id, rng.random() < 0.5
+            )
+        elif choice == 9:
+            if rng.random() < 0.3:
+                await actions.do_delete_stream(ctx, None, realm, stream_id)
+        elif choice == 10:
+            change = rng.choice([actions.do_add_default_stream, actions.do_remove_default_stream])
+            await change(ctx, None, realm, stream_id)
+        else:
+            await _toggle_othello(ctx, domain, rng)
+    except ActionError:
+        pass
+
+
+async def _toggle_othello(ctx: ActionContext, domain: Domain, rng: random.Random) -> None:
+    """What the users area does around the hooks: othello's role or activity."""
+    othello = domain.id("othello")
+    async with ctx.transaction():
+        cur = await ctx.conn.execute(
+            "SELECT role = %s, is_active FROM users WHERE id = %s",
+            (accounts.ROLES["guest"], othello),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        was_guest, active = row
+        if rng.random() < 0.5:
+            role = accounts.ROLES["member"] if was_guest else accounts.ROLES["guest"]
+            await ctx.conn.execute("UPDATE users SET role = %s WHERE id = %s", (role, othello))
+            await actions.send_stream_access_for_role(ctx, othello, was_guest)
+        else:
+            await ctx.conn.execute(
+                "UPDATE users SET is_active = %s WHERE id = %s", (not active, othello)
+            )
+            await actions.send_subscriber_activity(ctx, othello)
+            _activity_changes.append(othello)
+
+
+async def _run(ctx: ActionContext, domain: Domain, rng: random.Random, count: int) -> None:
+    for _ in range(count):
+        await _random_action(ctx, domain, rng)
+
+
+async def _one_register(
+    domain: Domain, rng: random.Random, action_conn: Any, fetch_conn: Any
+) -> list[str]:
+    registry = QueueRegistry(encode)
+    _activity_changes.clear()
+    # Othello may be deactivated by now: only active users register.
+    cur = await fetch_conn.execute(
+        "SELECT id FROM users WHERE realm_id = %s AND is_active ORDER BY id", (domain.realm_id,)
+    )
+    user_id = rng.choice([row[0] for row in await cur.fetchall()])
+    fetch_event_types = rng.choice(FETCH_CHOICES)
+    want = make_want(fetch_event_types)
+    options = QueueOptions(capabilities=MODERN)
+    base = StateContext(
+        user_id=user_id,
+        realm_id=domain.realm_id,
+        queue_id="",
+        include_subscribers=rng.random() < 0.6,
+        capabilities=MODERN,
+    )
+    clients: list[Any] = []
+
+    async def sink(notice: Notice) -> None:
+        registry.deliver(notice.event, notice.users, notice.realm_id, 0.0)
+
+    ctx = ActionContext(action_conn, sink)
+
+    def allocate() -> str:
+        clients.append(registry.allocate(user_id, domain.realm_id, options, 0.0))
+        return str(clients[0].queue_id)
+
+    async def between(_section: str) -> None:
+        await _run(ctx, domain, rng, rng.randint(0, 2))
+
+    async def fetch(state_ctx: StateContext, want_: Any) -> dict[str, Any]:
+        await between("before")
+        state = await fetch_initial_state(fetch_conn, state_ctx, want_, between=between)
+        await between("after")
+        return state
+
+    def queue_events(_queue_id: str) -> list[dict[str, Any]]:
+        return [p.client_event(i) for i, p in clients[0].event_queue.contents()]
+
+    state = await register(
+        fetch_event_types=fetch_event_types,
+        allocate_queue=allocate,
+        make_context=lambda queue_id: dataclasses.replace(base, queue_id=queue_id),
+        fetch_state=fetch,
+        queue_events=queue_events,
+        drop_queue=lambda _queue_id: None,
+        post_process=False,
+    )
+    await _run(ctx, domain, rng, rng.randint(0, 3))
+    queue = clients[0].event_queue
+    queue.prune(state["last_event_id"])
+    later = [p.client_event(i) for i, p in queue.contents()]
+    state_ctx = dataclasses.replace(base, queue_id=clients[0].queue_id)
+    apply_events(state, later, want, state_ctx)
+    post_process_state(state, want, state_ctx)
+    fresh = await fetch_initial_state(fetch_conn, state_ctx, want)
+    post_process_state(fresh, want, state_ctx)
+    for key in ("queue_id", "last_event_id"):
+        state.pop(key)
+    if user_id in _activity_changes:
+        return []
+    return diff(state, fresh)
+
+
+def test_register_under_stream_changes_equals_a_fresh_fetch(domain):
+    rng = random.Random(SEED)
+
+    async def go() -> None:
+        async with (
+            await psycopg.AsyncConnection.connect(domain.database_url, autocommit=True) as conn,
+            await psycopg.AsyncConnection.connect(domain.database_url, autocommit=True) as fetch,
+        ):
+            for iteration in range(ITERATIONS):
+                differences = await _one_register(domain, rng, conn, fetch)
+                assert not differences, (
+                    f"iteration {iteration} (EVENTQ_RACE_SEED={SEED}):\n"
+                    + "\n".join(differences[:30])
+                )
+
+    asyncio.run(go())
