@@ -15,19 +15,25 @@ import os
 import resource
 import signal
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import psycopg
 
 from generation import accounts
+from generation.actions import realm as realm_actions
+from generation.actions import users as user_actions
+from generation.actions.base import ActionContext, ActionError, EventSink
 from generation.config import ProducerConfig
 from generation.errors import BadNotice
+from generation.notice import Notice
 from generation.send import PublishError, send_event
 from server.config import ConfigError, Settings
 from server.migrate import MigrationError, migrate
 
 log = logging.getLogger("eventq")
+
+T = TypeVar("T")
 
 DEMO_REALM = "demo"
 DEMO_USERS = (
@@ -117,9 +123,50 @@ def cmd_realm_active(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_user_create(settings: Settings, args: argparse.Namespace) -> int:
+def _publishing_sink(config: ProducerConfig) -> EventSink:
+    """Where the command line's actions send their events: `send_event`,
+    through RabbitMQ (or the server without a broker). The change is already
+    committed when a notice goes out, so a delivery failure is a warning:
+    connected clients miss the event and catch up when they next register."""
+
+    async def sink(notice: Notice) -> None:
+        assert notice.realm_id is not None  # actions always name the realm
+        try:
+            send_event(notice.realm_id, notice.event, notice.users, config=config)
+        except PublishError as exc:
+            log.warning("connected clients were not told (%s event): %s", notice.event["type"], exc)
+
+    return sink
+
+
+def _act(settings: Settings, action: Callable[[ActionContext], Awaitable[T]]) -> T:
+    """Run an action as the operator, its events published after commit."""
+
+    async def go() -> T:
+        sink = _publishing_sink(ProducerConfig.from_env())
+        async with await psycopg.AsyncConnection.connect(
+            settings.database_url, autocommit=True
+        ) as conn:
+            return await action(ActionContext(conn, sink))
+
+    return asyncio.run(go())
+
+
+def _realm_id(settings: Settings, subdomain: str) -> int:
     with _connect(settings) as conn:
-        user = accounts.create_user(conn, args.realm, args.email, args.full_name, args.role)
+        return accounts.realm_id_by_subdomain(conn, subdomain)
+
+
+def cmd_user_create(settings: Settings, args: argparse.Namespace) -> int:
+    """The user joins the realm's default streams; connected clients get
+    `realm_user` add (and `peer_add`)."""
+    realm_id = _realm_id(settings, args.realm)
+    user = _act(
+        settings,
+        lambda ctx: user_actions.do_create_user(
+            ctx, None, realm_id, args.email, args.full_name, accounts.ROLES[args.role]
+        ),
+    )
     _print_json(user.as_json())
     return 0
 
@@ -132,9 +179,86 @@ def cmd_user_rotate(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_user_active(settings: Settings, args: argparse.Namespace) -> int:
-    with _connect(settings) as conn:
-        accounts.set_user_active(conn, args.realm, args.email, args.action == "reactivate")
-    _print_json({"email": args.email, "active": args.action == "reactivate"})
+    """Connected clients get `realm_user` update; a user already in the
+    asked-for state is left alone (and the command still succeeds)."""
+    realm_id = _realm_id(settings, args.realm)
+    active = args.action == "reactivate"
+
+    async def change(ctx: ActionContext) -> None:
+        target = await user_actions.find_user(ctx.conn, realm_id, args.email)
+        if target.is_active == active:
+            return
+        if active:
+            await user_actions.do_reactivate_user(ctx, None, realm_id, target.id)
+        else:
+            await user_actions.do_deactivate_user(ctx, None, realm_id, target.id)
+
+    _act(settings, change)
+    _print_json({"email": args.email, "active": active})
+    return 0
+
+
+def _parse_bool(text: str) -> bool:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _parse_edit_limit(text: str) -> int | None:
+    if text.lower() == "none":
+        return None
+    try:
+        seconds = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds or none, got {text!r}") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError("the limit must be a positive number of seconds")
+    return seconds
+
+
+# Tells "--message-edit-limit none" (no limit) from an absent option.
+_UNSET = object()
+
+# realm update option -> realm property
+_REALM_OPTIONS = {
+    "name": "name",
+    "description": "description",
+    "allow_message_editing": "allow_message_editing",
+    "mandatory_topics": "mandatory_topics",
+}
+
+
+def cmd_realm_update(settings: Settings, args: argparse.Namespace) -> int:
+    """Change realm settings as the operator, in one transaction; connected
+    clients get `realm` update (and `update_dict` for the edit limit)."""
+    changes = {
+        prop: getattr(args, option)
+        for option, prop in _REALM_OPTIONS.items()
+        if getattr(args, option) is not None
+    }
+    limit_given = args.message_edit_limit is not _UNSET
+    if not changes and not limit_given:
+        print(
+            "eventq: realm update: nothing to change; give --name, --description,"
+            " --allow-message-editing, --mandatory-topics or --message-edit-limit",
+            file=sys.stderr,
+        )
+        return 2
+    realm_id = _realm_id(settings, args.subdomain)
+
+    async def update(ctx: ActionContext) -> None:
+        async with ctx.transaction():
+            for prop, value in changes.items():
+                await realm_actions.do_set_realm_property(ctx, None, realm_id, prop, value)
+            if limit_given:
+                await realm_actions.do_set_message_edit_limit(
+                    ctx, None, realm_id, args.message_edit_limit
+                )
+
+    _act(settings, update)
+    if limit_given:
+        changes["message_content_edit_limit_seconds"] = args.message_edit_limit
+    _print_json({"realm_id": realm_id, "subdomain": args.subdomain, "changed": changes})
     return 0
 
 
@@ -222,11 +346,29 @@ def build_parser() -> argparse.ArgumentParser:
         p = realm.add_parser(action, help=f"{action} a realm and its users' access")
         p.add_argument("--subdomain", required=True)
         p.set_defaults(func=cmd_realm_active, action=action)
+    update = realm.add_parser(
+        "update", help="change a realm's name, description or settings; clients are told"
+    )
+    update.add_argument("--subdomain", required=True)
+    update.add_argument("--name")
+    update.add_argument("--description")
+    update.add_argument("--allow-message-editing", type=_parse_bool, metavar="true|false")
+    update.add_argument("--mandatory-topics", type=_parse_bool, metavar="true|false")
+    update.add_argument(
+        "--message-edit-limit",
+        type=_parse_edit_limit,
+        default=_UNSET,
+        metavar="SECONDS|none",
+        help="how long after sending a message its content may be edited",
+    )
+    update.set_defaults(func=cmd_realm_update)
 
     user = sub.add_parser("user", help="users and API keys").add_subparsers(
         dest="user", required=True
     )
-    create = user.add_parser("create", help="create a user; prints the API key")
+    create = user.add_parser(
+        "create", help="create a user (joining the default streams); prints the API key"
+    )
     create.add_argument("--realm", required=True, help="the realm's subdomain")
     create.add_argument("--email", required=True)
     create.add_argument("--full-name", required=True)
@@ -268,6 +410,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except (accounts.AccountError, MigrationError, BadNotice, PublishError) as exc:
         print(f"eventq: {exc}", file=sys.stderr)
+        return 1
+    except ActionError as exc:
+        print(f"eventq: {exc.msg}", file=sys.stderr)
         return 1
     except psycopg.OperationalError as exc:
         print(

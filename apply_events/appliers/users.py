@@ -1,3 +1,388 @@
-"""Appliers and post-processing of the users area's sections."""
+"""Appliers and post-processing of the users area's sections: people
+(`realm_user`), presence (`presence`), the user's settings (`user_settings`,
+and Zulip's legacy top-level copies for clients without the
+`user_settings_object` capability).
+
+Every applier is correct when the event's change is already in the fetched
+state: it sets values, never adds to them.
+"""
 
 from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal, TypedDict
+
+from apply_events.section import Applier
+from apply_events.state import Event, State, StateContext
+from generation.events.users import (
+    GRAVATAR_PREFIX,
+    ROLE_MODERATOR,
+    PresenceInfo,
+    Role,
+    legacy_presence,
+    role_flags,
+)
+
+# -- state shapes (register's response, after post-processing) -----------------
+
+
+class User(TypedDict, total=False):
+    """A user in `realm_users` / `realm_non_active_users`: Zulip's `User`
+    without `is_active` (implied by the list, as Zulip removes it)."""
+
+    user_id: int
+    email: str
+    delivery_email: str | None
+    full_name: str
+    role: Role
+    is_admin: bool
+    is_owner: bool
+    is_guest: bool
+    is_bot: bool
+    date_joined: str
+    timezone: str
+    avatar_version: int
+    avatar_url: str | None
+
+
+class RealmUserState(TypedDict, total=False):
+    """The `realm_user` section: the realm's people, and the registering
+    user's own identity and role."""
+
+    realm_users: list[User]
+    realm_non_active_users: list[User]
+    cross_realm_bots: list[User]
+    user_id: int
+    email: str
+    delivery_email: str
+    full_name: str
+    is_admin: bool
+    is_owner: bool
+    is_moderator: bool
+    is_guest: bool
+    avatar_source: Literal["G"]
+    avatar_url: str
+    avatar_url_medium: str
+
+
+class SlimPresence(TypedDict):
+    """Zulip's modern presence of a user (`slim_presence`): whole seconds."""
+
+    active_timestamp: int
+    idle_timestamp: int
+
+
+class AggregatedPresence(TypedDict):
+    client: Literal["website"]
+    status: Literal["active", "idle"]
+    timestamp: int
+
+
+class LegacyPresence(TypedDict):
+    """Zulip's legacy presence of a user (keyed by email): the single client
+    `website`, and the same as `aggregated`."""
+
+    aggregated: AggregatedPresence
+    website: PresenceInfo
+
+
+class PresenceState(TypedDict, total=False):
+    """The `presence` section: active users connected in the last 14 days,
+    keyed by user id (a string) with `slim_presence`, else by email.
+    `server_timestamp` (the server's clock, for comparing the timestamps) is
+    added by register, as it is not state that events change."""
+
+    presences: dict[str, SlimPresence | LegacyPresence]
+    server_timestamp: float
+
+
+class UserSettings(TypedDict, total=False):
+    """The settings we model of Zulip's `user_settings` object."""
+
+    twenty_four_hour_time: bool
+    enter_sends: bool
+    color_scheme: int
+    default_language: str
+    send_read_receipts: bool
+    timezone: str
+
+
+class UserSettingsState(TypedDict, total=False):
+    """The `user_settings` section."""
+
+    user_settings: UserSettings
+
+
+class LegacyDisplaySettingsState(TypedDict, total=False):
+    """The `update_display_settings` section: Zulip's top-level copies of the
+    display settings, only for clients without the `user_settings_object`
+    capability. Kept current by `user_settings` events."""
+
+    twenty_four_hour_time: bool
+    enter_sends: bool
+    color_scheme: int
+    default_language: str
+    timezone: str
+
+
+# Settings that Zulip also keeps at the top level for legacy clients.
+LEGACY_DISPLAY_SETTINGS = (
+    "twenty_four_hour_time",
+    "enter_sends",
+    "color_scheme",
+    "default_language",
+)
+
+# The lists of streams whose entries carry `subscribers` (the streams area's
+# sections), from which a deactivated user disappears.
+_SUBSCRIBER_LISTS = ("subscriptions", "unsubscribed", "never_subscribed")
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+# -- realm_user ------------------------------------------------------------------
+
+
+def apply_realm_user(state: State, event: Event, ctx: StateContext) -> None:
+    """`raw_users` is {user_id: person with `is_active`}; see post-processing."""
+    person = event.get("person")
+    raw = state.get("raw_users")
+    if not isinstance(person, dict) or not isinstance(raw, dict):
+        return  # malformed: nothing of ours to change
+    user_id = _int(person.get("user_id"))
+    if user_id is None:
+        return
+    op = event.get("op")
+    if op == "add":
+        added = dict(person)
+        url = added.get("avatar_url")
+        if ctx.client_gravatar and isinstance(url, str) and url.startswith(GRAVATAR_PREFIX):
+            added["avatar_url"] = None
+        added["is_active"] = True
+        raw[user_id] = added
+    elif op == "update":
+        _update_person(state, raw, user_id, person, ctx)
+    elif op == "remove":
+        # Zulip (feature level 228+): the user lost access to this person.
+        if "user_list_incomplete" in ctx.capabilities:
+            raw.pop(user_id, None)
+        elif user_id in raw:
+            raw[user_id] = _unknown_user(user_id)
+        _drop_subscriber(state, user_id)
+
+
+def _update_person(
+    state: State, raw: dict[int, Any], user_id: int, person: dict[str, Any], ctx: StateContext
+) -> None:
+    entry = raw.get(user_id)
+    role = _int(person.get("role"))
+    if isinstance(entry, dict):
+        for key, value in person.items():
+            if key != "user_id" and key in entry:
+                entry[key] = value
+        if role is not None:
+            entry["is_admin"], entry["is_owner"], entry["is_guest"] = role_flags(role)
+    if user_id == ctx.user_id:
+        if isinstance(person.get("full_name"), str) and "full_name" in state:
+            state["full_name"] = person["full_name"]
+        if role is not None and "is_admin" in state:
+            state["is_admin"], state["is_owner"], state["is_guest"] = role_flags(role)
+            state["is_moderator"] = role == ROLE_MODERATOR
+    if person.get("is_active") is False:
+        _drop_subscriber(state, user_id)
+
+
+def _drop_subscriber(state: State, user_id: int) -> None:
+    """Subscriber lists name active users only (Zulip's apply_event does the
+    same on deactivation)."""
+    for key in _SUBSCRIBER_LISTS:
+        streams = state.get(key)
+        if not isinstance(streams, list):
+            continue
+        for stream in streams:
+            if isinstance(stream, dict) and isinstance(stream.get("subscribers"), list):
+                stream["subscribers"] = [uid for uid in stream["subscribers"] if uid != user_id]
+
+
+def _unknown_user(user_id: int) -> dict[str, Any]:
+    """Zulip's placeholder for a user one may no longer see."""
+    return {
+        "user_id": user_id,
+        "email": f"user{user_id}@unknown.invalid",
+        "delivery_email": None,
+        "full_name": "Unknown user",
+        "role": 400,
+        "is_admin": False,
+        "is_owner": False,
+        "is_guest": False,
+        "is_bot": False,
+        "is_active": True,
+        "date_joined": "1970-01-01T00:00:00+00:00",
+        "timezone": "",
+        "avatar_version": 1,
+        "avatar_url": None,
+    }
+
+
+def post_process_realm_users(state: State, ctx: StateContext) -> None:
+    """`raw_users` -> `realm_users` (active) and `realm_non_active_users`, each
+    sorted by id, without `is_active` (Zulip's post_process_state)."""
+    raw = state.pop("raw_users", None)
+    if not isinstance(raw, dict):
+        return
+    active: list[dict[str, Any]] = []
+    inactive: list[dict[str, Any]] = []
+    for user_id in sorted(raw):
+        entry = raw[user_id]
+        shown = {key: value for key, value in entry.items() if key != "is_active"}
+        (active if entry.get("is_active") else inactive).append(shown)
+    state["realm_users"] = active
+    state["realm_non_active_users"] = inactive
+
+
+# -- presence --------------------------------------------------------------------
+#
+# `raw_presences` is {user_id: {"email", "is_active", "date_joined", "active",
+# "connected", "recent"}} for every user of the realm: the stored timestamps
+# (whole seconds or None), whether the user connected in the last 14 days
+# when fetched, and what post-processing needs. Keeping every user (not only
+# those shown) lets a presence event or a reactivation be applied exactly.
+
+
+def presence_entry(
+    email: str,
+    is_active: bool,
+    date_joined: int | None,
+    active: int | None = None,
+    connected: int | None = None,
+    recent: bool = False,
+) -> dict[str, Any]:
+    return {
+        "email": email,
+        "is_active": is_active,
+        "date_joined": date_joined,
+        "active": active,
+        "connected": connected,
+        "recent": recent,
+    }
+
+
+def apply_presence(state: State, event: Event, ctx: StateContext) -> None:
+    """The event's `server_timestamp` is the user's new last-connected time;
+    an `active` status carries the last-active time (an `idle` one leaves it:
+    idle updates do not change it)."""
+    raw = state.get("raw_presences")
+    user_id = _int(event.get("user_id"))
+    stamp = event.get("server_timestamp")
+    clients = event.get("presence")
+    if (
+        not isinstance(raw, dict)
+        or user_id is None
+        or not isinstance(stamp, int | float)
+        or not isinstance(clients, dict)
+    ):
+        return
+    info = clients.get("website")
+    if not isinstance(info, dict):
+        return
+    entry = raw.get(user_id)
+    if entry is None:
+        email = event.get("email")
+        entry = presence_entry(email if isinstance(email, str) else "", True, None)
+        raw[user_id] = entry
+    entry["connected"] = int(stamp)
+    timestamp = _int(info.get("timestamp"))
+    if info.get("status") == "active" and timestamp is not None:
+        entry["active"] = timestamp
+    entry["recent"] = True
+
+
+def apply_presence_people(state: State, event: Event, ctx: StateContext) -> None:
+    """`realm_user` events as the presence section sees them: who exists and
+    is active (only active users' presence is shown)."""
+    raw = state.get("raw_presences")
+    person = event.get("person")
+    if not isinstance(raw, dict) or not isinstance(person, dict):
+        return
+    user_id = _int(person.get("user_id"))
+    if user_id is None:
+        return
+    if event.get("op") == "add" and isinstance(person.get("email"), str):
+        entry = raw.get(user_id)
+        joined = _timestamp(person.get("date_joined"))
+        if entry is None:
+            raw[user_id] = presence_entry(person["email"], True, joined)
+        else:
+            entry.update(email=person["email"], is_active=True, date_joined=joined)
+    elif event.get("op") == "update" and isinstance(person.get("is_active"), bool):
+        entry = raw.get(user_id)
+        if entry is not None:
+            entry["is_active"] = person["is_active"]
+
+
+def _timestamp(iso: object) -> int | None:
+    if not isinstance(iso, str):
+        return None
+    try:
+        return int(datetime.fromisoformat(iso).timestamp())
+    except ValueError:
+        return None
+
+
+def post_process_presence(state: State, ctx: StateContext) -> None:
+    """`raw_presences` -> `presences` in the client's form (Zulip's
+    `get_presence_dicts_for_rows`): a never-active user counts as active
+    when they joined."""
+    raw = state.pop("raw_presences", None)
+    if not isinstance(raw, dict):
+        return
+    presences: dict[str, Any] = {}
+    for user_id in sorted(raw):
+        entry = raw[user_id]
+        connected = entry["connected"]
+        if not entry["is_active"] or not entry["recent"] or connected is None:
+            continue
+        active = entry["active"]
+        if active is None:
+            # Unknown only for a user created after the fetch whose
+            # `realm_user` event was not asked for; their join time is close.
+            active = entry["date_joined"] if entry["date_joined"] is not None else connected
+        if ctx.slim_presence:
+            presences[str(user_id)] = {"active_timestamp": active, "idle_timestamp": connected}
+        else:
+            info = legacy_presence(active, connected)
+            aggregated = {
+                "client": info["client"],
+                "status": info["status"],
+                "timestamp": info["timestamp"],
+            }
+            presences[entry["email"]] = {"aggregated": aggregated, "website": info}
+    state["presences"] = presences
+
+
+# -- user settings ---------------------------------------------------------------
+
+
+def apply_user_settings(state: State, event: Event, ctx: StateContext) -> None:
+    settings = state.get("user_settings")
+    prop = event.get("property")
+    if event.get("op") == "update" and isinstance(settings, dict) and prop in settings:
+        settings[prop] = event.get("value")
+
+
+def apply_legacy_display_settings(state: State, event: Event, ctx: StateContext) -> None:
+    """The top-level copies follow the `user_settings` events."""
+    prop = event.get("property")
+    if event.get("op") == "update" and prop in LEGACY_DISPLAY_SETTINGS and prop in state:
+        state[prop] = event.get("value")
+
+
+REALM_USER_APPLIERS: dict[str, Applier] = {"realm_user": apply_realm_user}
+PRESENCE_APPLIERS: dict[str, Applier] = {
+    "presence": apply_presence,
+    "realm_user": apply_presence_people,
+}
+USER_SETTINGS_APPLIERS: dict[str, Applier] = {"user_settings": apply_user_settings}
+LEGACY_DISPLAY_APPLIERS: dict[str, Applier] = {"user_settings": apply_legacy_display_settings}

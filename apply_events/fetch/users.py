@@ -1,7 +1,202 @@
-"""State sections of the users area: fetchers (see apply_events/sections.py)."""
+"""State sections of the users area: the realm's people (`realm_user`), who
+is online (`presence`), the user's settings (`user_settings`, and the legacy
+top-level copies, `update_display_settings`). One query per section, whatever
+the number of users; rows in id order.
+
+Also the reads behind the users endpoints (GET /users, POST
+/users/me/presence), which answer in the same shapes.
+"""
 
 from __future__ import annotations
 
-from apply_events.section import Section
+import dataclasses
+from datetime import datetime
+from typing import Any
 
-SECTIONS: tuple[Section, ...] = ()
+import psycopg
+from psycopg.rows import class_row
+
+from apply_events.appliers import users as appliers
+from apply_events.section import Section
+from apply_events.state import State, StateContext
+from generation.events.users import ROLE_MODERATOR, Person, gravatar_url, person, role_flags
+
+Connection = psycopg.AsyncConnection[Any]
+
+# Zulip shows the presence of users connected within the last two weeks.
+PRESENCE_HISTORY = "14 days"
+
+
+class UserGone(LookupError):
+    """Raised when the registering user no longer exists."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _UserRow:
+    id: int
+    email: str
+    full_name: str
+    role: int
+    is_active: bool
+    date_joined: datetime
+    timezone: str
+
+
+async def _user_rows(conn: Connection, realm_id: int, user_id: int | None = None) -> list[_UserRow]:
+    cur = conn.cursor(row_factory=class_row(_UserRow))
+    query = (
+        "SELECT id, email, full_name, role, is_active, date_joined, timezone"
+        " FROM users WHERE realm_id = %s"
+    )
+    if user_id is None:
+        await cur.execute(query + " ORDER BY id", (realm_id,))
+    else:
+        await cur.execute(query + " AND id = %s", (realm_id, user_id))
+    return await cur.fetchall()
+
+
+def _person(row: _UserRow, client_gravatar: bool) -> Person:
+    return person(
+        user_id=row.id,
+        email=row.email,
+        full_name=row.full_name,
+        role=row.role,
+        is_active=row.is_active,
+        date_joined=row.date_joined,
+        timezone=row.timezone,
+        client_gravatar=client_gravatar,
+    )
+
+
+async def fetch_people(
+    conn: Connection, realm_id: int, *, client_gravatar: bool, user_id: int | None = None
+) -> list[Person]:
+    """Every user of the realm (or only `user_id`), active or not, in id
+    order, as GET /users shows them (with `is_active`)."""
+    return [_person(row, client_gravatar) for row in await _user_rows(conn, realm_id, user_id)]
+
+
+async def fetch_realm_users(conn: Connection, ctx: StateContext) -> State:
+    rows = await _user_rows(conn, ctx.realm_id)
+    me = next((row for row in rows if row.id == ctx.user_id), None)
+    if me is None:
+        raise UserGone(ctx.user_id)
+    is_admin, is_owner, is_guest = role_flags(me.role)
+    return {
+        "raw_users": {row.id: dict(_person(row, ctx.client_gravatar)) for row in rows},
+        # Zulip's system bots; eventq has none.
+        "cross_realm_bots": [],
+        "user_id": me.id,
+        "email": me.email,
+        "delivery_email": me.email,
+        "full_name": me.full_name,
+        "is_admin": is_admin,
+        "is_owner": is_owner,
+        "is_moderator": me.role == ROLE_MODERATOR,
+        "is_guest": is_guest,
+        # The user's own avatar is always a URL (Zulip ignores client_gravatar here).
+        "avatar_source": "G",
+        "avatar_url": gravatar_url(me.email),
+        "avatar_url_medium": gravatar_url(me.email, medium=True),
+    }
+
+
+async def fetch_presence(conn: Connection, ctx: StateContext) -> State:
+    cur = await conn.execute(
+        f"""
+        SELECT u.id, u.email, u.is_active,
+               floor(extract(epoch FROM u.date_joined))::bigint,
+               floor(extract(epoch FROM p.last_active_time))::bigint,
+               floor(extract(epoch FROM p.last_connected_time))::bigint,
+               coalesce(p.last_connected_time >= now() - interval '{PRESENCE_HISTORY}', false)
+        FROM users u LEFT JOIN presences p ON p.user_id = u.id
+        WHERE u.realm_id = %s
+        ORDER BY u.id
+        """,  # noqa: S608 (a constant interval)
+        (ctx.realm_id,),
+    )
+    return {
+        "raw_presences": {
+            row[0]: appliers.presence_entry(row[1], row[2], row[3], row[4], row[5], row[6])
+            for row in await cur.fetchall()
+        }
+    }
+
+
+async def fetch_presences(conn: Connection, realm_id: int, *, slim: bool) -> dict[str, Any]:
+    """The realm's `presences` as register shows them (for POST
+    /users/me/presence and GET /realm/presence)."""
+    ctx = StateContext(user_id=0, realm_id=realm_id, queue_id="", slim_presence=slim)
+    state = await fetch_presence(conn, ctx)
+    appliers.post_process_presence(state, ctx)
+    presences: dict[str, Any] = state["presences"]
+    return presences
+
+
+_SETTINGS_QUERY = """
+    SELECT coalesce(s.twenty_four_hour_time, false), coalesce(s.enter_sends, false),
+           coalesce(s.color_scheme, 1), coalesce(s.default_language, 'en'),
+           coalesce(s.send_read_receipts, true), u.timezone
+    FROM users u LEFT JOIN user_settings s ON s.user_id = u.id
+    WHERE u.id = %s
+"""
+# The columns of _SETTINGS_QUERY; a missing row has the table's defaults.
+_SETTINGS = (
+    "twenty_four_hour_time",
+    "enter_sends",
+    "color_scheme",
+    "default_language",
+    "send_read_receipts",
+    "timezone",
+)
+
+
+async def _settings(conn: Connection, user_id: int) -> dict[str, Any]:
+    cur = await conn.execute(_SETTINGS_QUERY, (user_id,))
+    row = await cur.fetchone()
+    if row is None:
+        raise UserGone(user_id)
+    return dict(zip(_SETTINGS, row, strict=True))
+
+
+async def fetch_user_settings(conn: Connection, ctx: StateContext) -> State:
+    return {"user_settings": await _settings(conn, ctx.user_id)}
+
+
+async def fetch_legacy_display_settings(conn: Connection, ctx: StateContext) -> State:
+    """Zulip's top-level display settings, for clients that did not declare
+    `user_settings_object` (they read these instead of `user_settings`)."""
+    if "user_settings_object" in ctx.capabilities:
+        return {}
+    settings = await _settings(conn, ctx.user_id)
+    return {name: settings[name] for name in (*appliers.LEGACY_DISPLAY_SETTINGS, "timezone")}
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section(
+        "realm_user",
+        fetch_realm_users,
+        appliers.REALM_USER_APPLIERS,
+        post_process=appliers.post_process_realm_users,
+        state=appliers.RealmUserState,
+    ),
+    Section(
+        "presence",
+        fetch_presence,
+        appliers.PRESENCE_APPLIERS,
+        post_process=appliers.post_process_presence,
+        state=appliers.PresenceState,
+    ),
+    Section(
+        "user_settings",
+        fetch_user_settings,
+        appliers.USER_SETTINGS_APPLIERS,
+        state=appliers.UserSettingsState,
+    ),
+    Section(
+        "update_display_settings",
+        fetch_legacy_display_settings,
+        appliers.LEGACY_DISPLAY_APPLIERS,
+        state=appliers.LegacyDisplaySettingsState,
+    ),
+)

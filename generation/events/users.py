@@ -1,5 +1,204 @@
-"""Events of the users area (see generation/events/__init__.py)."""
+"""Events of the users area: people joining, changing and leaving a realm
+(`realm_user`), who is online (`presence`) and a user's own settings
+(`user_settings`). Shapes are Zulip's (zulip.yaml, GET /events) for what we
+model; see generation/events/__init__.py for how the catalogue uses them."""
 
 from __future__ import annotations
 
-EVENTS: dict[tuple[str, str | None], type] = {}
+import hashlib
+from datetime import UTC, datetime
+from typing import Literal, NotRequired, TypedDict, cast
+
+# Zulip's role numbers (generation.accounts.ROLES).
+Role = Literal[100, 200, 300, 400, 600]
+
+
+class Person(TypedDict):
+    """A user as Zulip's `User` object, for what we model: no bots, no custom
+    profile fields, avatars from Gravatar only."""
+
+    user_id: int
+    email: str
+    # The real address; Zulip sends null to those not allowed to see it. Every
+    # member of a realm may see every address here (Zulip's "everyone").
+    delivery_email: str | None
+    full_name: str
+    role: Role
+    is_admin: bool
+    is_owner: bool
+    is_guest: bool
+    is_bot: bool
+    is_active: bool
+    # ISO 8601 with the UTC offset, as Python's `datetime.isoformat()`.
+    date_joined: str
+    timezone: str
+    avatar_version: int
+    # Always a URL in the event; register's state has null instead for
+    # `client_gravatar` clients (they compute Gravatar URLs themselves).
+    avatar_url: str | None
+
+
+class RealmUserAddEvent(TypedDict):
+    """A user joined the realm; sent to every active user of the realm."""
+
+    id: int
+    type: Literal["realm_user"]
+    op: Literal["add"]
+    person: Person
+
+
+class PersonFullName(TypedDict):
+    """A user's name changed."""
+
+    user_id: int
+    full_name: str
+
+
+class PersonRole(TypedDict):
+    """A user's role changed."""
+
+    user_id: int
+    role: Role
+
+
+class PersonActive(TypedDict):
+    """A user was deactivated or reactivated (Zulip's form since feature
+    level 222, which replaced `remove` and `add` for these)."""
+
+    user_id: int
+    is_active: bool
+
+
+class RealmUserUpdateEvent(TypedDict):
+    """Something about a user changed; sent to every active user of the realm."""
+
+    id: int
+    type: Literal["realm_user"]
+    op: Literal["update"]
+    person: PersonFullName | PersonRole | PersonActive
+
+
+class PresenceInfo(TypedDict):
+    """Zulip's legacy presence of one client; since feature level 178 always
+    the single client `website`, with `pushable` false."""
+
+    client: Literal["website"]
+    status: Literal["active", "idle"]
+    # Whole seconds since the epoch: when the user was last active (status
+    # active) or last connected (status idle).
+    timestamp: int
+    pushable: bool
+
+
+class PresenceEvent(TypedDict):
+    """A user's presence changed; sent to every active user of the realm.
+    Clients that registered with `slim_presence` get it without `email`."""
+
+    id: int
+    type: Literal["presence"]
+    user_id: int
+    email: NotRequired[str]
+    # When the server took the update, seconds since the epoch.
+    server_timestamp: float
+    presence: dict[str, PresenceInfo]
+
+
+UserSetting = Literal[
+    "twenty_four_hour_time", "enter_sends", "color_scheme", "default_language", "send_read_receipts"
+]
+
+
+class UserSettingsUpdateEvent(TypedDict):
+    """One of the user's own settings changed; sent to that user only."""
+
+    id: int
+    type: Literal["user_settings"]
+    op: Literal["update"]
+    property: UserSetting
+    value: bool | int | str
+    # Only with `default_language`: the language's English name (deprecated
+    # by Zulip, still sent).
+    language_name: NotRequired[str]
+
+
+EVENTS: dict[tuple[str, str | None], type] = {
+    ("realm_user", "add"): RealmUserAddEvent,
+    ("realm_user", "update"): RealmUserUpdateEvent,
+    ("presence", None): PresenceEvent,
+    ("user_settings", "update"): UserSettingsUpdateEvent,
+}
+
+
+# -- how the derived fields are computed (shared by actions, fetch and apply) --
+
+AVATAR_VERSION = 1
+GRAVATAR_PREFIX = "https://secure.gravatar.com/avatar/"
+ROLE_OWNER = 100
+ROLE_ADMINISTRATOR = 200
+ROLE_MODERATOR = 300
+ROLE_GUEST = 600
+
+# Zulip's PRESENCE_LEGACY_EVENT_OFFSET_FOR_ACTIVITY_SECONDS: a user last active
+# at most this long before they last connected is reported as `active`.
+LEGACY_ACTIVE_OFFSET_SECS = 70
+
+
+def gravatar_url(email: str, *, medium: bool = False) -> str:
+    """The Gravatar URL Zulip gives a user who uploaded no avatar: the MD5 of
+    the lowercased address (Gravatar's key, not a secret), `identicon` as the
+    fallback image, 500 px for the medium size."""
+    digest = hashlib.md5(email.lower().encode("utf-8"), usedforsecurity=False).hexdigest()
+    size = "&s=500" if medium else ""
+    return f"{GRAVATAR_PREFIX}{digest}?d=identicon{size}&version={AVATAR_VERSION}"
+
+
+def role_flags(role: int) -> tuple[bool, bool, bool]:
+    """(is_admin, is_owner, is_guest) of a role, as Zulip derives them (an
+    owner is also an administrator)."""
+    return role <= ROLE_ADMINISTRATOR, role == ROLE_OWNER, role == ROLE_GUEST
+
+
+def legacy_presence(active: int, connected: int) -> PresenceInfo:
+    """Zulip's legacy form of a presence row (`format_legacy_presence_dict`):
+    active if the user was active within `LEGACY_ACTIVE_OFFSET_SECS` of last
+    connecting, with that time; otherwise idle since the last connection."""
+    if active + LEGACY_ACTIVE_OFFSET_SECS >= connected:
+        return {"client": "website", "status": "active", "timestamp": active, "pushable": False}
+    return {"client": "website", "status": "idle", "timestamp": connected, "pushable": False}
+
+
+def iso_datetime(moment: datetime) -> str:
+    """`date_joined` as Zulip writes it: ISO 8601 in UTC with its offset."""
+    return moment.astimezone(UTC).isoformat()
+
+
+def person(
+    *,
+    user_id: int,
+    email: str,
+    full_name: str,
+    role: int,
+    is_active: bool,
+    date_joined: datetime,
+    timezone: str,
+    client_gravatar: bool = False,
+) -> Person:
+    """A user as clients see them; `client_gravatar` leaves `avatar_url` null
+    (every avatar here is a Gravatar, which such clients compute)."""
+    is_admin, is_owner, is_guest = role_flags(role)
+    return {
+        "user_id": user_id,
+        "email": email,
+        "delivery_email": email,
+        "full_name": full_name,
+        "role": cast(Role, role),  # the users table allows only these
+        "is_admin": is_admin,
+        "is_owner": is_owner,
+        "is_guest": is_guest,
+        "is_bot": False,
+        "is_active": is_active,
+        "date_joined": iso_datetime(date_joined),
+        "timezone": timezone,
+        "avatar_version": AVATAR_VERSION,
+        "avatar_url": None if client_gravatar else gravatar_url(email),
+    }

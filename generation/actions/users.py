@@ -1,0 +1,560 @@
+"""Users of a realm: joining, names, roles, deactivation and reactivation;
+who is online (presence); and each user's own settings.
+
+Realm-wide facts about people (`realm_user`, `presence`) go to every active
+user of the realm: eventq models no restriction on who may see whom (Zulip's
+`can_access_all_users_group` at its default, everyone). A user's settings go
+to that user's own queues only.
+
+`actor_id` None is the operator (the command line), allowed everything an
+owner is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import unicodedata
+from datetime import datetime
+from typing import Any, Literal
+
+import psycopg
+from psycopg.rows import class_row
+
+from generation.accounts import (
+    ROLE_NAMES,
+    ROLES,
+    CreatedUser,
+    api_key_id,
+    hash_api_key,
+    new_api_key,
+)
+from generation.actions.base import ActionContext, ActionError, active_user_ids, get_user
+from generation.actions.streams import (
+    send_stream_access_for_role,
+    send_subscriber_activity,
+    subscribe_to_default_streams,
+)
+from generation.events.users import (
+    ROLE_GUEST,
+    ROLE_OWNER,
+    legacy_presence,
+    person,
+)
+
+# Zulip's PRESENCE_UPDATE_MIN_FREQ_SECONDS: a user's presence row is written
+# at most this often per field, however many clients ping (each open tab pings
+# every minute); an event goes out exactly when the row is written, so that
+# register's state plus the events always equals a fresh fetch.
+PRESENCE_UPDATE_MIN_FREQ_SECS = 55
+
+MAX_FULL_NAME = 100
+MAX_EMAIL = 254
+
+# The languages a user may choose (Zulip's codes), with the English names
+# Zulip sends as `language_name`.
+LANGUAGES: dict[str, str] = {
+    "ar": "Arabic",
+    "bg": "Bulgarian",
+    "ca": "Catalan",
+    "cs": "Czech",
+    "da": "Danish",
+    "de": "German",
+    "el": "Greek",
+    "en": "English",
+    "en-gb": "British English",
+    "es": "Spanish",
+    "fa": "Persian",
+    "fi": "Finnish",
+    "fr": "French",
+    "hi": "Hindi",
+    "hu": "Hungarian",
+    "id": "Indonesian",
+    "it": "Italian",
+    "ja": "Japanese",
+    "ko": "Korean",
+    "lt": "Lithuanian",
+    "nl": "Dutch",
+    "pl": "Polish",
+    "pt": "Portuguese",
+    "pt-br": "Portuguese (Brazil)",
+    "ro": "Romanian",
+    "ru": "Russian",
+    "sr": "Serbian",
+    "sv": "Swedish",
+    "ta": "Tamil",
+    "tr": "Turkish",
+    "uk": "Ukrainian",
+    "vi": "Vietnamese",
+    "zh-hans": "Simplified Chinese",
+    "zh-hant": "Traditional Chinese",
+}
+
+# Zulip's color_scheme values: automatic, dark, light.
+COLOR_SCHEMES = (1, 2, 3)
+
+# setting -> accepted Python type; the column has the setting's name.
+USER_SETTINGS: dict[str, type] = {
+    "twenty_four_hour_time": bool,
+    "enter_sends": bool,
+    "color_scheme": int,
+    "default_language": str,
+    "send_read_receipts": bool,
+}
+
+PresenceStatus = Literal["active", "idle"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PersonRow:
+    """A user of any state, with what a `Person` shows."""
+
+    id: int
+    realm_id: int
+    email: str
+    full_name: str
+    role: int
+    is_active: bool
+    date_joined: datetime
+    timezone: str
+
+
+_PERSON_COLUMNS = "id, realm_id, email, full_name, role, is_active, date_joined, timezone"
+
+
+async def _person_row(ctx: ActionContext, realm_id: int, user_id: int) -> PersonRow | None:
+    cur = ctx.conn.cursor(row_factory=class_row(PersonRow))
+    await cur.execute(
+        f"SELECT {_PERSON_COLUMNS} FROM users WHERE id = %s AND realm_id = %s",  # noqa: S608 (fixed columns)
+        (user_id, realm_id),
+    )
+    return await cur.fetchone()
+
+
+def _person_of(row: PersonRow) -> dict[str, Any]:
+    """The `Person` of a `realm_user` event: always with its avatar URL
+    (register's appliers null it for `client_gravatar` clients)."""
+    return dict(
+        person(
+            user_id=row.id,
+            email=row.email,
+            full_name=row.full_name,
+            role=row.role,
+            is_active=row.is_active,
+            date_joined=row.date_joined,
+            timezone=row.timezone,
+        )
+    )
+
+
+async def find_user(conn: psycopg.AsyncConnection[Any], realm_id: int, email: str) -> PersonRow:
+    """A user of a realm by address (any letter case), active or not; for the
+    command line, which names users by email."""
+    cur = conn.cursor(row_factory=class_row(PersonRow))
+    await cur.execute(
+        f"SELECT {_PERSON_COLUMNS} FROM users"  # noqa: S608 (fixed columns)
+        " WHERE realm_id = %s AND lower(email) = lower(%s)",
+        (realm_id, email),
+    )
+    row = await cur.fetchone()
+    if row is None:
+        raise ActionError(f"No such user: {email}")
+    return row
+
+
+# -- permissions ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Actor:
+    """Who acts: a user of the realm, or the operator (`user_id` None)."""
+
+    user_id: int | None
+    role: int
+
+    @property
+    def is_owner(self) -> bool:
+        return self.role == ROLE_OWNER
+
+
+_OPERATOR = _Actor(None, ROLE_OWNER)
+
+
+async def _administrator(ctx: ActionContext, actor_id: int | None, realm_id: int) -> _Actor:
+    """The acting administrator, or `ActionError` (403) for anyone else."""
+    if actor_id is None:
+        return _OPERATOR
+    actor = await get_user(ctx.conn, actor_id, realm_id)
+    if not actor.is_admin:
+        raise ActionError("Must be an organization administrator", "UNAUTHORIZED", 403)
+    return _Actor(actor.id, actor.role)
+
+
+def _require_owner(actor: _Actor) -> None:
+    if not actor.is_owner:
+        raise ActionError("Must be an organization owner", "UNAUTHORIZED", 403)
+
+
+async def _lock_realm(ctx: ActionContext, realm_id: int) -> None:
+    """Serialize the realm's role changes and deactivations, so that two
+    owners demoting each other at once cannot leave the realm without one."""
+    await ctx.conn.execute("SELECT 1 FROM realms WHERE id = %s FOR UPDATE", (realm_id,))
+
+
+async def _other_active_owners(ctx: ActionContext, realm_id: int, user_id: int) -> int:
+    cur = await ctx.conn.execute(
+        "SELECT count(*) FROM users WHERE realm_id = %s AND role = %s AND is_active AND id <> %s",
+        (realm_id, ROLE_OWNER, user_id),
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def _target(ctx: ActionContext, realm_id: int, user_id: int) -> PersonRow:
+    row = await _person_row(ctx, realm_id, user_id)
+    if row is None:
+        raise ActionError("No such user")
+    return row
+
+
+# -- validation ----------------------------------------------------------------
+
+
+def check_full_name(full_name: object) -> str:
+    """A full name as stored: surrounding blanks removed, 1 to 100
+    characters, no control or formatting characters."""
+    if not isinstance(full_name, str):
+        raise ActionError("Invalid full_name: expected a string")
+    name = full_name.strip()
+    if not name:
+        raise ActionError("Name too short!")
+    if len(name) > MAX_FULL_NAME:
+        raise ActionError("Name too long!")
+    if any(unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn") for char in name):
+        raise ActionError("Invalid characters in name!")
+    return name
+
+
+def check_email(email: object) -> str:
+    if (
+        not isinstance(email, str)
+        or len(email) > MAX_EMAIL
+        or email.count("@") != 1
+        or any(char.isspace() for char in email)
+        or email.startswith("@")
+        or email.endswith("@")
+    ):
+        raise ActionError(f"Invalid email address: {email!r}")
+    return email
+
+
+def check_role(role: object) -> int:
+    if not isinstance(role, int) or isinstance(role, bool) or role not in ROLE_NAMES:
+        raise ActionError("Invalid role")
+    return role
+
+
+def check_user_setting(setting: str, value: object) -> bool | int | str:
+    """A valid value of one of the settings in `USER_SETTINGS`."""
+    kind = USER_SETTINGS.get(setting)
+    if kind is None:
+        raise ActionError(f"Unknown user setting: {setting}")
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ActionError(f"Invalid {setting}: expected {kind.__name__}")
+    if setting == "color_scheme" and value not in COLOR_SCHEMES:
+        raise ActionError("Invalid color_scheme")
+    if setting == "default_language" and value not in LANGUAGES:
+        raise ActionError(f"Invalid default_language: {value!r}")
+    assert isinstance(value, bool | int | str)
+    return value
+
+
+# -- joining -------------------------------------------------------------------
+
+
+async def do_create_user(
+    ctx: ActionContext,
+    actor_id: int | None,
+    realm_id: int,
+    email: str,
+    full_name: str,
+    role: int = ROLES["member"],
+) -> CreatedUser:
+    """Create an active user with a fresh API key (returned only here), their
+    settings row, and their subscriptions to the realm's default streams;
+    every active user of the realm is told (`realm_user` add).
+    Administrators may create users; only owners may create owners."""
+    actor = await _administrator(ctx, actor_id, realm_id)
+    email = check_email(email)
+    full_name = check_full_name(full_name)
+    role = check_role(role)
+    if role == ROLE_OWNER:
+        _require_owner(actor)
+    async with ctx.transaction() as outbox:
+        exists = await ctx.conn.execute(
+            "SELECT 1 FROM users WHERE realm_id = %s AND lower(email) = lower(%s)",
+            (realm_id, email),
+        )
+        if await exists.fetchone() is not None:
+            raise ActionError(f"Email '{email}' already in use")
+        user_id, api_key = await _insert_user(ctx, realm_id, email, full_name, role)
+        await ctx.conn.execute("INSERT INTO user_settings (user_id) VALUES (%s)", (user_id,))
+        row = await _target(ctx, realm_id, user_id)
+        users = await active_user_ids(ctx.conn, realm_id)
+        outbox.send(realm_id, {"type": "realm_user", "op": "add", "person": _person_of(row)}, users)
+        # After the add event: their peers learn of the subscriber from it.
+        await subscribe_to_default_streams(ctx, user_id)
+    return CreatedUser(user_id, realm_id, row.email, row.full_name, ROLE_NAMES[role], api_key)
+
+
+async def _insert_user(
+    ctx: ActionContext, realm_id: int, email: str, full_name: str, role: int
+) -> tuple[int, str]:
+    """Insert the row (in a savepoint, so that a lost race is an ActionError,
+    not a broken transaction); returns (user id, API key)."""
+    while True:
+        api_key = new_api_key()
+        try:
+            async with ctx.conn.transaction():
+                cur = await ctx.conn.execute(
+                    """
+                    INSERT INTO users (realm_id, email, full_name, role, api_key_id, api_key_hash)
+                    VALUES (%s, %s, %s, %s, %s, %s) RETURNING id
+                    """,
+                    (realm_id, email, full_name, role, api_key_id(api_key), hash_api_key(api_key)),
+                )
+                row = await cur.fetchone()
+        except psycopg.errors.UniqueViolation as exc:
+            if "api_key_id" in str(exc):
+                continue  # 1 in 62^8: draw another key
+            raise ActionError(f"Email '{email}' already in use") from None
+        assert row is not None
+        return int(row[0]), api_key
+
+
+# -- changes to a person ---------------------------------------------------------
+
+
+async def do_change_full_name(
+    ctx: ActionContext, actor_id: int, realm_id: int, user_id: int, full_name: str
+) -> bool:
+    """Rename a user: oneself, or anyone as an administrator. Every active
+    user is told; returns False (and tells nobody) if the name is unchanged."""
+    if actor_id != user_id:
+        await _administrator(ctx, actor_id, realm_id)
+    else:
+        await get_user(ctx.conn, actor_id, realm_id)
+    full_name = check_full_name(full_name)
+    async with ctx.transaction() as outbox:
+        target = await _target(ctx, realm_id, user_id)
+        if target.full_name == full_name:
+            return False
+        await ctx.conn.execute(
+            "UPDATE users SET full_name = %s WHERE id = %s", (full_name, user_id)
+        )
+        users = await active_user_ids(ctx.conn, realm_id)
+        event = {
+            "type": "realm_user",
+            "op": "update",
+            "person": {"user_id": user_id, "full_name": full_name},
+        }
+        outbox.send(realm_id, event, users)
+    return True
+
+
+async def do_change_user_role(
+    ctx: ActionContext, actor_id: int | None, realm_id: int, user_id: int, role: int
+) -> bool:
+    """Give a user another role. Administrators may; making or unmaking an
+    owner takes an owner, and the last owner stays one. Every active user is
+    told; a user who becomes or stops being a guest also gets the streams
+    they now see or no longer see. Returns False if the role is unchanged."""
+    actor = await _administrator(ctx, actor_id, realm_id)
+    role = check_role(role)
+    async with ctx.transaction() as outbox:
+        await _lock_realm(ctx, realm_id)
+        target = await _target(ctx, realm_id, user_id)
+        if target.role == role:
+            return False
+        if ROLE_OWNER in (target.role, role):
+            _require_owner(actor)
+        if target.role == ROLE_OWNER and not await _other_active_owners(ctx, realm_id, user_id):
+            raise ActionError(
+                "The owner permission cannot be removed from the only organization owner."
+            )
+        await ctx.conn.execute("UPDATE users SET role = %s WHERE id = %s", (role, user_id))
+        users = await active_user_ids(ctx.conn, realm_id)
+        event = {"type": "realm_user", "op": "update", "person": {"user_id": user_id, "role": role}}
+        outbox.send(realm_id, event, users)
+        # Into or out of the guest role: the streams the user can see change.
+        await send_stream_access_for_role(ctx, user_id, was_guest=target.role == ROLE_GUEST)
+    return True
+
+
+async def do_deactivate_user(
+    ctx: ActionContext, actor_id: int | None, realm_id: int, user_id: int
+) -> None:
+    """Deactivate an active user: their API key stops working and they leave
+    every list of active users: the viewers of their streams get
+    `peer_remove`, the remaining active users `realm_user` update (presence
+    lists drop them on it). Administrators may; an owner only by an owner; never the last owner."""
+    actor = await _administrator(ctx, actor_id, realm_id)
+    async with ctx.transaction() as outbox:
+        await _lock_realm(ctx, realm_id)
+        target = await _target(ctx, realm_id, user_id)
+        if not target.is_active:
+            raise ActionError("User is already deactivated")
+        if target.role == ROLE_OWNER:
+            _require_owner(actor)
+            if not await _other_active_owners(ctx, realm_id, user_id):
+                raise ActionError("Cannot deactivate the only organization owner")
+        await ctx.conn.execute("UPDATE users SET is_active = false WHERE id = %s", (user_id,))
+        # Subscriber lists hold active users: `peer_remove` first, as Zulip.
+        await send_subscriber_activity(ctx, user_id)
+        users = await active_user_ids(ctx.conn, realm_id)
+        event = {
+            "type": "realm_user",
+            "op": "update",
+            "person": {"user_id": user_id, "is_active": False},
+        }
+        outbox.send(realm_id, event, users)
+
+
+async def do_reactivate_user(
+    ctx: ActionContext, actor_id: int | None, realm_id: int, user_id: int
+) -> None:
+    """Reactivate a deactivated user (with their old API key, role, settings
+    and subscriptions). Every active user, them included, is told, and the
+    viewers of their streams get `peer_add`.
+    Administrators may; an owner only by an owner."""
+    actor = await _administrator(ctx, actor_id, realm_id)
+    async with ctx.transaction() as outbox:
+        await _lock_realm(ctx, realm_id)
+        target = await _target(ctx, realm_id, user_id)
+        if target.is_active:
+            raise ActionError("User is already active")
+        if target.role == ROLE_OWNER:
+            _require_owner(actor)
+        await ctx.conn.execute("UPDATE users SET is_active = true WHERE id = %s", (user_id,))
+        users = await active_user_ids(ctx.conn, realm_id)
+        event = {
+            "type": "realm_user",
+            "op": "update",
+            "person": {"user_id": user_id, "is_active": True},
+        }
+        outbox.send(realm_id, event, users)
+        # Back in the subscriber lists of their streams (`peer_add`).
+        await send_subscriber_activity(ctx, user_id)
+
+
+# -- settings ------------------------------------------------------------------
+
+
+async def do_change_user_setting(
+    ctx: ActionContext, user_id: int, setting: str, value: object
+) -> bool:
+    """Change one of the user's own settings (`USER_SETTINGS`); only the
+    user's own queues are told. Returns False if the value is unchanged."""
+    user = await get_user(ctx.conn, user_id)
+    value = check_user_setting(setting, value)
+    async with ctx.transaction() as outbox:
+        cur = await ctx.conn.execute(
+            f"SELECT {setting} FROM user_settings WHERE user_id = %s FOR UPDATE",  # noqa: S608 (setting from a fixed map)
+            (user_id,),
+        )
+        row = await cur.fetchone()
+        if row is None:  # a user made before the settings table: give them one
+            await ctx.conn.execute("INSERT INTO user_settings (user_id) VALUES (%s)", (user_id,))
+        elif row[0] == value:
+            return False
+        await ctx.conn.execute(
+            f"UPDATE user_settings SET {setting} = %s WHERE user_id = %s",  # noqa: S608 (as above)
+            (value, user_id),
+        )
+        event: dict[str, Any] = {
+            "type": "user_settings",
+            "op": "update",
+            "property": setting,
+            "value": value,
+        }
+        if setting == "default_language":
+            event["language_name"] = LANGUAGES[str(value)]
+        outbox.send(user.realm_id, event, [user_id])
+    return True
+
+
+# -- presence ------------------------------------------------------------------
+
+
+async def do_update_presence(
+    ctx: ActionContext, user_id: int, status: str, *, now: float | None = None
+) -> bool:
+    """Record that a client of the user is connected, and active or idle, at
+    `now` (seconds since the epoch; default: the current time, kept to whole
+    seconds as clients see it).
+
+    Zulip's rules: the row's `last_connected_time` moves at most every
+    `PRESENCE_UPDATE_MIN_FREQ_SECS`, `last_active_time` likewise and only for
+    `active`; an update older than the row changes nothing. When the row
+    changes every active user of the realm gets a `presence` event (modern
+    form: `user_id` and `email`; the queues drop `email` for `slim_presence`
+    clients). Returns whether it changed.
+    """
+    if status not in ("active", "idle"):
+        raise ActionError(f"Invalid status: {status}")
+    user = await get_user(ctx.conn, user_id)
+    moment = int(time.time() if now is None else now)
+    async with ctx.transaction() as outbox:
+        await ctx.conn.execute(
+            "INSERT INTO presences (user_id, realm_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+            (user_id, user.realm_id),
+        )
+        cur = await ctx.conn.execute(
+            """
+            SELECT floor(extract(epoch FROM p.last_active_time))::bigint,
+                   floor(extract(epoch FROM p.last_connected_time))::bigint,
+                   floor(extract(epoch FROM u.date_joined))::bigint
+            FROM presences p JOIN users u ON u.id = p.user_id
+            WHERE p.user_id = %s FOR UPDATE OF p
+            """,
+            (user_id,),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        active, connected, joined = row
+        new_active, new_connected = _presence_after(active, connected, status, moment)
+        if (new_active, new_connected) == (active, connected):
+            return False
+        await ctx.conn.execute(
+            "UPDATE presences SET last_active_time = to_timestamp(%s),"
+            " last_connected_time = to_timestamp(%s) WHERE user_id = %s",
+            (new_active, new_connected, user_id),
+        )
+        # Zulip shows a user who never was active as active when they joined.
+        info = legacy_presence(joined if new_active is None else new_active, new_connected)
+        event = {
+            "type": "presence",
+            "user_id": user_id,
+            "email": user.email,
+            # The time of the update (the new `last_connected_time`, which
+            # register's appliers take from here).
+            "server_timestamp": float(new_connected),
+            "presence": {"website": info},
+        }
+        outbox.send(user.realm_id, event, await active_user_ids(ctx.conn, user.realm_id))
+    return True
+
+
+def _presence_after(
+    active: int | None, connected: int | None, status: str, now: int
+) -> tuple[int | None, int]:
+    """(last active, last connected) after an update at `now`."""
+    if connected is None:  # the first update: the user has connected
+        return (now if status == "active" else active), now
+    if now - connected > PRESENCE_UPDATE_MIN_FREQ_SECS:
+        connected = now
+    if status == "active" and (active is None or now - active > PRESENCE_UPDATE_MIN_FREQ_SECS):
+        active = now
+        connected = max(connected, now)
+    return active, connected
