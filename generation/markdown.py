@@ -1,0 +1,210 @@
+"""Message content as HTML, and whom it mentions (Zulip's Markdown, the part
+we model).
+
+Content is CommonMark rendered by markdown-it-py with raw HTML disabled, so
+that any HTML a sender types is shown escaped, never interpreted. On top of
+CommonMark, Zulip's mention syntax:
+
+- `@**Full Name**` and `@**Full Name|user_id**`: a user of the realm; renders
+  `<span class="user-mention" data-user-id="N">@Full Name</span>` and sets that
+  recipient's `mentioned` flag. A name matches case-insensitively and only if
+  exactly one active user has it (otherwise the `|user_id` form is needed).
+- `@_**Full Name**`: a silent mention: rendered without the `@`, sets no flag.
+- `@**all**`, `@**everyone**`, `@**channel**`, `@**stream**`: a wildcard
+  mention of everyone who receives a channel message (`wildcard_mentioned`).
+
+A mention of no known user is left to CommonMark (as Zulip does): `@**Nobody**`
+renders `@<strong>Nobody</strong>`. Mentions inside code are code.
+
+Pure: the caller looks up the people `possible_mentions` names and passes them
+to `render`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from markdown_it import MarkdownIt
+from markdown_it.common.utils import escapeHtml
+from markdown_it.rules_inline import StateInline
+from markdown_it.token import Token
+
+WILDCARDS = frozenset({"all", "everyone", "channel", "stream"})
+
+# Zulip's mention pattern: `@`, an optional `_` (silent), then `**name**`
+# where the name has no `*`; it must start the text or follow whitespace or
+# one of `'"(,:<`, so that an e-mail address like a@**b** is not a mention.
+_MENTION = re.compile(r"@(_?)\*\*([^*\n]+)\*\*")
+_MENTION_ANYWHERE = re.compile(r"(?:^|(?<=[\s'\"(,:<]))" + _MENTION.pattern)
+_PRECEDES = frozenset(" \t\n\r\f\v'\"(,:<")
+_NAME_WITH_ID = re.compile(r"(.*)\|([0-9]{1,18})", re.DOTALL)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Person:
+    """Someone a message may mention: an active user of the sender's realm."""
+
+    id: int
+    full_name: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PossibleMentions:
+    """Who a message's text may mention, before rendering: the people to look
+    up (lower-cased full names, and ids of the `|user_id` form)."""
+
+    names: frozenset[str]
+    user_ids: frozenset[int]
+
+    def __bool__(self) -> bool:
+        return bool(self.names or self.user_ids)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rendered:
+    """A message's HTML and the mentions it actually rendered (silent ones and
+    those inside code excluded)."""
+
+    html: str
+    mentioned_user_ids: frozenset[int]
+    wildcard: bool
+
+
+def _split(target: str) -> tuple[str, int | None]:
+    """`Full Name|12` -> ("Full Name", 12); `Full Name` -> ("Full Name", None)."""
+    found = _NAME_WITH_ID.fullmatch(target)
+    if found is None:
+        return target, None
+    return found.group(1), int(found.group(2))
+
+
+def possible_mentions(content: str) -> PossibleMentions:
+    """The names and ids `content` may mention (a superset: some may sit in
+    code, where they mention nobody)."""
+    names: set[str] = set()
+    user_ids: set[int] = set()
+    for found in _MENTION_ANYWHERE.finditer(content):
+        name, user_id = _split(found.group(2))
+        if user_id is not None:
+            user_ids.add(user_id)
+        elif name.strip().lower() not in WILDCARDS:
+            names.add(name.strip().lower())
+    return PossibleMentions(frozenset(names), frozenset(user_ids))
+
+
+@dataclasses.dataclass(slots=True)
+class _People:
+    """The people one rendering may mention (in markdown-it's `env`)."""
+
+    by_id: dict[int, Person]
+    # lower-cased name -> the one person with it, or None when several share it
+    by_name: dict[str, Person | None]
+
+    @classmethod
+    def of(cls, people: Iterable[Person]) -> _People:
+        by_id: dict[int, Person] = {}
+        by_name: dict[str, Person | None] = {}
+        for person in people:
+            by_id[person.id] = person
+            key = person.full_name.lower()
+            by_name[key] = None if key in by_name else person
+        return cls(by_id, by_name)
+
+    def find(self, target: str) -> Person | None:
+        name, user_id = _split(target)
+        if user_id is not None:
+            return self.by_id.get(user_id)
+        return self.by_name.get(name.strip().lower())
+
+
+def _mention_rule(state: StateInline, silent: bool) -> bool:
+    """markdown-it inline rule: a mention at `state.pos`, or nothing (the
+    other rules then read the text as CommonMark)."""
+    pos = state.pos
+    if state.src[pos] != "@" or (pos > 0 and state.src[pos - 1] not in _PRECEDES):
+        return False
+    found = _MENTION.match(state.src, pos, state.posMax)
+    if found is None:
+        return False
+    target = found.group(2)
+    wildcard = target.strip().lower() in WILDCARDS
+    person = None
+    if not wildcard:
+        people = state.env.get("people")
+        assert isinstance(people, _People)
+        person = people.find(target)
+        if person is None:
+            return False
+    if not silent:
+        token = state.push("mention", "span", 0)
+        token.meta = {
+            "silent": found.group(1) == "_",
+            "wildcard": target.strip().lower() if wildcard else None,
+            "person": person,
+        }
+    state.pos = found.end()
+    return True
+
+
+def _render_mention(
+    _renderer: Any, tokens: Sequence[Token], idx: int, _options: Any, _env: Any
+) -> str:
+    meta = tokens[idx].meta
+    silent: bool = meta["silent"]
+    prefix = "" if silent else "@"
+    silent_class = " silent" if silent else ""
+    if meta["wildcard"] is not None:
+        return (
+            f'<span class="user-mention channel-wildcard-mention{silent_class}"'
+            f' data-user-id="*">{prefix}{escapeHtml(meta["wildcard"])}</span>'
+        )
+    person: Person = meta["person"]
+    return (
+        f'<span class="user-mention{silent_class}" data-user-id="{person.id}">'
+        f"{prefix}{escapeHtml(person.full_name)}</span>"
+    )
+
+
+def _make_parser() -> MarkdownIt:
+    md = MarkdownIt("commonmark", {"html": False})
+    # Before emphasis, which would otherwise take the `**` of a mention.
+    md.inline.ruler.before("emphasis", "mention", _mention_rule)
+    md.add_render_rule("mention", _render_mention)
+    return md
+
+
+_PARSER = _make_parser()
+
+
+def _mentions(tokens: Iterable[Token]) -> Iterable[Token]:
+    for token in tokens:
+        if token.type == "mention":
+            yield token
+        if token.children:
+            yield from _mentions(token.children)
+
+
+def render(content: str, people: Iterable[Person] = ()) -> Rendered:
+    """`content` as HTML (without the trailing newline), and whom it mentions
+    among `people` (the realm's active users that `possible_mentions` named)."""
+    env: dict[str, Any] = {"people": _People.of(people)}
+    tokens = _PARSER.parse(content, env)
+    mentioned: set[int] = set()
+    wildcard = False
+    for token in _mentions(tokens):
+        if token.meta["silent"]:
+            continue
+        if token.meta["wildcard"] is not None:
+            wildcard = True
+        else:
+            mentioned.add(token.meta["person"].id)
+    html = _PARSER.renderer.render(tokens, _PARSER.options, env)
+    return Rendered(html.rstrip("\n"), frozenset(mentioned), wildcard)
+
+
+def is_me_message(content: str) -> bool:
+    """A `/me` status message: one line starting with `/me ` (Zulip's rule)."""
+    return content.startswith("/me ") and "\n" not in content
