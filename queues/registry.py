@@ -22,7 +22,7 @@ from queues.payload import Encoder, Event, Payload
 from queues.specialize import NoticePayloads, is_public_channel_message
 
 # Why a queue ended; passed to end hooks and, for some, shown to its client.
-EndReason = Literal["expired", "deleted", "overflow", "evicted"]
+EndReason = Literal["expired", "deleted", "overflow", "evicted", "deactivated"]
 
 # A user in a notice: an id, or a dict with "id" and that user's own data.
 NoticeUser = int | Mapping[str, Any]
@@ -208,6 +208,13 @@ class QueueRegistry:
                 self._tombstones.popitem(last=False)
         for hook in self.end_hooks:
             hook(client, reason, last_for_user)
+
+    def end_user(self, user_id: int, reason: EndReason, now: float) -> int:
+        """End every queue of a user (deactivated); returns how many."""
+        clients = self.user_queues(user_id)
+        for client in clients:
+            self.end(client, reason, now)
+        return len(clients)
 
     def delete(self, queue_id: str, user_id: int, now: float) -> ClientDescriptor:
         """The client deleted its queue (`DELETE /events`)."""

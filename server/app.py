@@ -21,6 +21,7 @@ import tornado.web
 from tornado.ioloop import PeriodicCallback
 
 from generation.errors import BadNotice
+from generation.events.users import deactivated_user_id
 from generation.notice import Notice, parse_notice
 from queues.client import ClientDescriptor
 from queues.payload import PER_EVENT_OVERHEAD
@@ -321,7 +322,15 @@ class EventServer:
                 raise BadNotice(
                     f"the event is {size} bytes, more than a queue holds ({limit} bytes)"
                 )
-        report = self.registry.deliver(notice.event, notice.users, notice.realm_id, self.clock())
+        now = self.clock()
+        report = self.registry.deliver(notice.event, notice.users, notice.realm_id, now)
+        deactivated = deactivated_user_id(notice.event)
+        if deactivated is not None:
+            # Their credentials stop working now, not at the auth cache's
+            # next check; their clients get BAD_EVENT_QUEUE_ID then 401.
+            self.auth.forget_user(deactivated)
+            ended = self.registry.end_user(deactivated, "deactivated", now)
+            log.info("user %d deactivated: %d queues ended", deactivated, ended)
         if report.foreign:
             log.warning(
                 "notice for realm %s named users whose queues are in another realm;"

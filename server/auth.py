@@ -99,6 +99,11 @@ class Authenticator:
         self._refreshing: set[asyncio.Task[None]] = set()
         self.lookups = 0  # database lookups made, for stats and tests
 
+    def forget_user(self, user_id: int) -> None:
+        """Drop a user's cached credentials (deactivated). O(cache): rare."""
+        for key in [k for k, (user, _) in self._cache.items() if user.user_id == user_id]:
+            del self._cache[key]
+
     async def authenticate(self, header: str | None) -> AuthUser:
         """The user behind an Authorization header; raises `ApiError` (401/400)
         or `server.db.DatabaseUnavailable`.

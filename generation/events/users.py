@@ -6,8 +6,9 @@ model; see generation/events/__init__.py for how the catalogue uses them."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Literal, NotRequired, TypedDict, cast
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
 # Zulip's role numbers (generation.accounts.ROLES).
 Role = Literal[100, 200, 300, 400, 600]
@@ -202,3 +203,15 @@ def person(
         "avatar_version": AVATAR_VERSION,
         "avatar_url": None if client_gravatar else gravatar_url(email),
     }
+
+
+def deactivated_user_id(event: Mapping[str, Any]) -> int | None:
+    """The user an event says was deactivated, or None: the server ends that
+    user's queues on seeing it (their credentials no longer work)."""
+    if event.get("type") != "realm_user" or event.get("op") != "update":
+        return None
+    person = event.get("person")
+    if isinstance(person, Mapping) and person.get("is_active") is False:
+        user_id = person.get("user_id")
+        return user_id if isinstance(user_id, int) else None
+    return None

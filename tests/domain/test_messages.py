@@ -3,19 +3,11 @@ reactions and typing; who receives what; the refusals; and the Markdown."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-import random
-
-import psycopg
 import pytest
 
 from apply_events.appliers.messages import RawUnread, apply_subscription_unread
-from apply_events.engine import apply_events, fetch_initial_state, post_process_state
-from apply_events.state import StateContext, make_want
-from generation.actions import streams
-from generation.actions.base import ActionContext, ActionError
-from generation.actions.messages import PROPAGATE_MODES as PROPAGATE
+from apply_events.state import StateContext
+from generation.actions.base import ActionError
 from generation.actions.messages import (
     do_add_reaction,
     do_delete_messages,
@@ -31,9 +23,7 @@ from generation.actions.messages import (
 )
 from generation.actions.realm import do_set_message_edit_limit, do_set_realm_property
 from generation.markdown import Person, possible_mentions, render
-from queues.client import QueueOptions
-from queues.registry import QueueRegistry
-from tests.domain.harness import MODERN, covers, diff, encode
+from tests.domain.harness import MODERN, covers
 
 MESSAGE = ("message", None)
 UPDATE = ("update_message", None)
@@ -903,167 +893,6 @@ def test_typing_refusals(domain):
         ),
         "does not exist",
     )
-
-
-# -- register under concurrent message changes ------------------------------------
-
-RACE_ITERATIONS = int(os.environ.get("EVENTQ_MESSAGES_RACE_ITERATIONS", "300"))
-RACE_SEED = int(os.environ.get("EVENTQ_RACE_SEED", "20261122"))
-RACE_USERS = ("iago", "hamlet", "othello", "polonius")
-RACE_STREAMS = ("Denmark", "Verona", "Scotland")
-RACE_CONTENT = (
-    "hi", "@**King Hamlet** look", "@**all** lunch", "@**Iago** and @**Polonius**",
-    "@**Othello, the Moor of Venice**", "@_**King Hamlet** quietly",
-)  # fmt: skip
-# The messages area's sections with the event types that change them (and the
-# streams area's `subscription` and `stream`, whose events mute channels and
-# make them visible or not).
-RACE_FETCH: list[frozenset[str] | None] = [
-    None,
-    frozenset(
-        {
-            "message",
-            "update_message_flags",
-            "starred_messages",
-            "update_message",
-            "delete_message",
-            "subscription",
-            "stream",
-        }
-    ),
-    frozenset({"message", "delete_message"}),
-    frozenset({"starred_messages", "update_message_flags", "delete_message"}),
-]
-
-
-async def _ids(ctx, query, params):
-    cur = await ctx.conn.execute(query, params)
-    return [row[0] for row in await cur.fetchall()]
-
-
-async def _random_message_action(ctx, domain, rng):
-    """One random change of the messages area (or a channel mute or
-    subscription change); refusals change nothing."""
-    user = domain.id(rng.choice(RACE_USERS))
-    messages = await _ids(
-        ctx, "SELECT id FROM messages WHERE realm_id = %s ORDER BY id", (domain.realm_id,)
-    )
-    mine = await _ids(
-        ctx, "SELECT message_id FROM user_messages WHERE user_id = %s ORDER BY 1", (user,)
-    )
-    some = rng.sample(mine, min(len(mine), rng.randint(1, 3)))
-    target = rng.choice(messages) if messages else 0
-    choice = rng.randrange(16)
-    try:
-        if choice < 3:
-            await do_send_stream_message(
-                ctx, user, rng.choice(RACE_STREAMS), rng.choice("abA"), rng.choice(RACE_CONTENT)
-            )
-        elif choice == 3:
-            others = rng.sample([domain.id(u) for u in RACE_USERS], rng.randint(1, 2))
-            await do_send_direct_message(ctx, user, others, rng.choice(RACE_CONTENT))
-        elif choice == 4:
-            cur = await ctx.conn.execute("SELECT sender_id FROM messages WHERE id = %s", (target,))
-            row = await cur.fetchone()
-            if row is not None:
-                await do_update_message(ctx, row[0], target, content=rng.choice(RACE_CONTENT))
-        elif choice == 5:
-            await do_update_message(
-                ctx, user, target, topic=rng.choice("abAc"), propagate_mode=rng.choice(PROPAGATE)
-            )
-        elif choice == 6:
-            await do_delete_messages(
-                ctx, domain.id("iago"), rng.sample(messages, min(2, len(messages)))
-            )
-        elif choice in (7, 8):
-            await do_update_message_flags(
-                ctx, user, rng.choice(("add", "remove")), rng.choice(("read", "starred")), some
-            )
-        elif choice == 9 and rng.random() < 0.5:
-            await do_mark_all_as_read(ctx, user)
-        elif choice == 9:
-            stream_id = domain.streams[rng.choice(RACE_STREAMS)]
-            await do_mark_stream_as_read(ctx, user, stream_id, rng.choice(("a", None)))
-        elif choice == 10:
-            await do_add_reaction(ctx, user, target, rng.choice(("tada", "octopus")))
-        elif choice == 11:
-            await do_send_direct_typing(ctx, user, "start", [domain.id(rng.choice(RACE_USERS))])
-        elif choice in (12, 13):
-            stream_id = domain.streams[rng.choice(RACE_STREAMS)]
-            await streams.do_update_subscription_properties(
-                ctx, user, [(stream_id, "is_muted", rng.random() < 0.5)]
-            )
-        elif rng.random() < 0.5:
-            await streams.do_remove_subscriptions(ctx, user, domain.realm_id, ["Denmark"])
-        else:
-            await streams.do_add_subscriptions(
-                ctx, None, domain.realm_id, [streams.StreamRequest("Denmark")], principals=[user]
-            )
-    except ActionError:
-        pass
-
-
-async def _register_and_compare(domain, rng, action_conn, fetch_conn):
-    """Register (queue first, then the fetch with actions between its
-    sections), more actions, then: state + every queued event == fresh fetch."""
-    registry = QueueRegistry(encode)
-    name = rng.choice(RACE_USERS)
-    user_id = domain.id(name)
-    fetch_event_types = rng.choice(RACE_FETCH)
-    want = make_want(fetch_event_types)
-    capabilities = rng.choice((MODERN, MODERN - {"bulk_message_deletion"}))
-    options = QueueOptions(capabilities=capabilities, apply_markdown=rng.random() < 0.5)
-    client = registry.allocate(user_id, domain.realm_id, options, 0.0)
-    state_ctx = StateContext(
-        user_id=user_id,
-        realm_id=domain.realm_id,
-        queue_id=client.queue_id,
-        apply_markdown=options.apply_markdown,
-        include_subscribers=True,
-        capabilities=capabilities,
-    )
-
-    async def sink(notice):
-        registry.deliver(notice.event, notice.users, notice.realm_id, 0.0)
-
-    ctx = ActionContext(action_conn, sink)
-
-    async def between(_section=None):
-        for _ in range(rng.randint(0, 2)):
-            await _random_message_action(ctx, domain, rng)
-
-    await between()
-    state = await fetch_initial_state(fetch_conn, state_ctx, want, between=between)
-    await between()
-    await between()
-    events = [payload.client_event(i) for i, payload in client.event_queue.contents()]
-    apply_events(state, events, want, state_ctx)
-    post_process_state(state, want, state_ctx)
-    fresh = await fetch_initial_state(fetch_conn, state_ctx, want)
-    post_process_state(fresh, want, state_ctx)
-    differences = diff(state, fresh)
-    if differences:
-        differences.insert(0, f"{name} registered with fetch_event_types={fetch_event_types}")
-        differences.append(f"events: {events}")
-    return differences
-
-
-def test_register_under_message_changes_equals_a_fresh_fetch(domain):
-    rng = random.Random(RACE_SEED)
-
-    async def go():
-        async with (
-            await psycopg.AsyncConnection.connect(domain.database_url, autocommit=True) as conn,
-            await psycopg.AsyncConnection.connect(domain.database_url, autocommit=True) as fetch,
-        ):
-            for iteration in range(RACE_ITERATIONS):
-                differences = await _register_and_compare(domain, rng, conn, fetch)
-                assert not differences, (
-                    f"iteration {iteration} (EVENTQ_RACE_SEED={RACE_SEED}):\n"
-                    + "\n".join(differences[:30])
-                )
-
-    asyncio.run(go())
 
 
 @covers(FLAGS_ADD, FLAGS_REMOVE)

@@ -22,6 +22,7 @@ from apply_events.engine import apply_events, fetch_initial_state, post_process_
 from apply_events.register import register
 from apply_events.state import StateContext, make_want
 from generation.actions.base import ActionContext
+from generation.events.users import deactivated_user_id
 from generation.notice import Notice
 from queues.client import QueueOptions
 from queues.registry import QueueRegistry
@@ -36,13 +37,26 @@ RaceAction = Callable[[ActionContext, Domain, random.Random], Awaitable[Any]]
 # fetch_event_types a client may ask for (None: everything).
 FETCH_CHOICES: list[frozenset[str] | None] = [
     None,
+    None,
     frozenset({"realm"}),
-    frozenset({"message", "update_message_flags"}),
-    frozenset({"subscription", "stream"}),
+    frozenset(
+        {
+            "message",
+            "update_message_flags",
+            "starred_messages",
+            "update_message",
+            "delete_message",
+            "subscription",
+            "stream",
+        }
+    ),
+    frozenset({"message", "delete_message"}),
+    frozenset({"starred_messages", "update_message_flags", "delete_message"}),
+    frozenset({"stream", "subscription", "default_streams"}),
+    frozenset({"stream"}),
     frozenset({"realm_user", "presence"}),
     frozenset({"user_settings", "default_streams", "realm"}),
 ]
-USERS = ("iago", "hamlet", "othello", "polonius")
 
 
 async def _run_actions(ctx: ActionContext, domain: Domain, rng: random.Random, count: int) -> None:
@@ -60,7 +74,10 @@ async def _one_register(
 ) -> list[str]:
     """One register with interleaved actions; the differences found (none
     when correct). `actions` delivers its events into `registry`."""
-    user = rng.choice(USERS)
+    cur = await fetch_conn.execute(
+        "SELECT id FROM users WHERE realm_id = %s AND is_active ORDER BY id", (domain.realm_id,)
+    )
+    user_id = rng.choice([row[0] for row in await cur.fetchall()])  # only active users register
     fetch_event_types = rng.choice(FETCH_CHOICES)
     want = make_want(fetch_event_types)
     options = QueueOptions(
@@ -70,7 +87,7 @@ async def _one_register(
         capabilities=MODERN if rng.random() < 0.7 else frozenset(),
     )
     base = StateContext(
-        user_id=domain.id(user),
+        user_id=user_id,
         realm_id=domain.realm_id,
         queue_id="",
         apply_markdown=options.apply_markdown,
@@ -97,8 +114,11 @@ async def _one_register(
         await between("after")
         return state
 
+    replay: list[Any] = []
+
     def queue_events(queue_id: str) -> list[dict[str, Any]]:
-        return [p.client_event(i) for i, p in client_box[0].event_queue.contents()]
+        replay.extend(client_box[0].event_queue.contents())
+        return [p.client_event(i) for i, p in replay]
 
     state = await register(
         fetch_event_types=fetch_event_types,
@@ -122,7 +142,15 @@ async def _one_register(
     post_process_state(fresh, want, ctx)
     for key in ("queue_id", "last_event_id"):
         state.pop(key)
-    return diff(state, fresh)
+    if client_box[0].queue_id not in {c.queue_id for c in registry}:
+        return []  # its user was deactivated: the queue ended, the client is refused
+    differences = diff(state, fresh)
+    if differences:
+        replayed = [p.client_event(i) for i, p in replay]
+        differences.insert(0, f"user {user_id}, fetch_event_types={fetch_event_types}")
+        differences.append(f"replayed by register: {replayed}")
+        differences.append(f"after register: {later}")
+    return differences
 
 
 def test_register_state_plus_events_equals_a_fresh_fetch(domain):
@@ -132,7 +160,11 @@ def test_register_state_plus_events_equals_a_fresh_fetch(domain):
         registry = QueueRegistry(encode)
 
         async def sink(notice: Notice) -> None:
+            # As the server does: a deactivated user's queues end.
             registry.deliver(notice.event, notice.users, notice.realm_id, 0.0)
+            deactivated = deactivated_user_id(notice.event)
+            if deactivated is not None:
+                registry.end_user(deactivated, "deactivated", 0.0)
 
         async with (
             await psycopg.AsyncConnection.connect(domain.database_url, autocommit=True) as conn,
