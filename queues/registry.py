@@ -285,15 +285,20 @@ class QueueRegistry:
     def _push(
         self,
         client: ClientDescriptor,
-        payload: Payload,
+        payload: Payload | tuple[Payload, ...],
         now: float,
         overflowed: list[ClientDescriptor],
     ) -> None:
-        """Append to one queue and wake its request. A queue now over a bound
-        is added to `overflowed`, for the caller to end once it is done
+        """Append to one queue (several events for a legacy client's
+        one-per-message forms) and wake its request. A queue now over a
+        bound is added to `overflowed`, for the caller to end once it is done
         iterating (ending changes the indexes being iterated)."""
         queue = client.event_queue
-        queue.push(payload)
+        if isinstance(payload, Payload):
+            queue.push(payload)
+        else:
+            for part in payload:
+                queue.push(part)
         if len(queue) > self.limits.max_events or queue.bytes > self.limits.max_bytes:
             overflowed.append(client)
             return
@@ -355,11 +360,7 @@ class QueueRegistry:
                 if payload is None:
                     continue
                 report.queues += 1
-                if isinstance(payload, Payload):
-                    self._push(client, payload, now, overflowed)
-                else:  # a legacy client's several events
-                    for part in payload:
-                        self._push(client, part, now, overflowed)
+                self._push(client, payload, now, overflowed)
         if public:
             assert realm_id is not None
             for client in self._public_by_realm[realm_id].values():
@@ -369,11 +370,7 @@ class QueueRegistry:
                 if payload is None:
                     continue
                 report.queues += 1
-                if isinstance(payload, Payload):
-                    self._push(client, payload, now, overflowed)
-                else:  # a legacy client's several events
-                    for part in payload:
-                        self._push(client, part, now, overflowed)
+                self._push(client, payload, now, overflowed)
         report.overflowed = self._end_overflowed(overflowed, now)
         return report
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -271,3 +274,91 @@ class World:
     def execute(self, sql: bytes, params: tuple[Any, ...] = ()) -> None:
         with psycopg.connect(self.database_url, autocommit=True) as conn:
             conn.execute(sql, params)
+
+
+def ok(response: requests.Response) -> dict[str, Any]:
+    """The body of a success, asserting it is one."""
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    assert body["result"] == "success"
+    return body
+
+
+def error(response: requests.Response, status: int = 400) -> dict[str, Any]:
+    """The body of an error with `status` and a code, asserting it is one."""
+    assert response.status_code == status, response.text
+    body: dict[str, Any] = response.json()
+    assert body["result"] == "error"
+    assert body["code"]
+    return body
+
+
+def zulip_client(server: ServerProcess, account: accounts.CreatedUser) -> Any:
+    """The real `zulip.Client` for an account, pointed at `server`."""
+    import zulip
+
+    return zulip.Client(email=account.email, api_key=account.api_key, site=server.url)
+
+
+LISTENER = textwrap.dedent(
+    """
+    import json, sys, zulip
+    client = zulip.Client(email=sys.argv[1], api_key=sys.argv[2], site=sys.argv[3])
+    def show(item):
+        print(json.dumps(item), flush=True)
+    if sys.argv[4] == "messages":
+        client.call_on_each_message(show)
+    else:
+        client.call_on_each_event(show, event_types=json.loads(sys.argv[4]))
+    """
+)
+
+
+class Listener:
+    """A `zulip.Client` in its own process, calling back for each message (or
+    event); what it receives is read line by line."""
+
+    def __init__(self, server, account, what: str):
+        self.server = server
+        self.account = account
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", LISTENER, account.email, account.api_key, server.url, what],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={k: v for k, v in os.environ.items() if not k.startswith("ZULIP_")},
+        )
+        self.items: queue.Queue[dict] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.items.put(json.loads(line))
+
+    def wait_polling(self):
+        wait_for(
+            lambda: any(q["parked"] for q in self.server.user_queues(self.account.user_id)),
+            30,
+            "the listener to register and poll",
+        )
+
+    def next(self, timeout=15.0) -> dict:
+        try:
+            return self.items.get(timeout=timeout)
+        except queue.Empty:
+            self.stop()
+            assert self.proc.stderr is not None
+            raise AssertionError(
+                f"the listener received nothing; its stderr:\n{self.proc.stderr.read().decode()}"
+            ) from None
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a test may have stopped it
+            self.proc.kill()
+        self.proc.wait()
+        self._reader.join(timeout=10)
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()

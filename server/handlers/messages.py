@@ -41,11 +41,7 @@ DIRECT_TYPES = ("private", "direct")
 
 
 def _message_id(raw: str) -> int:
-    """A message id from the path (digits by the route's pattern)."""
-    value = int(raw)
-    if not 0 < value <= INT_MAX:
-        raise ApiError("Invalid message(s)")
-    return value
+    return ActionHandler.path_id(raw, "Invalid message(s)")
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -120,17 +116,7 @@ def _topic(params: Params) -> str | None:
     return topic if topic is not None else subject
 
 
-class _Handler(ActionHandler):
-    def write_result(self, params: Params, data: dict[str, Any] | None = None) -> None:
-        """Success, reporting parameters the endpoint does not know, as Zulip."""
-        body = dict(data or {})
-        ignored = params.unread()
-        if ignored:
-            body["ignored_parameters_unsupported"] = ignored
-        self.write_success(body)
-
-
-class MessagesHandler(_Handler):
+class MessagesHandler(ActionHandler):
     """`POST messages`: send a channel or direct message."""
 
     SUPPORTED_METHODS = ("POST",)
@@ -162,10 +148,10 @@ class MessagesHandler(_Handler):
             )  # fmt: skip
         else:
             raise ApiError("Invalid message type")
-        self.write_result(params, {"id": message_id})
+        self.succeed(params, {"id": message_id})
 
 
-class MessageHandler(_Handler):
+class MessageHandler(ActionHandler):
     """`PATCH messages/{id}` (edit) and `DELETE messages/{id}`."""
 
     SUPPORTED_METHODS = ("PATCH", "DELETE")
@@ -184,17 +170,17 @@ class MessageHandler(_Handler):
                 ctx, user.user_id, message_id, content=content, topic=topic, propagate_mode=mode
             )
         )
-        self.write_result(params, {"detached_uploads": []})
+        self.succeed(params, {"detached_uploads": []})
 
     async def delete(self, raw_id: str) -> None:
         user = await self.authenticate()
         params = self.params()
         message_id = _message_id(raw_id)
         await self.act(lambda ctx: actions.do_delete_messages(ctx, user.user_id, [message_id]))
-        self.write_result(params)
+        self.succeed(params)
 
 
-class FlagsHandler(_Handler):
+class FlagsHandler(ActionHandler):
     """`POST messages/flags`: answers the `messages` it was given, as Zulip."""
 
     SUPPORTED_METHODS = ("POST",)
@@ -210,10 +196,10 @@ class FlagsHandler(_Handler):
         await self.act(
             lambda ctx: actions.do_update_message_flags(ctx, user.user_id, op, flag, messages)
         )
-        self.write_result(params, {"messages": messages})
+        self.succeed(params, {"messages": messages})
 
 
-class MarkAllAsReadHandler(_Handler):
+class MarkAllAsReadHandler(ActionHandler):
     """`POST mark_all_as_read`: done in one go (`complete`)."""
 
     SUPPORTED_METHODS = ("POST",)
@@ -222,10 +208,10 @@ class MarkAllAsReadHandler(_Handler):
         user = await self.authenticate()
         params = self.params()
         await self.act(lambda ctx: actions.do_mark_all_as_read(ctx, user.user_id))
-        self.write_result(params, {"complete": True})
+        self.succeed(params, {"complete": True})
 
 
-class MarkStreamAsReadHandler(_Handler):
+class MarkStreamAsReadHandler(ActionHandler):
     """`POST mark_stream_as_read` (`stream_id`)."""
 
     SUPPORTED_METHODS = ("POST",)
@@ -245,7 +231,7 @@ class MarkStreamAsReadHandler(_Handler):
         await self.act(
             lambda ctx: actions.do_mark_stream_as_read(ctx, user.user_id, stream_id, topic)
         )
-        self.write_result(params)
+        self.succeed(params)
 
 
 class MarkTopicAsReadHandler(MarkStreamAsReadHandler):
@@ -254,7 +240,7 @@ class MarkTopicAsReadHandler(MarkStreamAsReadHandler):
     topic = True
 
 
-class ReactionsHandler(_Handler):
+class ReactionsHandler(ActionHandler):
     """`POST` / `DELETE messages/{id}/reactions`."""
 
     SUPPORTED_METHODS = ("POST", "DELETE")
@@ -276,7 +262,7 @@ class ReactionsHandler(_Handler):
         await self.act(
             lambda ctx: actions.do_add_reaction(ctx, user.user_id, message_id, name, code, kind)
         )
-        self.write_result(params)
+        self.succeed(params)
 
     async def delete(self, raw_id: str) -> None:
         user = await self.authenticate()
@@ -286,10 +272,10 @@ class ReactionsHandler(_Handler):
         await self.act(
             lambda ctx: actions.do_remove_reaction(ctx, user.user_id, message_id, name, code, kind)
         )
-        self.write_result(params)
+        self.succeed(params)
 
 
-class TypingHandler(_Handler):
+class TypingHandler(ActionHandler):
     """`POST typing`: `type` direct (default; `to`: user ids) or channel
     (`stream_id`, or Zulip's legacy `to` of one id, and `topic`)."""
 
@@ -320,7 +306,7 @@ class TypingHandler(_Handler):
             )
         else:
             raise ApiError("Invalid type")
-        self.write_result(params)
+        self.succeed(params)
 
 
 ROUTES: list[tuple[str, Any]] = [

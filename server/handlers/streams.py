@@ -31,21 +31,8 @@ MAX_PRINCIPALS = 1000
 MAX_SUBSCRIPTION_CHANGES = 500
 
 
-class StreamsAreaHandler(ActionHandler):
-    def succeed(self, params: Params, data: dict[str, Any] | None = None) -> None:
-        body = dict(data or {})
-        ignored = params.unread()
-        if ignored:
-            body["ignored_parameters_unsupported"] = ignored
-        self.write_success(body)
-
-
 def _stream_id(raw: str) -> int:
-    """A stream id from the URL path (digits only, by the route)."""
-    value = int(raw)
-    if value > INT_MAX:
-        raise ApiError("Invalid channel ID")
-    return value
+    return ActionHandler.path_id(raw, "Invalid channel ID")
 
 
 def _principals(params: Params) -> list[str | int] | None:
@@ -138,7 +125,7 @@ def _subscription_changes(params: Params) -> list[tuple[int, str, Any]]:
     return changes
 
 
-class SubscriptionsHandler(StreamsAreaHandler):
+class SubscriptionsHandler(ActionHandler):
     """`users/me/subscriptions`."""
 
     SUPPORTED_METHODS = ("GET", "POST", "DELETE")
@@ -196,7 +183,7 @@ class SubscriptionsHandler(StreamsAreaHandler):
         self.succeed(params, {"removed": result.removed, "not_removed": result.not_removed})
 
 
-class SubscriptionPropertiesHandler(StreamsAreaHandler):
+class SubscriptionPropertiesHandler(ActionHandler):
     """`users/me/subscriptions/properties`."""
 
     SUPPORTED_METHODS = ("POST",)
@@ -211,7 +198,7 @@ class SubscriptionPropertiesHandler(StreamsAreaHandler):
         self.succeed(params, {"subscription_data": stored})
 
 
-class StreamsHandler(StreamsAreaHandler):
+class StreamsHandler(ActionHandler):
     """`GET streams`: the streams the user can see (public ones, unless
     `include_public` is false; subscribed ones, unless `include_subscribed`
     is false; default ones with `include_default`)."""
@@ -236,7 +223,7 @@ class StreamsHandler(StreamsAreaHandler):
         self.succeed(params, {"streams": streams})
 
 
-class StreamHandler(StreamsAreaHandler):
+class StreamHandler(ActionHandler):
     """`streams/{stream_id}`: PATCH changes the name (`new_name`),
     `description` and privacy (`is_private`), all or nothing; DELETE
     archives the stream."""
@@ -283,7 +270,7 @@ class StreamHandler(StreamsAreaHandler):
         self.succeed(params)
 
 
-class DefaultStreamsHandler(StreamsAreaHandler):
+class DefaultStreamsHandler(ActionHandler):
     """`default_streams`: POST adds `stream_id`, DELETE removes it."""
 
     SUPPORTED_METHODS = ("POST", "DELETE")

@@ -33,13 +33,6 @@ Change = Callable[[ActionContext], Awaitable[Any]]
 
 
 class UsersAreaHandler(ActionHandler):
-    def succeed(self, params: Params, data: dict[str, Any] | None = None) -> None:
-        body = dict(data or {})
-        ignored = params.unread()
-        if ignored:
-            body["ignored_parameters_unsupported"] = ignored
-        self.write_success(body)
-
     async def apply(self, changes: list[Change]) -> None:
         """Run the changes in one transaction: all of them or none, their
         events after it commits."""
@@ -64,11 +57,7 @@ class UsersAreaHandler(ActionHandler):
 
 
 def _user_id(raw: str) -> int:
-    """A user id from the URL path (digits only, by the route)."""
-    value = int(raw)
-    if value > INT_MAX:
-        raise ApiError("No such user")
-    return value
+    return ActionHandler.path_id(raw, "No such user")
 
 
 def _json_value(params: Params, name: str) -> tuple[bool, Any]:

@@ -6,53 +6,14 @@ input (a 4xx JSON error, never a 500)."""
 from __future__ import annotations
 
 import json
-import os
-import queue
-import subprocess
-import sys
-import textwrap
-import threading
 
 import pytest
-import zulip
 
-from tests.domain.harness import Domain
-from tests.support import Api, wait_for
+from tests.support import Api, Listener, error, ok, zulip_client
 
 
-@pytest.fixture
-def domain(database_url):
-    """A realm of its own (iago admin, hamlet, othello, polonius guest;
-    Denmark, Verona public; Scotland private: iago, othello)."""
-    return Domain(database_url)
-
-
-@pytest.fixture
-def apis(server, domain):
-    clients = {name: Api(server, account) for name, account in domain.accounts.items()}
-    yield clients
-    for client in clients.values():
-        client.close()
-
-
-def client_for(server, domain, name) -> zulip.Client:
-    account = domain.accounts[name]
-    return zulip.Client(email=account.email, api_key=account.api_key, site=server.url)
-
-
-def ok(response):
-    assert response.status_code == 200, response.text
-    body = response.json()
-    assert body["result"] == "success"
-    return body
-
-
-def error(response, status=400):
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert body["result"] == "error"
-    assert body["code"]
-    return body
+def client_for(server, domain, name):
+    return zulip_client(server, domain.accounts[name])
 
 
 def send_stream(api, to="Denmark", content="hello", topic="greetings", **params):
@@ -221,69 +182,6 @@ def test_the_zulip_clients_message_methods(server, domain, apis):
     assert state["starred_messages"] == [message_id]
     assert state["unread_msgs"]["count"] == 0
     assert state["max_message_id"] == dm["id"]
-
-
-LISTENER = textwrap.dedent(
-    """
-    import json, sys, zulip
-    client = zulip.Client(email=sys.argv[1], api_key=sys.argv[2], site=sys.argv[3])
-    def show(item):
-        print(json.dumps(item), flush=True)
-    if sys.argv[4] == "messages":
-        client.call_on_each_message(show)
-    else:
-        client.call_on_each_event(show, event_types=json.loads(sys.argv[4]))
-    """
-)
-
-
-class Listener:
-    """A `zulip.Client` in its own process, calling back for each message (or
-    event); what it receives is read line by line."""
-
-    def __init__(self, server, account, what: str):
-        self.server = server
-        self.account = account
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", LISTENER, account.email, account.api_key, server.url, what],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={k: v for k, v in os.environ.items() if not k.startswith("ZULIP_")},
-        )
-        self.items: queue.Queue[dict] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self):
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.items.put(json.loads(line))
-
-    def wait_polling(self):
-        wait_for(
-            lambda: any(q["parked"] for q in self.server.user_queues(self.account.user_id)),
-            30,
-            "the listener to register and poll",
-        )
-
-    def next(self, timeout=15.0) -> dict:
-        try:
-            return self.items.get(timeout=timeout)
-        except queue.Empty:
-            self.stop()
-            assert self.proc.stderr is not None
-            raise AssertionError(
-                f"the listener received nothing; its stderr:\n{self.proc.stderr.read().decode()}"
-            ) from None
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self._reader.join(timeout=10)
-        for pipe in (self.proc.stdout, self.proc.stderr):
-            if pipe is not None:
-                pipe.close()
 
 
 def test_one_client_sends_another_receives_through_call_on_each_message(server, domain):

@@ -6,48 +6,14 @@ from __future__ import annotations
 
 import pytest
 import requests
-import zulip
 
-from tests.domain.harness import Domain
-from tests.support import Api
+from tests.support import Api, error, ok, zulip_client
 
 STREAM_EVENTS = ["stream", "subscription", "default_streams"]
 
 
-@pytest.fixture
-def domain(database_url):
-    """iago admin, hamlet, othello, polonius guest; Denmark (public: iago,
-    hamlet, othello), Verona (public: hamlet; default), Scotland (private:
-    iago, othello)."""
-    return Domain(database_url)
-
-
-@pytest.fixture
-def apis(server, domain):
-    clients = {name: Api(server, account) for name, account in domain.accounts.items()}
-    yield clients
-    for client in clients.values():
-        client.close()
-
-
-def client_for(server, domain, name) -> zulip.Client:
-    account = domain.accounts[name]
-    return zulip.Client(email=account.email, api_key=account.api_key, site=server.url)
-
-
-def ok(response):
-    assert response.status_code == 200, response.text
-    body = response.json()
-    assert body["result"] == "success"
-    return body
-
-
-def error(response, status=400):
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert body["result"] == "error"
-    assert body["code"]
-    return body
+def client_for(server, domain, name):
+    return zulip_client(server, domain.accounts[name])
 
 
 class Watcher:

@@ -14,11 +14,6 @@ from tests.support import Api, wait_for
 
 
 @pytest.fixture
-def domain(database_url):
-    return Domain(database_url)
-
-
-@pytest.fixture
 def clients(server, domain):
     made: list[Api] = []
 

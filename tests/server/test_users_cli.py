@@ -12,7 +12,6 @@ import sys
 import pytest
 import requests
 
-from tests.domain.harness import Domain
 from tests.support import REPO, Api, wait_for
 
 
@@ -28,11 +27,6 @@ def eventq(database_url: str, *args: str, **env: str) -> subprocess.CompletedPro
         timeout=60,
         check=False,
     )
-
-
-@pytest.fixture
-def domain(database_url):
-    return Domain(database_url)
 
 
 @pytest.fixture

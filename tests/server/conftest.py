@@ -1,0 +1,27 @@
+"""Fixtures of the server tests that work in a Domain realm of their own."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.domain.harness import Domain
+from tests.support import Api, ServerProcess
+
+
+@pytest.fixture
+def domain(database_url: str) -> Domain:
+    """iago admin, hamlet, othello, polonius guest; Denmark (public: iago,
+    hamlet, othello), Verona (public: hamlet; default), Scotland (private:
+    iago, othello)."""
+    return Domain(database_url)
+
+
+@pytest.fixture
+def apis(server: ServerProcess, domain: Domain) -> Iterator[dict[str, Api]]:
+    """An API client per Domain user, on the shared server."""
+    clients = {name: Api(server, account) for name, account in domain.accounts.items()}
+    yield clients
+    for client in clients.values():
+        client.close()
