@@ -23,6 +23,9 @@ NoticeUser = int | dict[str, Any]
 # The AMQP header carrying a notice's unique id, set once by the publisher and
 # kept across its retry: the consumer drops a second copy by it.
 NOTICE_ID_HEADER = "x-eventq-notice-id"
+# When the producer published it: integer microseconds since the epoch (AMQP
+# tables carry no floats).
+PUBLISHED_HEADER = "x-eventq-published-us"
 
 # An event type is an identifier, not free text; Zulip's longest is 31 chars.
 MAX_EVENT_TYPE_LENGTH = 64

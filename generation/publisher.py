@@ -19,7 +19,7 @@ import weakref
 import pika
 import pika.exceptions
 
-from generation.notice import NOTICE_ID_HEADER
+from generation.notice import NOTICE_ID_HEADER, PUBLISHED_HEADER
 
 log = logging.getLogger("eventq.publisher")
 
@@ -77,8 +77,7 @@ class Publisher:
                     # What the consumer deduplicates on (message_id is any
                     # producer's to use).
                     NOTICE_ID_HEADER: message_id,
-                    # AMQP tables carry no floats: microseconds since the epoch.
-                    "x-eventq-published-us": time.time_ns() // 1000,
+                    PUBLISHED_HEADER: time.time_ns() // 1000,
                 },
             ),
             mandatory=True,

@@ -55,13 +55,16 @@ class Payload:
     A payload in more than one queue is never mutated.
     """
 
-    __slots__ = ("collapse", "event", "size", "tail")
+    __slots__ = ("collapse", "event", "origin", "size", "tail")
 
     def __init__(self, event: Event, tail: bytes):
         self.event = event
         self.tail = tail
         self.size = len(tail) + PER_EVENT_OVERHEAD
         self.collapse = collapse_key(event)
+        # Whatever the server attached to the notice this came from (its
+        # times, for the delivery log); opaque here.
+        self.origin: object = None
 
     @classmethod
     def build(cls, event: Event, encode: Encoder) -> Payload:

@@ -318,16 +318,18 @@ class QueueRegistry:
         users: Sequence[NoticeUser],
         realm_id: int | None,
         now: float,
+        origin: object = None,
     ) -> DeliveryReport:
         """Put `event` into every queue of `users` that accepts it, plus, for a
         public channel message of `realm_id`, every all_public_streams queue of
         that realm (with empty flags). Parked requests are woken.
 
         `event` must have a string "type" and must not be mutated afterwards.
-        When `realm_id` is given, queues of other realms are skipped.
+        When `realm_id` is given, queues of other realms are skipped. `origin`
+        is attached to every payload built (see `Payload.origin`).
         """
         event_type: str = event["type"]
-        payloads = NoticePayloads(event, self.encode)
+        payloads = NoticePayloads(event, self.encode, origin)
         report = DeliveryReport()
         overflowed: list[ClientDescriptor] = []
         public = (

@@ -38,11 +38,13 @@ class NoticePayloads:
         "_last_form",
         "_last_user",
         "_messages",
+        "_origin",
         "_shared",
         "_variants",
     )
 
-    def __init__(self, event: Event, encode: Encoder):
+    def __init__(self, event: Event, encode: Encoder, origin: object = None):
+        self._origin = origin
         self._event = event
         self._event_type: str = event["type"]
         self._encode = encode
@@ -54,6 +56,11 @@ class NoticePayloads:
         # after the other, so the per-user work is done once per user.
         self._last_user: UserData | None = None
         self._last_form: tuple[object, Any] = (None, None)
+
+    def _build(self, event: Event, encode: Encoder) -> Payload:
+        payload = Payload.build(event, encode)
+        payload.origin = self._origin
+        return payload
 
     def _user_form(self, user_data: UserData) -> tuple[object, Any]:
         """(variant key part, user data) for one notice user: their flags for
@@ -83,7 +90,7 @@ class NoticePayloads:
         variant = _client_variant(self._event_type, client)
         if variant is None and (not user_data or len(user_data) == 1):
             if self._shared is None:
-                self._shared = Payload.build(self._event, self._encode)
+                self._shared = self._build(self._event, self._encode)
             return self._shared
         user_key, extra = self._user_form(user_data) if user_data else (None, {})
         key = (variant, user_key)
@@ -91,7 +98,7 @@ class NoticePayloads:
         if cached is None:
             event = {**self._event, **extra} if extra else self._event
             forms = _rewrite(event, variant)
-            payloads = tuple(Payload.build(form, self._encode) for form in forms)
+            payloads = tuple(self._build(form, self._encode) for form in forms)
             cached = payloads[0] if len(payloads) == 1 else payloads
             self._variants[key] = cached
         return cached
@@ -116,7 +123,7 @@ class NoticePayloads:
                 client_event["local_message_id"] = local_id
             if "internal_data" in event:
                 client_event["internal_data"] = event["internal_data"]
-            payload = Payload.build(client_event, self._encode)
+            payload = self._build(client_event, self._encode)
             self._by_key[key] = payload
         return payload
 

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import socket
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import tornado.httpserver
@@ -24,6 +25,7 @@ from generation.errors import BadNotice
 from generation.events.users import deactivated_user_id
 from generation.notice import Notice, parse_notice
 from queues.client import ClientDescriptor
+from queues.event_queue import Item
 from queues.payload import PER_EVENT_OVERHEAD
 from queues.registry import DeliveryReport, EndReason, QueueRegistry
 from server import persistence
@@ -34,6 +36,7 @@ from server.db import Database
 from server.longpoll import heartbeat_delay
 from server.looplag import LoopLagMonitor
 from server.migrate import latest_migration
+from server.observe import Observer, Origin
 from server.responses import encode
 from server.routes import make_application
 from server.version import ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION
@@ -73,10 +76,12 @@ class EventServer:
         self._gc: PeriodicCallback | None = None
         self._http: tornado.httpserver.HTTPServer | None = None
         self.port: int | None = None
+        # Told of every delivery, poll, register and queue end (server/observe.py).
+        self.observers: list[Observer] = []
         self.consumer: NoticeConsumer | None = None
         if settings.amqp_url:
             self.consumer = NoticeConsumer(
-                settings.amqp_url, settings.notify_queue, self.process_notice
+                settings.amqp_url, settings.notify_queue, self.process_notice, self.observers
             )
 
     @staticmethod
@@ -270,16 +275,52 @@ class EventServer:
     def heartbeat_delay(self) -> float:
         return heartbeat_delay(self.settings.heartbeat_secs, self.settings.heartbeat_jitter_secs)
 
+    def observe_response(
+        self,
+        client: ClientDescriptor,
+        items: Sequence[Item],
+        response_bytes: int,
+        outcome: str,
+        waited_secs: float,
+    ) -> None:
+        if self.observers:
+            wall = time.time()
+            for observer in self.observers:
+                observer.responded(client, items, response_bytes, outcome, waited_secs, wall)
+
+    def observe_registered(self, client: ClientDescriptor, latency_secs: float) -> None:
+        if self.observers:
+            wall = time.time()
+            for observer in self.observers:
+                observer.registered(client, latency_secs, wall)
+
+    def observe_poll_failed(
+        self, user_id: int, realm_id: int, queue_id: str | None, code: str
+    ) -> None:
+        if self.observers:
+            wall = time.time()
+            for observer in self.observers:
+                observer.poll_failed(user_id, realm_id, queue_id, code, wall)
+
     def heartbeat(self, client: ClientDescriptor) -> None:
         """Timer callback: the parked request has waited a heartbeat period."""
         self.registry.push_heartbeat(client, self.clock())
 
     def collect_garbage(self) -> None:
+        started = time.monotonic()
         collected = self.registry.collect_expired(self.clock())
+        duration = time.monotonic() - started
+        for observer in self.observers:
+            observer.gc_ran(len(collected), duration)
         if collected:
             log.info("collected %d idle queues; %d remain", len(collected), len(self.registry))
 
     def _on_queue_end(self, client: ClientDescriptor, reason: EndReason, last: bool) -> None:
+        if self.observers:
+            lifetime = self.clock() - client.created_at
+            wall = time.time()
+            for observer in self.observers:
+                observer.queue_ended(client, reason, lifetime, wall)
         if reason == "overflow":
             log.warning(
                 "queue %s of user %d overflowed (%d events, %d bytes; limits %d events,"
@@ -306,12 +347,15 @@ class EventServer:
         its queues (one shard: every user's queues are here)."""
         self.deliver(notice, len(encode(notice.event)))
 
-    def process_notice(self, body: bytes) -> DeliveryReport:
-        """The consumer's processor: decode, validate and deliver one notice.
-        Raises `BadNotice` for a malformed one."""
-        return self.deliver(parse_notice(body), len(body))
+    def process_notice(self, body: bytes, published_at: float | None = None) -> DeliveryReport:
+        """The consumer's processor: decode, validate and deliver one notice
+        (`published_at`: the producer's stamp, wall-clock seconds). Raises
+        `BadNotice` for a malformed one."""
+        return self.deliver(parse_notice(body), len(body), published_at)
 
-    def deliver(self, notice: Notice, encoded_size: int) -> DeliveryReport:
+    def deliver(
+        self, notice: Notice, encoded_size: int, published_at: float | None = None
+    ) -> DeliveryReport:
         """Deliver a validated notice whose wire form is `encoded_size` bytes.
         Raises `BadNotice` for an event no queue could hold: delivering it
         would end every recipient's queue."""
@@ -323,7 +367,12 @@ class EventServer:
                     f"the event is {size} bytes, more than a queue holds ({limit} bytes)"
                 )
         now = self.clock()
-        report = self.registry.deliver(notice.event, notice.users, notice.realm_id, now)
+        wall = time.time()
+        report = self.registry.deliver(
+            notice.event, notice.users, notice.realm_id, now, Origin(wall, published_at)
+        )
+        for observer in self.observers:
+            observer.notice_delivered(notice.event["type"], report, wall)
         deactivated = deactivated_user_id(notice.event)
         if deactivated is not None:
             # Their credentials stop working now, not at the auth cache's

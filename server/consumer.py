@@ -23,14 +23,15 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pika
 import pika.exceptions
 from pika.adapters.asyncio_connection import AsyncioConnection
 
-from generation.notice import NOTICE_ID_HEADER
+from generation.notice import NOTICE_ID_HEADER, PUBLISHED_HEADER
+from server.observe import Observer
 
 log = logging.getLogger("eventq.consumer")
 
@@ -65,7 +66,8 @@ class NoticeConsumer:
         self,
         url: str,
         queue: str,
-        process: Callable[[bytes], object],
+        process: Callable[[bytes, float | None], object],
+        observers: Sequence[Observer] = (),
         *,
         prefetch: int = PREFETCH,
     ):
@@ -73,6 +75,7 @@ class NoticeConsumer:
         self.queue = queue
         self.dead_queue = dead_letter_queue(queue)
         self._process = process
+        self._observers = observers
         self._prefetch = prefetch
         self._params = pika.URLParameters(url)
         self._connection: Any = None
@@ -245,8 +248,10 @@ class NoticeConsumer:
             log.info("notice %s delivered again by RabbitMQ; dropped as a duplicate", notice_id)
             self._ack(method.delivery_tag)
             return
+        published_us = headers.get(PUBLISHED_HEADER)
+        published_at = published_us / 1e6 if isinstance(published_us, int) else None
         try:
-            self._process(body)
+            self._process(body, published_at)
         except Exception as exc:
             self._failed(channel, properties, body, exc)
         else:
@@ -277,8 +282,12 @@ class NoticeConsumer:
         failures = int(headers.get(FAILURES_HEADER, 0)) + 1
         headers[FAILURES_HEADER] = failures
         error = f"{type(exc).__name__}: {exc}"
+        raw_id = headers.get(NOTICE_ID_HEADER)
+        notice_id = raw_id if isinstance(raw_id, str) else properties.message_id
         if failures <= MAX_RETRIES:
             self.retried += 1
+            for observer in self._observers:
+                observer.notice_retried(notice_id, failures, error)
             log.warning(
                 "notice %s failed (%s); retry %d of %d",
                 properties.message_id,
@@ -289,6 +298,8 @@ class NoticeConsumer:
             target = self.queue
         else:
             self.dead_lettered += 1
+            for observer in self._observers:
+                observer.notice_dead_lettered(notice_id, failures, error, time.time())
             headers["x-eventq-error"] = error[:1000]
             headers["x-eventq-dead-lettered-us"] = time.time_ns() // 1000
             log.error(

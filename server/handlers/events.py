@@ -5,7 +5,10 @@ from __future__ import annotations
 import logging
 
 from queues.client import ClientDescriptor
-from server.errors import ApiError, bad_queue_id
+from queues.errors import QueueError
+from queues.event_queue import Item
+from server.auth import AuthUser
+from server.errors import ApiError, bad_queue_id, from_queue_error
 from server.handlers.base import BaseHandler
 from server.longpoll import ParkedRequest
 from server.options import implicit_options
@@ -14,6 +17,15 @@ from server.responses import events_body
 log = logging.getLogger("eventq.events")
 
 _ALLOW = "OPTIONS, GET, DELETE"
+
+
+def _outcome(items: list[Item]) -> str:
+    """How a poll that answered `items` ended, for the log and the metrics."""
+    if not items:
+        return "empty"
+    if all(payload.event.get("type") == "heartbeat" for _, payload in items):
+        return "heartbeat"
+    return "events"
 
 
 class EventsHandler(BaseHandler):
@@ -38,6 +50,17 @@ class EventsHandler(BaseHandler):
 
     async def get(self) -> None:
         user = await self.authenticate()
+        try:
+            await self._get(user)
+        except (ApiError, QueueError) as exc:
+            code = exc.code if isinstance(exc, ApiError) else from_queue_error(exc).code
+            queue_id = self.request.query_arguments.get("queue_id", [b""])[-1]
+            self.server.observe_poll_failed(
+                user.user_id, user.realm_id, queue_id.decode("utf-8", "replace") or None, code
+            )
+            raise
+
+    async def _get(self, user: AuthUser) -> None:
         params = self.params()
         server = self.server
         registry = server.registry
@@ -50,7 +73,8 @@ class EventsHandler(BaseHandler):
                 raise ApiError("Missing 'queue_id' argument")
             options = implicit_options(params, user, registry, self.client_name(params))
             client = registry.allocate(user.user_id, user.realm_id, options, server.clock())
-            self.write_body(events_body([], client.queue_id))
+            server.observe_registered(client, 0.0)
+            self._respond(client, [], "empty", 0.0, client.queue_id)
             return
         last_event_id = params.integer("last_event_id")
         if last_event_id is None:
@@ -61,9 +85,23 @@ class EventsHandler(BaseHandler):
         registry.touch(client, now)
         registry.displace(client, now)
         if dont_block or not client.event_queue.empty():
-            self.write_body(events_body(client.event_queue.contents()))
+            items = client.event_queue.contents()
+            self._respond(client, items, _outcome(items), 0.0)
             return
         await self._long_poll(client)
+
+    def _respond(
+        self,
+        client: ClientDescriptor,
+        items: list[Item],
+        outcome: str,
+        waited_secs: float,
+        queue_id: str | None = None,
+        extra: dict[str, bool] | None = None,
+    ) -> None:
+        body = events_body(items, queue_id, extra)
+        self.write_body(body)
+        self.server.observe_response(client, items, len(body), outcome, waited_secs)
 
     async def _long_poll(self, client: ClientDescriptor) -> None:
         server = self.server
@@ -79,7 +117,8 @@ class EventsHandler(BaseHandler):
                 headers={"Retry-After": "1"},
             )
         waiter = ParkedRequest()
-        server.registry.park(client, waiter, server.clock())
+        parked_at = server.clock()
+        server.registry.park(client, waiter, parked_at)
         waiter.timer = waiter.outcome.get_loop().call_later(
             server.heartbeat_delay(), server.heartbeat, client
         )
@@ -90,11 +129,14 @@ class EventsHandler(BaseHandler):
             return
         if outcome == "overflow":
             raise bad_queue_id(client.queue_id, "overflow")
+        waited = server.clock() - parked_at
         if outcome == "displaced":
-            self.write_body(events_body([], client.queue_id, {"displaced": True}))
+            self._respond(client, [], "displaced", waited, client.queue_id, {"displaced": True})
             return
         # "events" (a heartbeat is an event) or "deleted": whatever is held.
-        self.write_body(events_body(client.event_queue.contents(), client.queue_id))
+        items = client.event_queue.contents()
+        kind = "deleted" if outcome == "deleted" else _outcome(items)
+        self._respond(client, items, kind, waited, client.queue_id)
 
     def on_connection_close(self) -> None:
         self._connection_closed = True

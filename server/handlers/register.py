@@ -30,6 +30,7 @@ class RegisterHandler(BaseHandler):
     SUPPORTED_METHODS = ("POST",)
 
     async def post(self) -> None:
+        started = time.monotonic()
         user = await self.authenticate()
         params = self.params()
         server = self.server
@@ -95,6 +96,9 @@ class RegisterHandler(BaseHandler):
             "zulip_merge_base": ZULIP_MERGE_BASE,
             **state,
         }
+        server.observe_registered(
+            registry.get(state["queue_id"], user.user_id), time.monotonic() - started
+        )
         if "presences" in state:
             # When the presences were read (Zulip's presence section); not
             # part of the section itself, which must equal a later fetch.

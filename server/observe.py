@@ -1,0 +1,72 @@
+"""What the server reports about its work, to whoever watches: the delivery
+log (for the analytics jobs) and the metrics (for Prometheus).
+
+The server calls every observer at each point below, on the IO loop; an
+observer must return at once (buffer, count, never wait on a disk or a
+network) and never raise. The base class does nothing, so an observer
+overrides only what it needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from queues.client import ClientDescriptor
+from queues.event_queue import Item
+from queues.registry import DeliveryReport, EndReason
+
+# How a long-poll (GET /events) ended.
+PollOutcome = str  # "events" | "heartbeat" | "displaced" | "empty" | "deleted" | "error"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a notice's events came from; one per notice, shared by every
+    payload built from it (`queues.payload.Payload.origin`)."""
+
+    # Wall-clock seconds: when the server took the notice, and when the
+    # producer published it (None when it did not say).
+    enqueued_at: float
+    published_at: float | None = None
+
+
+class Observer:
+    def responded(
+        self,
+        client: ClientDescriptor,
+        items: Sequence[Item],
+        response_bytes: int,
+        outcome: PollOutcome,
+        waited_secs: float,
+        now: float,
+    ) -> None:
+        """A GET was answered with `items` (possibly none) in a response of
+        `response_bytes`; `waited_secs` it was parked; `now` is wall time."""
+
+    def poll_failed(
+        self, user_id: int, realm_id: int, queue_id: str | None, code: str, now: float
+    ) -> None:
+        """A GET was refused with an error `code` (BAD_EVENT_QUEUE_ID, ...)."""
+
+    def registered(self, client: ClientDescriptor, latency_secs: float, now: float) -> None:
+        """A queue was created (register, or an implicit GET registration)."""
+
+    def queue_ended(
+        self, client: ClientDescriptor, reason: EndReason, lifetime_secs: float, now: float
+    ) -> None:
+        """A queue ended: collected, deleted, overflowed, evicted, deactivated."""
+
+    def notice_delivered(self, event_type: str, report: DeliveryReport, now: float) -> None:
+        """A notice was delivered (its event reached `report.queues` queues)."""
+
+    def notice_retried(self, notice_id: str | None, failures: int, error: str) -> None:
+        """A notice failed and was republished for another try."""
+
+    def notice_dead_lettered(
+        self, notice_id: str | None, failures: int, error: str, now: float
+    ) -> None:
+        """A notice failed for the last time and went to the dead-letter queue."""
+
+    def gc_ran(self, collected: int, duration_secs: float) -> None:
+        """An idle-queue sweep ran."""
