@@ -14,6 +14,7 @@ import logging
 import os
 import resource
 import signal
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -318,6 +319,13 @@ def cmd_send_event(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_analytics(settings: Settings, args: argparse.Namespace) -> int:
+    """The jobs run in a process of their own (`python -m analytics`): Spark
+    starts a JVM, and the analytics package imports nothing of the server."""
+    command = [sys.executable, "-m", "analytics", *args.rest]
+    return subprocess.run(command, check=False).returncode
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="eventq",
@@ -392,6 +400,14 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("--users", required=True, help='user ids "1,2" or a JSON list')
     send.add_argument("--event", required=True, help='the event as JSON: {"type": ...}')
     send.set_defaults(func=cmd_send_event)
+
+    analytics = sub.add_parser(
+        "analytics",
+        help="the Spark jobs over the delivery logs (`eventq analytics run --help`)",
+        add_help=False,
+    )
+    analytics.add_argument("rest", nargs=argparse.REMAINDER)
+    analytics.set_defaults(func=cmd_analytics)
 
     demo = sub.add_parser("demo", help="create the demo realm and users; prints fresh keys")
     demo.add_argument("--site", default="http://127.0.0.1:9800", help="URL shown with the keys")
