@@ -9,6 +9,7 @@ import queue
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -36,6 +37,20 @@ def rabbitmqctl(*args: str) -> None:
     if os.geteuid() != 0 and shutil.which("sudo"):
         command = ["sudo", "-n", *command]
     subprocess.run(command, check=True, capture_output=True, timeout=60)
+
+
+def external_address() -> str | None:
+    """This machine's non-loopback IPv4 address, to call a server bound to
+    0.0.0.0 from "elsewhere"; None when it has none."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("192.0.2.1", 9))  # TEST-NET-1: no packet is sent by connect()
+        address: str = probe.getsockname()[0]
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    return None if address.startswith("127.") else address
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:

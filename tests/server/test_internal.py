@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 import requests
 
-from tests.support import SECRET
+from tests.support import SECRET, external_address
 
 
 def _post(server, path, data):
@@ -63,7 +62,7 @@ def test_malformed_notices_are_400(server, data, msg):
 
 def test_internal_endpoints_refuse_callers_off_this_machine(start_server):
     """A caller on another address gets 403 even with the right secret."""
-    external = _external_address()
+    external = external_address()
     if external is None:
         pytest.skip("this machine has no non-loopback IPv4 address to call from")
     server = start_server(EVENTQ_HOST="0.0.0.0")
@@ -72,18 +71,6 @@ def test_internal_endpoints_refuse_callers_off_this_machine(start_server):
     assert response.status_code == 403
     assert response.json()["msg"] == "Access denied"
     assert _post(server, "stats", {"secret": SECRET}).status_code == 200
-
-
-def _external_address() -> str | None:
-    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        probe.connect(("192.0.2.1", 9))  # TEST-NET-1: no packet is sent by connect()
-        address = probe.getsockname()[0]
-    except OSError:
-        return None
-    finally:
-        probe.close()
-    return None if address.startswith("127.") else address
 
 
 def test_stats_needs_the_secret_and_reports_queues(server, api):
