@@ -33,8 +33,10 @@ from server.auth import Authenticator
 from server.config import Settings
 from server.consumer import NoticeConsumer
 from server.db import Database
+from server.deliverylog import DeliveryLog
 from server.longpoll import heartbeat_delay
 from server.looplag import LoopLagMonitor
+from server.metrics import make_metrics
 from server.migrate import latest_migration
 from server.observe import Observer, Origin
 from server.responses import encode
@@ -78,6 +80,22 @@ class EventServer:
         self.port: int | None = None
         # Told of every delivery, poll, register and queue end (server/observe.py).
         self.observers: list[Observer] = []
+        # The delivery log for the analytics jobs, when EVENTQ_LOG_DIR is set.
+        self.delivery_log: DeliveryLog | None = None
+        if settings.log_dir is not None:
+            self.delivery_log = DeliveryLog(
+                settings.log_dir,
+                settings.shard_name,
+                flush_secs=settings.log_flush_secs,
+                roll_secs=settings.log_roll_secs,
+                retention_days=settings.log_retention_days,
+                max_pending=settings.log_max_pending,
+            )
+            self.observers.append(self.delivery_log)
+        # Prometheus figures (GET /metrics): counters kept by an observer,
+        # gauges read from the server at scrape time.
+        metrics, self.metrics_registry = make_metrics(self)
+        self.observers.append(metrics)
         self.consumer: NoticeConsumer | None = None
         if settings.amqp_url:
             self.consumer = NoticeConsumer(
@@ -119,6 +137,8 @@ class EventServer:
                     f"the database schema is not up to date ({missing}): run `eventq db migrate`"
                 )
         self.loop_lag.start()
+        if self.delivery_log is not None:
+            self.delivery_log.start()
         await self._restore_queues()
         # Consume before accepting clients: notices published while the server
         # was down reach the restored queues before clients come back.
@@ -185,6 +205,9 @@ class EventServer:
         await self.save_queues()
         if self._http is not None:
             await self._http.close_all_connections()
+        # Last: every response and queue end is in the log by now.
+        if self.delivery_log is not None:
+            await self.delivery_log.stop()
         await self.db.close()
         await self.loop_lag.stop()
         log.info("stopped")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import gc
 import json
 import logging
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
@@ -326,6 +328,63 @@ def cmd_analytics(settings: Settings, args: argparse.Namespace) -> int:
     return subprocess.run(command, check=False).returncode
 
 
+def _log_dir(settings: Settings, args: argparse.Namespace) -> Path:
+    """The delivery log directory to work on: --log-dir, else EVENTQ_LOG_DIR."""
+    log_dir: Path | None = args.log_dir or settings.log_dir
+    if log_dir is None:
+        raise ConfigError("no delivery log directory: set EVENTQ_LOG_DIR or pass --log-dir")
+    if not log_dir.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "no such log directory", str(log_dir))
+    return log_dir
+
+
+def cmd_logs_compact(settings: Settings, args: argparse.Namespace) -> int:
+    """Compact every closed spool file, of every shard, into Parquet (waits
+    for a running server's compaction to finish first)."""
+    from server import logfiles  # noqa: PLC0415 (pyarrow only for the log commands)
+
+    log_dir = _log_dir(settings, args)
+    done = logfiles.compact(log_dir)
+    _print_json(
+        {
+            "log_dir": str(log_dir),
+            "files_compacted": done.inputs,
+            "records": done.records,
+            "skipped_lines": done.skipped_lines,
+            "written": [str(path.relative_to(log_dir)) for path in done.written],
+        }
+    )
+    return 0
+
+
+def cmd_logs_prune(settings: Settings, args: argparse.Namespace) -> int:
+    """Delete the date partitions older than --keep-days (default:
+    EVENTQ_LOG_RETENTION_DAYS; 0 keeps everything)."""
+    from server import logfiles  # noqa: PLC0415 (pyarrow only for the log commands)
+
+    log_dir = _log_dir(settings, args)
+    keep_days = settings.log_retention_days if args.keep_days is None else args.keep_days
+    deleted = logfiles.prune(log_dir, keep_days)
+    _print_json(
+        {
+            "log_dir": str(log_dir),
+            "keep_days": keep_days,
+            "deleted": [str(path.relative_to(log_dir)) for path in deleted],
+        }
+    )
+    return 0
+
+
+def _parse_days(text: str) -> int:
+    try:
+        days = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of days, got {text!r}") from None
+    if days < 0:
+        raise argparse.ArgumentTypeError("the number of days must be 0 (keep all) or more")
+    return days
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="eventq",
@@ -409,6 +468,23 @@ def build_parser() -> argparse.ArgumentParser:
     analytics.add_argument("rest", nargs=argparse.REMAINDER)
     analytics.set_defaults(func=cmd_analytics)
 
+    logs = sub.add_parser("logs", help="the delivery log's files").add_subparsers(
+        dest="logs", required=True
+    )
+    compact = logs.add_parser(
+        "compact", help="compact every closed spool file into Parquet; prints what it did"
+    )
+    prune = logs.add_parser("prune", help="delete date partitions older than the retention")
+    for p in (compact, prune):
+        p.add_argument("--log-dir", type=Path, help="default: EVENTQ_LOG_DIR")
+    prune.add_argument(
+        "--keep-days",
+        type=_parse_days,
+        help="days to keep (default: EVENTQ_LOG_RETENTION_DAYS or 30; 0 keeps everything)",
+    )
+    compact.set_defaults(func=cmd_logs_compact)
+    prune.set_defaults(func=cmd_logs_prune)
+
     demo = sub.add_parser("demo", help="create the demo realm and users; prints fresh keys")
     demo.add_argument("--site", default="http://127.0.0.1:9800", help="URL shown with the keys")
     demo.set_defaults(func=cmd_demo)
@@ -425,6 +501,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"eventq: configuration error: {exc}", file=sys.stderr)
         return 2
     except (accounts.AccountError, MigrationError, BadNotice, PublishError) as exc:
+        print(f"eventq: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # the log commands' files
         print(f"eventq: {exc}", file=sys.stderr)
         return 1
     except ActionError as exc:

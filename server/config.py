@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from generation.config import (
 from queues.registry import QueueLimits
 
 _LIMITS = QueueLimits()
+# A shard's name goes into file names (saved queues, delivery log).
+_SHARD_NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 
 class ConfigError(ValueError):
@@ -96,8 +99,18 @@ class Settings:
     shutdown_grace_secs: float = 10.0
     # The durable RabbitMQ queue this process consumes.
     notify_queue: str = NOTIFY_QUEUE
-    # Names this process's files when several shards share a state directory.
+    # Names this process's files when several shards share a state directory;
+    # empty: the single shard, whose saved queues keep Zulip's file names
+    # (`shard_name` is then "default").
     shard: str = ""
+    # The delivery log (server/deliverylog.py), when `log_dir` is set. Flush:
+    # a crash loses at most this much; roll: how old the newest data the jobs
+    # can read may be; retention in days, 0 keeps everything; pending: records
+    # buffered (about 250 bytes each in memory) before new ones are dropped.
+    log_flush_secs: float = 1.0
+    log_roll_secs: float = 600.0
+    log_retention_days: int = 30
+    log_max_pending: int = 500_000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -130,7 +143,12 @@ class Settings:
         pool_max = _integer(env, "EVENTQ_DB_POOL_MAX", cls.db_pool_max)
         if pool_min > pool_max:
             raise ConfigError("EVENTQ_DB_POOL_MIN must not be larger than EVENTQ_DB_POOL_MAX")
-        log_dir = env.get("EVENTQ_LOG_DIR")
+        log_dir = env.get("EVENTQ_LOG_DIR", "").strip()
+        shard = env.get("EVENTQ_SHARD", "").strip()
+        if shard and not _SHARD_NAME.fullmatch(shard):
+            raise ConfigError(
+                f"EVENTQ_SHARD must be letters, digits, '_' and '-' (it names files), got {shard!r}"
+            )
         return cls(
             database_url=env.get("EVENTQ_DATABASE_URL") or cls.database_url,
             amqp_url=producer.amqp_url,
@@ -159,7 +177,11 @@ class Settings:
             db_pool_max=pool_max,
             shutdown_grace_secs=_number(env, "EVENTQ_SHUTDOWN_GRACE_SECS", 10.0),
             notify_queue=producer.notify_queue,
-            shard=env.get("EVENTQ_SHARD", ""),
+            shard=shard,
+            log_flush_secs=_number(env, "EVENTQ_LOG_FLUSH_SECS", 1.0, minimum=0.001),
+            log_roll_secs=_number(env, "EVENTQ_LOG_ROLL_SECS", 600.0, minimum=0.001),
+            log_retention_days=_integer(env, "EVENTQ_LOG_RETENTION_DAYS", 30, minimum=0),
+            log_max_pending=_integer(env, "EVENTQ_LOG_MAX_PENDING", cls.log_max_pending),
         )
 
     @property
@@ -173,8 +195,9 @@ class Settings:
         )
 
     @property
-    def delivery_log_dir(self) -> Path:
-        return self.log_dir if self.log_dir is not None else self.state_dir / "log"
+    def shard_name(self) -> str:
+        """This shard's name in the delivery log: EVENTQ_SHARD, or "default"."""
+        return self.shard or "default"
 
     def load_shared_secret(self) -> str:
         """See `generation.config.shared_secret`; the server creates the file

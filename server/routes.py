@@ -12,6 +12,7 @@ from server.handlers.base import NotFoundHandler
 from server.handlers.domain import ROUTES as DOMAIN_ROUTES
 from server.handlers.events import EventsHandler
 from server.handlers.internal import NotifyHandler, StatsHandler
+from server.handlers.metrics import MetricsHandler
 from server.handlers.openapi import OpenApiHandler
 from server.handlers.register import RegisterHandler
 from server.handlers.settings import ServerSettingsHandler
@@ -60,6 +61,7 @@ def make_application(server: EventServer) -> tornado.web.Application:
             (r"/api/v1/openapi.json", OpenApiHandler, api),
             (r"/api/internal/notify_tornado", NotifyHandler, api),
             (r"/api/internal/stats", StatsHandler, api),
+            (r"/metrics", MetricsHandler, api),
         ],
         default_handler_class=NotFoundHandler,
         default_handler_args=api,

@@ -1,0 +1,253 @@
+"""Live metrics in Prometheus' text format (`GET /metrics`, internal callers).
+
+Two kinds of figure, so that the hot path pays as little as possible:
+- counters and histograms of things that happen (events delivered by type,
+  long-polls by outcome, register latency, queue ends, GC runs), kept by an
+  observer (server/observe.py) that does one increment per notice or per
+  response, never per recipient;
+- gauges and totals the server already keeps (queues, parked requests, events
+  held, loop lag, the consumer's and the delivery log's counters), read only
+  when Prometheus scrapes.
+
+Each server has its own `CollectorRegistry`, so several servers in one process
+(the tests) do not share figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from queues.client import ClientDescriptor
+from queues.event_queue import Item
+from queues.registry import DeliveryReport, EndReason
+from server.observe import Observer, PollOutcome
+
+if TYPE_CHECKING:
+    from server.app import EventServer
+
+# Producers may send any event type; past this many distinct ones, the rest are
+# counted under "other" so that a buggy producer cannot grow the label set
+# (and Prometheus' memory) without limit.
+MAX_EVENT_TYPES = 200
+OTHER = "other"
+
+# Register takes from a few milliseconds (empty state) to seconds (a big realm
+# on a loaded database); GC sweeps from microseconds to tens of milliseconds.
+REGISTER_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+GC_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0)
+
+
+class Metrics(Observer):
+    """The counters that move with the server's work."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self.registry = registry
+        self._event_types: set[str] = set()
+        self.events_delivered = Counter(
+            "eventq_events_delivered",
+            "Events put into client queues, by event type (one per receiving queue)",
+            ["type"],
+            registry=registry,
+        )
+        self.notices = Counter(
+            "eventq_notices_delivered",
+            "Notices delivered into the queues (from RabbitMQ or the internal endpoint)",
+            registry=registry,
+        )
+        self.polls = Counter(
+            "eventq_polls",
+            "Answered long-polls (GET /events), by how they ended",
+            ["outcome"],
+            registry=registry,
+        )
+        self.events_sent = Counter(
+            "eventq_events_sent",
+            "Events sent to clients in long-poll responses (heartbeats included)",
+            registry=registry,
+        )
+        self.response_bytes = Counter(
+            "eventq_response_bytes",
+            "Bytes of long-poll response bodies",
+            registry=registry,
+        )
+        self.poll_errors = Counter(
+            "eventq_poll_errors",
+            "Long-polls refused, by error code (BAD_EVENT_QUEUE_ID: clients re-registering)",
+            ["code"],
+            registry=registry,
+        )
+        self.register_latency = Histogram(
+            "eventq_register_latency_seconds",
+            "Time to create a queue and build its initial state",
+            buckets=REGISTER_BUCKETS,
+            registry=registry,
+        )
+        self.queues_ended = Counter(
+            "eventq_queues_ended",
+            "Queues ended, by reason (expired: idle GC; overflow: the client stopped reading)",
+            ["reason"],
+            registry=registry,
+        )
+        self.gc_duration = Histogram(
+            "eventq_gc_duration_seconds",
+            "Idle-queue GC sweeps and their duration",
+            buckets=GC_BUCKETS,
+            registry=registry,
+        )
+        self.gc_collected = Counter(
+            "eventq_gc_collected_queues",
+            "Queues collected by the idle-queue GC",
+            registry=registry,
+        )
+        # Known labels start at 0, so a rate() has a series before the first event.
+        for outcome in ("events", "heartbeat", "displaced", "empty", "deleted"):
+            self.polls.labels(outcome)
+        for reason in ("expired", "deleted", "overflow", "evicted", "deactivated"):
+            self.queues_ended.labels(reason)
+
+    def _type_label(self, event_type: str) -> str:
+        if event_type in self._event_types:
+            return event_type
+        if len(self._event_types) >= MAX_EVENT_TYPES:
+            return OTHER
+        self._event_types.add(event_type)
+        return event_type
+
+    # -- Observer -------------------------------------------------------------
+
+    def notice_delivered(self, event_type: str, report: DeliveryReport, now: float) -> None:
+        self.notices.inc()
+        if report.queues:
+            self.events_delivered.labels(self._type_label(event_type)).inc(report.queues)
+
+    def responded(
+        self,
+        client: ClientDescriptor,
+        items: Sequence[Item],
+        response_bytes: int,
+        outcome: PollOutcome,
+        waited_secs: float,
+        now: float,
+    ) -> None:
+        self.polls.labels(outcome).inc()
+        if items:
+            self.events_sent.inc(len(items))
+        self.response_bytes.inc(response_bytes)
+
+    def poll_failed(
+        self, user_id: int, realm_id: int, queue_id: str | None, code: str, now: float
+    ) -> None:
+        self.polls.labels("error").inc()
+        self.poll_errors.labels(code).inc()
+
+    def registered(self, client: ClientDescriptor, latency_secs: float, now: float) -> None:
+        self.register_latency.observe(latency_secs)
+
+    def queue_ended(
+        self, client: ClientDescriptor, reason: EndReason, lifetime_secs: float, now: float
+    ) -> None:
+        self.queues_ended.labels(reason).inc()
+
+    def gc_ran(self, collected: int, duration_secs: float) -> None:
+        self.gc_duration.observe(duration_secs)
+        if collected:
+            self.gc_collected.inc(collected)
+
+
+class ServerState(Collector):
+    """What the server holds right now, read at scrape time."""
+
+    def __init__(self, server: EventServer):
+        self.server = server
+
+    def collect(self) -> Iterator[Metric]:
+        server = self.server
+        registry = server.registry
+        events, size = registry.held()
+        yield GaugeMetricFamily("eventq_queues", "Client event queues", value=len(registry))
+        yield GaugeMetricFamily(
+            "eventq_users", "Users with at least one queue", value=registry.users()
+        )
+        yield GaugeMetricFamily(
+            "eventq_parked_requests", "Long-polls parked, waiting for events", value=registry.parked
+        )
+        yield GaugeMetricFamily("eventq_events_held", "Events held in all queues", value=events)
+        yield GaugeMetricFamily("eventq_bytes_held", "Bytes of events held in queues", value=size)
+        yield GaugeMetricFamily(
+            "eventq_requests_in_flight", "HTTP requests being served", value=server.in_flight
+        )
+        lag = server.loop_lag.percentiles()
+        loop_lag = GaugeMetricFamily(
+            "eventq_loop_lag_seconds",
+            "How late the IO loop runs its timers, over the last minute",
+            labels=["quantile"],
+        )
+        loop_lag.add_metric(["0.5"], lag["p50_ms"] / 1000)
+        loop_lag.add_metric(["0.99"], lag["p99_ms"] / 1000)
+        loop_lag.add_metric(["1"], lag["window_max_ms"] / 1000)
+        yield loop_lag
+        yield GaugeMetricFamily(
+            "eventq_loop_lag_max_seconds",
+            "The worst IO loop lag since the server started",
+            value=lag["max_ms"] / 1000,
+        )
+        yield from self._consumer()
+        yield from self._delivery_log()
+
+    def _consumer(self) -> Iterator[Metric]:
+        consumer = self.server.consumer
+        if consumer is None:
+            return
+        yield GaugeMetricFamily(
+            "eventq_consumer_consuming",
+            "1 while the RabbitMQ consumer is consuming its notify queue",
+            value=1.0 if consumer.consuming.is_set() else 0.0,
+        )
+        for name, value, doc in (
+            ("notices_consumed", consumer.processed, "Notices consumed from RabbitMQ"),
+            ("notices_duplicate", consumer.duplicates, "Redelivered notices skipped"),
+            ("notices_retried", consumer.retried, "Notices that failed and were retried"),
+            (
+                "notices_dead_lettered",
+                consumer.dead_lettered,
+                "Notices that failed every try and went to the dead-letter queue",
+            ),
+            ("broker_connections", consumer.connections, "Connections opened to RabbitMQ"),
+        ):
+            yield CounterMetricFamily(f"eventq_{name}", doc, value=value)
+
+    def _delivery_log(self) -> Iterator[Metric]:
+        delivery_log = self.server.delivery_log
+        if delivery_log is None:
+            return
+        yield CounterMetricFamily(
+            "eventq_delivery_log_records_written",
+            "Delivery-log records written to disk",
+            value=delivery_log.written,
+        )
+        yield CounterMetricFamily(
+            "eventq_delivery_log_records_dropped",
+            "Delivery-log records dropped (disk full or slow, or the buffer full)",
+            value=delivery_log.dropped,
+        )
+        yield GaugeMetricFamily(
+            "eventq_delivery_log_records_pending",
+            "Delivery-log records buffered, not yet written",
+            value=delivery_log.pending,
+        )
+
+
+def make_metrics(server: EventServer) -> tuple[Metrics, CollectorRegistry]:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    registry.register(ServerState(server))
+    return metrics, registry
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

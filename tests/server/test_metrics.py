@@ -1,0 +1,83 @@
+"""GET /metrics: Prometheus' text format, loopback callers only, figures that
+follow what the server did."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support import error, external_address, wait_for
+
+
+def scrape(server) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    response = requests.get(f"{server.url}/metrics", timeout=10)
+    assert response.status_code == 200
+    assert response.headers["Content-Type"].startswith("text/plain; version=")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+
+
+def value(samples, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def test_metrics_follow_the_servers_work(start_server, api):
+    server = start_server(EVENTQ_GC_INTERVAL_SECS="0.2")
+    client = api(on=server)
+    first = client.register()["queue_id"]
+    second = client.register(queue_lifespan_secs=1)["queue_id"]
+    before = scrape(server)
+    assert value(before, "eventq_queues") == 2
+    assert value(before, "eventq_register_latency_seconds_count") == 2
+    assert value(before, "eventq_register_latency_seconds_sum") > 0
+
+    user_id = client.user.user_id
+    for n in range(3):
+        server.notify({"type": "metrics_test", "n": n}, [user_id])
+    assert [e["n"] for e in client.events(first, -1)] == [0, 1, 2]
+    error(client.get_events(queue_id="no-such-queue", last_event_id=-1))
+
+    after = scrape(server)
+    assert value(after, "eventq_notices_delivered_total") == 3
+    # Three events, each into both queues.
+    assert value(after, "eventq_events_delivered_total", type="metrics_test") == 6
+    assert value(after, "eventq_polls_total", outcome="events") == 1
+    assert value(after, "eventq_events_sent_total") == 3
+    assert value(after, "eventq_response_bytes_total") > 0
+    assert value(after, "eventq_poll_errors_total", code="BAD_EVENT_QUEUE_ID") == 1
+    assert value(after, "eventq_polls_total", outcome="error") == 1
+    assert value(after, "eventq_events_held") == 6
+    assert value(after, "eventq_consumer_consuming") == 1
+    assert value(after, "eventq_loop_lag_max_seconds") >= 0
+
+    parked = client.park(first, 2)
+    server.wait_parked(user_id, first)
+    assert value(scrape(server), "eventq_parked_requests") == 1
+    server.notify({"type": "metrics_test", "n": 3}, [user_id])
+    assert parked.result(timeout=10).status_code == 200
+
+    # The second queue, idle past its 1 s lifespan, is collected by the GC.
+    wait_for(
+        lambda: value(scrape(server), "eventq_queues_ended_total", reason="expired") == 1,
+        what="the idle queue to be collected",
+    )
+    final = scrape(server)
+    assert value(final, "eventq_gc_collected_queues_total") == 1
+    assert value(final, "eventq_gc_duration_seconds_count") >= 1
+    assert value(final, "eventq_queues") == 1
+    assert second not in str(server.user_queues(user_id))
+
+
+def test_metrics_are_refused_to_callers_off_this_machine(start_server):
+    external = external_address()
+    if external is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to call from")
+    server = start_server(EVENTQ_HOST="0.0.0.0")
+    response = requests.get(f"http://{external}:{server.port}/metrics", timeout=10)
+    assert response.status_code == 403
+    assert response.json()["msg"] == "Access denied"
+    assert requests.get(f"{server.url}/metrics", timeout=10).status_code == 200
