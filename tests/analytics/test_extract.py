@@ -1,0 +1,73 @@
+"""Reading the log: versions, hour windows, partition pruning, hidden files."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pyspark.testing import assertDataFrameEqual
+
+from analytics import extract
+from analytics.extract import Hour
+from tests.analytics import logdata
+from tests.analytics.frames import DATE, records
+
+
+def test_only_accepted_versions_are_read(spark):
+    frame = records(spark, [{"v": 0, "kind": "a"}, {"v": 1, "kind": "b"}, {"v": 2, "kind": "c"}])
+    assertDataFrameEqual(
+        extract.accepted_versions(frame).select("kind"),
+        spark.createDataFrame([("b",)], "kind string"),
+    )
+
+
+def test_window_rounds_to_whole_hours():
+    hours = [Hour(DATE, h) for h in range(2, 7)]
+    since = Hour.of(dt.datetime(2026, 11, 20, 3, 30, tzinfo=dt.UTC))
+    assert extract.in_window(hours, since, Hour.ceiling(dt.datetime(2026, 11, 20, 5))) == [
+        Hour(DATE, 3),
+        Hour(DATE, 4),
+    ]
+    assert extract.in_window(hours, None, Hour.ceiling(dt.datetime(2026, 11, 20, 5, 10))) == [
+        Hour(DATE, 2),
+        Hour(DATE, 3),
+        Hour(DATE, 4),
+        Hour(DATE, 5),
+    ]
+    # an offset is converted to UTC: 06:30+02:00 is 04:30Z
+    east = dt.timezone(dt.timedelta(hours=2))
+    assert Hour.of(dt.datetime(2026, 11, 20, 6, 30, tzinfo=east)) == Hour(DATE, 4)
+
+
+def test_listing_skips_hidden_files_and_empty_hours(tmp_path):
+    logdata.write_partition(tmp_path, DATE, 3, [logdata.poll(logdata.at(DATE, 3), "heartbeat")])
+    hidden = tmp_path / "deliveries" / f"date={DATE}" / "hour=04"
+    hidden.mkdir(parents=True)
+    (hidden / ".s1-1.parquet.tmp").write_bytes(b"half")
+    (hidden / "_SUCCESS").write_bytes(b"")
+    partitions = extract.list_partitions(tmp_path)
+    assert list(partitions) == [Hour(DATE, 3)]
+    assert list(partitions[Hour(DATE, 3)]) == ["default-0.parquet"]
+    assert extract.list_partitions(tmp_path / "missing") == {}
+
+
+def test_read_records_prunes_other_hours_and_versions(spark, tmp_path, capsys):
+    for hour in (3, 4, 5):
+        t = logdata.at(DATE, hour, 60)
+        logdata.write_partition(
+            tmp_path,
+            DATE,
+            hour,
+            [logdata.delivery(t, 0.1, event_id=hour), logdata.delivery(t, 0.1, v=2)],
+        )
+    frame = extract.read_records(spark, tmp_path, [Hour(DATE, 4)])
+    assertDataFrameEqual(
+        frame.select("date", "hour", "v", "kind"),
+        spark.createDataFrame(
+            [(DATE, 4, 1, "delivery")], "date string, hour int, v int, kind string"
+        ),
+    )
+    frame.explain()
+    plan = capsys.readouterr().out
+    # the hour condition is a partition filter: the other directories are not read
+    assert "PartitionFilters: [" in plan
+    assert "hour" in plan.split("PartitionFilters: [", 1)[1].split("]", 1)[0]

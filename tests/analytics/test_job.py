@@ -1,0 +1,160 @@
+"""The whole job: CLI, tables, report, determinism, --incremental.
+
+One scenario in steps, because every Spark run costs seconds: hours 03 and
+04 processed incrementally, then hour 05 added and processed alone; a full
+run in-process must give the same bytes as the incremental output, and one
+through `python -m analytics` (another JVM) the same rows and report.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from analytics import job
+from analytics.extract import Hour
+from tests.analytics import logdata
+from tests.analytics.logdata import at, delivery, end, poll, register
+
+REPO = Path(__file__).resolve().parents[2]
+DATE = "2026-11-20"
+ENQUEUED = {3: [0.013 * (i + 1) for i in range(10)], 4: [0.5] * 5, 5: [0.2] * 5}
+
+
+def hour_rows(hour: int) -> list[dict]:
+    rows: list[dict] = []
+    shard = "s2" if hour == 4 else "default"
+    for i, latency in enumerate(ENQUEUED[hour]):
+        rows.append(
+            delivery(at(DATE, hour, 60 + i), latency, shard=shard, event_id=i,
+                     event_type=("message", "typing")[i % 2], user_id=10 + i % 3)
+        )  # fmt: skip
+    if hour == 3:
+        rows += [poll(at(DATE, 3, 100 + i), "heartbeat") for i in range(8)]
+        rows += [poll(at(DATE, 3, 120), "events")]
+        rows += [poll(at(DATE, 3, 121), "error", code="BAD_EVENT_QUEUE_ID", queue_id="gone")]
+        rows += [register(at(DATE, 3, 1)), register(at(DATE, 3, 2), queue_id="q2")]
+        rows += [end(at(DATE, 3, 900), "expired", 600.0, queue_depth=3)]
+        # a record of a future format version: ignored
+        rows += [delivery(at(DATE, 3, 70), 9.0, v=2)]
+    elif hour == 4:
+        rows += [poll(at(DATE, 4, 100 + i), "heartbeat", shard="s2") for i in range(5)]
+    else:
+        rows += [poll(at(DATE, 5, 100 + i), "events") for i in range(5)]
+        rows += [end(at(DATE, 5, 900), "overflow", 42.0, queue_depth=7)]
+    return rows
+
+
+def write_hour(logs: Path, hour: int) -> None:
+    logdata.write_partition(logs, DATE, hour, hour_rows(hour), name=f"shard-{hour}")
+
+
+def percentile_ms(values: list[float], permille: int) -> str:
+    """The job's definition: nearest rank, reported as the log bucket's upper bound."""
+    ordered = sorted(values)
+    value = ordered[-(-len(ordered) * permille // 1000) - 1]
+    return f"{10 ** (math.ceil(50 * math.log10(value)) / 50) * 1000:.1f} ms"
+
+
+def files(out: Path) -> dict[str, bytes]:
+    """Every table and report file under `out`, by relative path (not the state)."""
+    return {
+        p.relative_to(out).as_posix(): p.read_bytes()
+        for p in sorted(out.rglob("*"))
+        if p.is_file() and p.name != "state.json"
+    }
+
+
+def contents(out: Path) -> dict[str, object]:
+    """`files(out)` with each Parquet file as its schema and rows in file order.
+
+    Two JVMs do not write the same Parquet bytes for the same rows: parquet-mr
+    lists a column chunk's encodings from a hash set of enums, whose order
+    follows identity hash codes, which differ from one JVM to the next.
+    """
+    return {
+        name: (pq.read_table(out / name).schema, pq.read_table(out / name).to_pylist())
+        if name.endswith(".parquet")
+        else data
+        for name, data in files(out).items()
+    }
+
+
+def test_incremental_full_and_cli_runs_agree_byte_for_byte(spark, tmp_path):
+    logs, incremental, full, cli = (tmp_path / n for n in ("logs", "inc", "full", "cli"))
+    write_hour(logs, 3)
+    write_hour(logs, 4)
+    first = job.run(spark, job.Options(logs=logs, out=incremental, incremental=True))
+    assert first.processed == [Hour(DATE, 3), Hour(DATE, 4)]
+    kept = incremental / "hourly" / "volumes" / f"date={DATE}" / "hour=3" / "part-00000.parquet"
+    inode = kept.stat().st_ino
+
+    write_hour(logs, 5)
+    second = job.run(spark, job.Options(logs=logs, out=incremental, incremental=True))
+    assert second.processed == [Hour(DATE, 5)]
+    assert kept.stat().st_ino == inode  # hour 03 was not rewritten
+
+    job.run(spark, job.Options(logs=logs, out=full))
+    assert files(incremental) == files(full)
+
+    completed = subprocess.run(
+        [sys.executable, "-m", "analytics", "run", "--logs", str(logs), "--out", str(cli)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=170,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert contents(cli) == contents(full)
+
+    # The console summary's numbers, computed by hand from hour_rows.
+    out = completed.stdout
+    assert "processed 3 of 3 hours" in out
+    assert "hours: 3  records: 44  deliveries: 20  polls: 20" in out
+    assert "events 30.0 %, heartbeat 65.0 %, displaced 0.0 %" in out
+    assert "BAD_EVENT_QUEUE_ID: 1 (5.0 % of polls)  registers: 2" in out
+    assert "expired 1, deleted 0, overflow 1, evicted 0, deactivated 0  events lost: 10" in out
+    latencies = [v for values in ENQUEUED.values() for v in values]
+    p50, p95, p99 = (percentile_ms(latencies, q) for q in (500, 950, 990))
+    assert f"enqueued_latency: p50 {p50}  p95 {p95}  p99 {p99}" in out
+    assert "shards: 2  imbalance (max/mean deliveries): 1.50  busiest: default" in out
+
+    report = (cli / "report" / "report.html").read_text()
+    assert "hours: 3  records: 44  deliveries: 20  polls: 20" in report
+    for image in ("deliveries_per_hour", "latency_per_hour", "latency_by_event_type",
+                  "poll_outcomes", "queue_ends", "shard_load"):  # fmt: skip
+        assert f"src='{image}.png'" in report
+        assert (cli / "report" / f"{image}.png").read_bytes().startswith(b"\x89PNG\r\n")
+
+    shards = pq.read_table(cli / "overall" / "shard_load").to_pylist()
+    assert [(r["shard"], r["deliveries"], r["polls"]) for r in shards] == [
+        ("default", 15, 15),
+        ("s2", 5, 5),
+    ]
+    volumes = pq.read_table(cli / "overall" / "volumes").to_pylist()
+    assert {"dimension": "event_type", "key": "message", "deliveries": 11} in volumes
+    hourly = pq.read_table(cli / "hourly" / "poll_outcomes").to_pylist()
+    assert [(r["hour"], r["polls"], r["heartbeat"]) for r in hourly] == [
+        (3, 10, 8),
+        (4, 5, 5),
+        (5, 5, 0),
+    ]
+    users = pq.read_table(cli / "overall" / "busiest_users").to_pylist()
+    # user_id 10 + i % 3 over the 20 deliveries; every poll and register is user 10's
+    assert [(r["rank"], r["user_id"], r["deliveries"], r["polls"], r["registers"])
+            for r in users] == [(1, 10, 8, 20, 2), (2, 11, 7, 0, 0), (3, 12, 5, 0, 0)]  # fmt: skip
+
+
+def test_no_logs_is_an_error(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, "-m", "analytics", "run", "--logs", str(tmp_path), "--out",
+         str(tmp_path / "out"), "--since", "2026-11-20T05:00", "--until", "2026-11-20T04:00"],
+        cwd=REPO, capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert completed.returncode == 1
+    assert "--since must be before --until" in completed.stderr
