@@ -41,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, required=True, help="directory for tables and report")
     run.add_argument("--since", type=_moment, help="first hour to read (ISO 8601)")
     run.add_argument("--until", type=_moment, help="end of the window, exclusive (ISO 8601)")
-    run.add_argument("--master", help="Spark master URL (default: embedded local[*])")
+    run.add_argument(
+        "--master", help="Spark master URL (default: spark-submit's, else embedded local[*])"
+    )
     run.add_argument(
         "--incremental",
         action="store_true",

@@ -107,13 +107,21 @@ def accepted_versions(records: DataFrame) -> DataFrame:
     return records.where(F.col("v").between(schema.MIN_VERSION, schema.MAX_VERSION))
 
 
+def uri(path: Path) -> str:
+    """`path` as a file:// URI for Spark. The job lists, renames and deletes
+    files itself, so its directories are local (or a shared mount at the same
+    path on every host); a plain path would be resolved against the cluster's
+    default filesystem, HDFS on most YARN clusters."""
+    return path.absolute().as_uri()
+
+
 def read_records(spark: SparkSession, logs_dir: Path, hours: Iterable[Hour]) -> DataFrame:
     """The records of `hours`, accepted versions only, with the columns the jobs use.
 
     Files are read with the declared v1 schema (never inferred), `date` as a
     string and `hour` as an int from the directory names.
     """
-    base = str(logs_dir / DELIVERIES)
+    base = uri(logs_dir / DELIVERIES)
     records = spark.read.schema(schema.LOG_SCHEMA).option("basePath", base).parquet(base)
     return accepted_versions(select_hours(records, hours)).select(*schema.USED_COLUMNS)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from analytics.extract import Hour, select_hours
+from analytics.extract import Hour, select_hours, uri
 
 HOURLY = "hourly"
 OVERALL = "overall"
@@ -57,7 +57,7 @@ def write_overall(frame: DataFrame, out: Path, table: str, order: list[str]) -> 
     """Replace `<out>/overall/<table>` with `frame`, one file sorted by `order`."""
     scratch = _scratch(out, table)
     single = frame.coalesce(1)
-    (single.sortWithinPartitions(*order) if order else single).write.parquet(str(scratch))
+    (single.sortWithinPartitions(*order) if order else single).write.parquet(uri(scratch))
     _tidy(scratch)
     _replace(out / OVERALL / table, scratch)
     _clean(out)
@@ -77,7 +77,7 @@ def write_hourly(
         frame.coalesce(1)
         .sortWithinPartitions("date", "hour", *order)
         .write.partitionBy("date", "hour")
-        .parquet(str(scratch))
+        .parquet(uri(scratch))
     )
     _tidy(scratch)
     target = out / HOURLY / table
@@ -105,7 +105,7 @@ def read_hourly(
     path = out / HOURLY / table
     if not any(path.rglob("*.parquet")):
         return spark.createDataFrame([], schema)
-    frame = spark.read.schema(schema).option("basePath", str(path)).parquet(str(path))
+    frame = spark.read.schema(schema).option("basePath", uri(path)).parquet(uri(path))
     if hours is not None:
         frame = select_hours(frame, hours)
     return frame.select(*schema.fieldNames())
@@ -113,7 +113,7 @@ def read_hourly(
 
 def read_overall(spark: SparkSession, out: Path, table: str) -> DataFrame:
     """An overall table as written."""
-    return spark.read.parquet(str(out / OVERALL / table))
+    return spark.read.parquet(uri(out / OVERALL / table))
 
 
 def clear_scratch(out: Path) -> None:

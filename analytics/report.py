@@ -25,6 +25,7 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from analytics import load, schema
+from analytics.extract import uri
 
 REPORT_DIR = "report"
 ENQUEUED = "enqueued_latency"
@@ -78,7 +79,7 @@ def collect(spark: SparkSession, out: Path) -> dict[str, list[Row]]:
         return _rows(frame.orderBy(*order) if order else frame)
 
     def hourly(table: str, *order: str) -> list[Row]:
-        frame = spark.read.parquet(str(out / load.HOURLY / table))
+        frame = spark.read.parquet(uri(out / load.HOURLY / table))
         frame = frame.select(
             F.col("date").cast("string"), F.col("hour").cast("int"), *frame.columns[:-2]
         )
@@ -87,7 +88,7 @@ def collect(spark: SparkSession, out: Path) -> dict[str, list[Row]]:
     latency = load.read_overall(spark, out, "latency").where(
         F.col("measure").isin(ENQUEUED, PUBLISHED, "queue_depth", "queue_lifetime")
     )
-    hourly_latency = spark.read.parquet(str(out / load.HOURLY / "latency")).where(
+    hourly_latency = spark.read.parquet(uri(out / load.HOURLY / "latency")).where(
         (F.col("dimension") == "all") & (F.col("measure") == ENQUEUED)
     )
     return {

@@ -1,13 +1,16 @@
 """The SparkSession the jobs run in.
 
-Without a master URL the jobs run embedded (`local[*]`) with settings for a
-small machine; measurements.md: on 2 cores, 4 shuffle partitions, no UI and a
-4 GiB driver took the five reference queries from 18.3 s to 15.0 s. With
-`--master` the cluster's own defaults apply, except the settings the output's
-determinism depends on.
+Without a master URL (and outside spark-submit) the jobs run embedded
+(`local[*]`) with settings for a small machine; measurements.md: on 2 cores,
+4 shuffle partitions, no UI and a 4 GiB driver took the five reference
+queries from 18.3 s to 15.0 s. With `--master`, or under spark-submit, the
+cluster's own defaults apply, except the settings the output's determinism
+depends on.
 """
 
 from __future__ import annotations
+
+import os
 
 from pyspark.sql import SparkSession
 
@@ -40,20 +43,28 @@ LOCAL_CONFIG = {
 }
 
 
+def under_spark_submit() -> bool:
+    """Whether spark-submit started this process (it then owns the master,
+    the driver's memory and the UI; it hands the driver its JVM's port)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
 def build_session(master: str | None = None, *, log_level: str = "ERROR") -> SparkSession:
     """Start (or reuse) the process's SparkSession.
 
-    `master` None means embedded `local[*]`. The caller owns the session and
-    stops it (`spark.stop()`) when the run is over. Spark's own log is cut to
-    `log_level` once the JVM is up (its start-up banner still goes to stderr).
+    `master` None means spark-submit's master when spark-submit started this
+    process (deploy/spark-submit-analytics.sh), else embedded `local[*]`. The
+    caller owns the session and stops it (`spark.stop()`) when the run is
+    over. Spark's own log is cut to `log_level` once the JVM is up (its
+    start-up banner still goes to stderr).
     """
     builder = SparkSession.builder.appName(APP_NAME)
     config = dict(COMMON_CONFIG)
-    if master is None:
+    if master is not None:
+        builder = builder.master(master)
+    elif not under_spark_submit():
         builder = builder.master("local[*]")
         config.update(LOCAL_CONFIG)
-    else:
-        builder = builder.master(master)
     for key, value in config.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
