@@ -12,7 +12,7 @@ import datetime as dt
 import functools
 import operator
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -115,15 +115,21 @@ def uri(path: Path) -> str:
     return path.absolute().as_uri()
 
 
-def read_records(spark: SparkSession, logs_dir: Path, hours: Iterable[Hour]) -> DataFrame:
-    """The records of `hours`, accepted versions only, with the columns the jobs use.
+def read_records(
+    spark: SparkSession,
+    logs_dir: Path,
+    hours: Iterable[Hour],
+    columns: Sequence[str] = schema.USED_COLUMNS,
+) -> DataFrame:
+    """The records of `hours`, accepted versions only, with `columns` (by
+    default the ones the jobs use).
 
     Files are read with the declared v1 schema (never inferred), `date` as a
     string and `hour` as an int from the directory names.
     """
     base = uri(logs_dir / DELIVERIES)
     records = spark.read.schema(schema.LOG_SCHEMA).option("basePath", base).parquet(base)
-    return accepted_versions(select_hours(records, hours)).select(*schema.USED_COLUMNS)
+    return accepted_versions(select_hours(records, hours)).select(*columns)
 
 
 def partition_files(partitions: Mapping[Hour, FileSizes]) -> dict[str, FileSizes]:

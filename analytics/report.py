@@ -46,7 +46,7 @@ class Summary:
     bad_event_queue_id_rate: float
     registers: int
     ends: dict[str, int]
-    events_lost: int
+    events_unacked: int
     # measure -> (p50, p95, p99) in seconds, over all deliveries
     latency: dict[str, tuple[float, float, float]]
     shards: int
@@ -132,7 +132,7 @@ def summarize(data: dict[str, list[Row]]) -> Summary:
         bad_event_queue_id_rate=polls.get("bad_event_queue_id_rate") or 0.0,
         registers=int(lifecycle.get("registers", 0)),
         ends={r: int(lifecycle.get(r, 0)) for r in schema.END_REASONS},
-        events_lost=int(lifecycle.get("events_lost", 0)),
+        events_unacked=int(lifecycle.get("events_unacked", 0)),
         latency=latency,
         shards=len(data["shards"]),
         imbalance=imbalance.get("imbalance"),
@@ -147,7 +147,7 @@ def summarize(data: dict[str, list[Row]]) -> Summary:
             f"poll outcomes: {shares}",
             f"BAD_EVENT_QUEUE_ID: {summary.bad_event_queue_id} "
             f"({_pct(summary.bad_event_queue_id_rate)} of polls)  registers: {summary.registers}",
-            f"queue ends: {ends}  events lost: {summary.events_lost}",
+            f"queue ends: {ends}  unacknowledged events: {summary.events_unacked}",
         ]
     )
     for measure, (p50, p95, p99) in sorted(latency.items()):

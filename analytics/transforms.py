@@ -198,12 +198,18 @@ def merge_user_activity(hourly: DataFrame) -> DataFrame:
 def queue_activity(records: DataFrame) -> DataFrame:
     """Per hour and queue: its owner and client, deliveries, polls, deepest backlog.
 
-    `max_depth` is the most events the queue held when a response went out: a
-    queue whose client reads slowly keeps a deep backlog.
+    `max_depth` is the most events the queue held when a response went out or
+    when it ended: a queue whose client reads slowly keeps a deep backlog. A
+    refused poll does not count: its queue id is whatever the client sent,
+    often a queue that no longer exists.
     """
     kind = F.col("kind")
+    answered = (kind == schema.POLL) & ~F.coalesce(F.col("outcome") == "error", F.lit(False))
     return (
-        records.where(kind.isin(schema.DELIVERY, schema.POLL) & F.col("queue_id").isNotNull())
+        records.where(
+            ((kind == schema.DELIVERY) | answered | (kind == schema.END))
+            & F.col("queue_id").isNotNull()
+        )
         .groupBy(*HOUR, "queue_id")
         .agg(
             # Constant per queue; max rather than first() so that the choice
@@ -298,14 +304,17 @@ def _with_poll_shares(counts: DataFrame, scope: list[str]) -> DataFrame:
     )
 
 
-LIFECYCLE_COUNTS = ["registers", "ended", *schema.END_REASONS, "events_lost", "dead_letters"]
+LIFECYCLE_COUNTS = ["registers", "ended", *schema.END_REASONS, "events_unacked", "dead_letters"]
 
 
 def queue_lifecycle(records: DataFrame) -> DataFrame:
-    """Per hour: queues registered, ended (by reason), events lost with them, dead letters.
+    """Per hour: queues registered, ended (by reason), their unacknowledged
+    events, dead letters.
 
-    `events_lost` sums the depth of queues when they ended (events never
-    delivered). An unknown end reason counts in `ended` only.
+    `events_unacked` sums the depth of queues when they ended: events the
+    client never acknowledged, whether never sent or sent in a response whose
+    next GET did not come (and for an overflow, the event that overflowed
+    it). An unknown end reason counts in `ended` only.
     """
     kind, reason = F.col("kind"), F.col("reason")
     is_end = kind == schema.END
@@ -318,7 +327,7 @@ def queue_lifecycle(records: DataFrame) -> DataFrame:
             *(_count_if(is_end & (reason == r)).alias(r) for r in schema.END_REASONS),
             F.coalesce(F.sum(F.when(is_end, F.col("queue_depth"))), F.lit(0))
             .cast("long")
-            .alias("events_lost"),
+            .alias("events_unacked"),
             _count_if(kind == schema.DEAD_LETTER).alias("dead_letters"),
         )
         .select(*HOUR, *LIFECYCLE_COUNTS)

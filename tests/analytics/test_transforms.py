@@ -161,11 +161,20 @@ def test_queue_activity_keeps_the_deepest_backlog(spark):
             {"kind": "delivery", "queue_id": "q1", "client": "website", "queue_depth": 5},
             {"kind": "poll", "queue_id": "q1", "client": "website", "queue_depth": 0},
             {"kind": "poll", "queue_id": None, "outcome": "error", "queue_depth": 50},
+            # a refused poll names any id: no queue of its own, no poll counted
+            {"kind": "poll", "queue_id": "q1", "outcome": "error", "code": "BAD_REQUEST"},
+            {"kind": "poll", "queue_id": "gone", "outcome": "error", "code": "BAD_EVENT_QUEUE_ID"},
             {"kind": "delivery", "queue_id": "q2", "user_id": 11, "queue_depth": 1},
+            # the backlog a queue ended with counts (an overflow: the client stopped reading)
+            {"kind": "end", "queue_id": "q3", "client": "ZulipMobile", "queue_depth": 7},
         ],
     )
     expected = spark.createDataFrame(
-        [(DATE, 3, "q1", 1, 10, "website", 2, 1, 5), (DATE, 3, "q2", 1, 11, "(none)", 1, 0, 1)],
+        [
+            (DATE, 3, "q1", 1, 10, "website", 2, 1, 5),
+            (DATE, 3, "q2", 1, 11, "(none)", 1, 0, 1),
+            (DATE, 3, "q3", 1, 10, "ZulipMobile", 0, 0, 7),
+        ],
         "date string, hour int, queue_id string, realm_id long, user_id long, client string, "
         "deliveries long, polls long, max_depth int",
     )
@@ -241,7 +250,7 @@ def test_queue_lifecycle_counts_ends_by_reason_and_lost_events(spark):
     expected = spark.createDataFrame(
         [(DATE, 3, 2, 3, 1, 0, 1, 0, 0, 14, 1)],
         "date string, hour int, registers long, ended long, expired long, deleted long, "
-        "overflow long, evicted long, deactivated long, events_lost long, dead_letters long",
+        "overflow long, evicted long, deactivated long, events_unacked long, dead_letters long",
     )
     hourly = transforms.queue_lifecycle(frame)
     assertDataFrameEqual(hourly, expected)
@@ -250,7 +259,7 @@ def test_queue_lifecycle_counts_ends_by_reason_and_lost_events(spark):
         spark.createDataFrame(
             [(4, 6, 2, 0, 2, 0, 0, 28, 2)],
             "registers long, ended long, expired long, deleted long, overflow long, "
-            "evicted long, deactivated long, events_lost long, dead_letters long",
+            "evicted long, deactivated long, events_unacked long, dead_letters long",
         ),
     )
 
