@@ -48,8 +48,10 @@ def upper_bound(bucket: Column) -> Column:
 
 
 def micros(value: Column) -> Column:
-    """A double value in millionths, rounded to a long (for exact sums)."""
-    return F.round(value * MICRO).cast("long")
+    """A double value in millionths, rounded (half to even) to a long, for
+    exact sums. rint, not round: Spark's round() goes through BigDecimal, which
+    cost 1.5 s per measure over 7.5 million deliveries."""
+    return F.rint(value * MICRO).cast("long")
 
 
 def percentiles(histogram: DataFrame, group: list[str]) -> DataFrame:

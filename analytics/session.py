@@ -37,8 +37,8 @@ COMMON_CONFIG = {
 LOCAL_CONFIG = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    # Room for cached input of tens of millions of rows without spilling; a
-    # 2-core machine of the CI kind has 24 GiB (measurements.md).
+    # Room for the aggregations over tens of millions of records without
+    # spilling; a 2-core machine of the CI kind has 24 GiB (measurements.md).
     "spark.driver.memory": "4g",
 }
 
