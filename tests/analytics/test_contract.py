@@ -26,15 +26,12 @@ from pyspark.sql.types import DataType, DoubleType, IntegerType, LongType, Strin
 
 from analytics import extract, schema
 from analytics.extract import Hour
-from queues.client import ClientDescriptor, QueueOptions
-from queues.event_queue import EventQueue, Item
-from queues.payload import Payload
 from queues.registry import EndReason
 from server import logfiles
 from server.deliverylog import DeliveryLog
 from server.errors import bad_queue_id
 from server.observe import Origin
-from server.responses import encode
+from tests.logrecords import payload, push, queue_client
 
 SHARD = "contract-1"
 # Three hours across a date change: 2026-11-23 22h and 23h, 2026-11-24 00h (UTC).
@@ -74,30 +71,13 @@ def test_the_jobs_declare_the_servers_columns():
     assert bad_queue_id("q").code == schema.BAD_EVENT_QUEUE_ID
 
 
-def client(queue_id: str, user_id: int, realm_id: int, **options: Any) -> ClientDescriptor:
-    return ClientDescriptor(
-        queue_id, user_id, realm_id, QueueOptions(**options), 0.0, EventQueue(encode)
-    )
-
-
-def payload(event_type: str, origin: Origin | None = None) -> Payload:
-    built = Payload.build({"type": event_type}, encode)
-    built.origin = origin
-    return built
-
-
-def push(queue: ClientDescriptor, *payloads: Payload) -> list[Item]:
-    for item in payloads:
-        queue.event_queue.push(item)
-    return queue.event_queue.contents()
-
-
 def write_every_kind(log_dir: Path) -> list[dict[str, Any]]:
     """Drive the server's writer through every hook; returns the rows the jobs
     must read back (every column, partition columns included), in time order."""
     log = DeliveryLog(log_dir, SHARD, flush_secs=0.01, retention_days=0)
     log.start()
-    mobile_options = QueueOptions(
+    mobile = queue_client(
+        "q-mobile", 7, 3,
         event_types=frozenset({"message", "typing"}),
         narrow=(("stream", "Verona"),),
         apply_markdown=True,
@@ -105,11 +85,12 @@ def write_every_kind(log_dir: Path) -> list[dict[str, Any]]:
         capabilities=frozenset({"bulk_message_deletion"}),
         lifespan_secs=300.0,
         client_name="ZulipMobile",
-    )
-    mobile = ClientDescriptor("q-mobile", 7, 3, mobile_options, 0.0, EventQueue(encode))
-    web = client("q-web", 8, 3, all_public_streams=True, client_name="website")
+    )  # fmt: skip
+    web = queue_client("q-web", 8, 3, all_public_streams=True, client_name="website")
     reasons: tuple[EndReason, ...] = ("expired", "deleted", "overflow", "evicted", "deactivated")
-    ended = {reason: client(f"q-{reason}", 9, 4, client_name="ZulipPython") for reason in reasons}
+    ended = {
+        reason: queue_client(f"q-{reason}", 9, 4, client_name="ZulipPython") for reason in reasons
+    }
     expected: list[dict[str, Any]] = []
 
     def row(kind: str, when: float, **fields: Any) -> None:
@@ -126,7 +107,7 @@ def write_every_kind(log_dir: Path) -> list[dict[str, Any]]:
 
     # Registers, with their options (22h).
     log.registered(mobile, 0.25, H22)
-    row("register", H22, **mobile_q, latency_secs=0.25, options=mobile_options.to_dict())
+    row("register", H22, **mobile_q, latency_secs=0.25, options=mobile.options.to_dict())
     log.registered(web, 0.0625, H22 + 0.5)
     row("register", H22 + 0.5, **web_q, latency_secs=0.0625, options=web.options.to_dict())
 

@@ -24,14 +24,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from queues.client import ClientDescriptor, QueueOptions
-from queues.event_queue import EventQueue, Item
-from queues.payload import Payload
 from server import logfiles
 from server.config import ConfigError, Settings
 from server.deliverylog import DeliveryLog
 from server.logfiles import Record, Spool, compact, encode_record, prune
 from server.observe import Origin
-from server.responses import encode
+from tests.logrecords import payload, push, queue_client
 from tests.support import REPO, error, ok, wait_for
 
 # The README's column table, written out again on purpose: the
@@ -57,21 +55,7 @@ AFTER_HOUR = BEFORE_HOUR + 1.0
 
 def make_client(queue_id="q1", user_id=7, realm_id=3, **options) -> ClientDescriptor:
     options.setdefault("client_name", "ZulipMobile")
-    return ClientDescriptor(
-        queue_id, user_id, realm_id, QueueOptions(**options), 0.0, EventQueue(encode)
-    )
-
-
-def payload(event_type: str, origin: Origin | None = None) -> Payload:
-    built = Payload.build({"type": event_type}, encode)
-    built.origin = origin
-    return built
-
-
-def push(client: ClientDescriptor, *payloads: Payload) -> list[Item]:
-    for item in payloads:
-        client.event_queue.push(item)
-    return client.event_queue.contents()
+    return queue_client(queue_id, user_id, realm_id, **options)
 
 
 def stop(log: DeliveryLog) -> None:

@@ -1,0 +1,164 @@
+"""Synthetic delivery logs in the server's format, for the analytics benchmark.
+
+The columns and types are the server's own (`server.logfiles.schema()`), and
+the files are laid out as the server's compaction leaves them:
+`<dir>/deliveries/date=YYYY-MM-DD/hour=HH/<shard>-<n>.parquet`, one file per
+shard and roll interval (10 minutes by default, so 6 per shard and hour),
+zstd, rows in time order.
+
+The mix follows what a chat deployment logs: about three deliveries per
+long-poll (most polls end on a heartbeat, as in Zulip), a register and a
+queue end per ~70 records, rare dead letters; latencies log-normal around a
+few milliseconds with a tail. Everything is drawn from a seeded generator,
+so the same arguments give the same rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from server.logfiles import FORMAT_VERSION, schema
+
+KINDS = ("delivery", "poll", "register", "end", "dead_letter")
+KIND_WEIGHTS = (0.745, 0.225, 0.015, 0.014, 0.001)
+EVENT_TYPES = (
+    "message", "typing", "presence", "update_message_flags", "reaction",
+    "update_message", "delete_message", "subscription", "realm_user",
+    "stream", "user_settings", "custom_event",
+)  # fmt: skip
+EVENT_WEIGHTS = (0.35, 0.2, 0.2, 0.1, 0.05, 0.03, 0.01, 0.02, 0.01, 0.01, 0.01, 0.01)
+OUTCOMES = ("heartbeat", "events", "displaced", "error", "empty", "deleted")
+OUTCOME_WEIGHTS = (0.75, 0.2, 0.02, 0.02, 0.005, 0.005)
+REASONS = ("expired", "deleted", "overflow", "evicted", "deactivated")
+REASON_WEIGHTS = (0.8, 0.15, 0.03, 0.01, 0.01)
+CLIENTS = ("website", "ZulipMobile", "ZulipElectron", "ZulipPython", "ZulipTerminal")
+CLIENT_WEIGHTS = (0.45, 0.3, 0.15, 0.07, 0.03)
+ROLL_SECS = 600
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What to generate: `records` spread evenly over `hours` starting at
+    `start` (UTC), across `shards`, for `users` users in `realms` realms with
+    two queues each."""
+
+    records: int
+    hours: int = 24
+    shards: int = 2
+    users: int = 10_000
+    realms: int = 50
+    start: dt.datetime = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
+    seed: int = 1
+
+
+def _pick(rng: np.random.Generator, n: int, weights: tuple[float, ...]) -> np.ndarray:
+    p = np.asarray(weights, dtype=np.float64)
+    return rng.choice(len(p), size=n, p=p / p.sum()).astype(np.int32)
+
+
+def _strings(names: tuple[str, ...] | list[str], index: np.ndarray, valid: np.ndarray) -> pa.Array:
+    """Names by index, null where not `valid`; built in Arrow, not in Python."""
+    dictionary = pa.array(list(names), pa.string())
+    indices = pa.array(index.astype(np.int32), mask=~valid)
+    return pa.DictionaryArray.from_arrays(indices, dictionary).cast(pa.string())
+
+
+@functools.cache
+def _queue_names(users: int, shard: str) -> list[str]:
+    """Two queue ids per user, as `<user>:<n>-<shard>`."""
+    return [f"{q // 2 + 1}:{q % 2:04x}-{shard}" for q in range(users * 2)]
+
+
+@functools.cache
+def _queue_clients(shape: Shape) -> np.ndarray:
+    """The client (index into CLIENTS) of each of the 2 * users queues."""
+    return _pick(np.random.default_rng(shape.seed + 1), shape.users * 2, CLIENT_WEIGHTS)
+
+
+def _masked(values: np.ndarray, valid: np.ndarray, kind: pa.DataType) -> pa.Array:
+    return pa.array(values, type=kind, mask=~valid)
+
+
+def table(rng: np.random.Generator, shape: Shape, shard: str, begin: float, n: int) -> pa.Table:
+    """`n` records of one shard with times in [begin, begin + ROLL_SECS)."""
+    time = np.sort(begin + rng.random(n) * ROLL_SECS)
+    kind = _pick(rng, n, KIND_WEIGHTS)
+    is_delivery, is_poll = kind == 0, kind == 1
+    is_register, is_end, is_dead = kind == 2, kind == 3, kind == 4
+    about_queue = ~is_dead
+    user = rng.zipf(1.3, n) % shape.users
+    realm = user % shape.realms + 1
+    queue_index = user * 2 + rng.integers(0, 2, n)
+    queue_names = _queue_names(shape.users, shard)
+    latency = rng.lognormal(np.log(0.003), 1.2, n)
+    enqueued_at = time - latency
+    published_at = enqueued_at - rng.lognormal(np.log(0.0005), 0.8, n)
+    stamped = is_delivery & (rng.random(n) > 0.05)  # 5 %: restored or collapsed events
+    batch = np.where(is_delivery, rng.integers(1, 4, n), 0)
+    outcome = _pick(rng, n, OUTCOME_WEIGHTS)
+    poll_error = is_poll & (outcome == OUTCOMES.index("error"))
+    columns = {
+        "v": pa.array(np.full(n, FORMAT_VERSION, np.int32)),
+        "kind": _strings(KINDS, kind, np.ones(n, bool)),
+        "time": pa.array(time),
+        "shard": _strings([shard], np.zeros(n, np.int32), np.ones(n, bool)),
+        "realm_id": _masked(realm, about_queue, pa.int64()),
+        "user_id": _masked(user + 1, about_queue, pa.int64()),
+        "queue_id": _strings(queue_names, queue_index, about_queue & ~poll_error),
+        # A queue's client is fixed when it registers.
+        "client": _strings(CLIENTS, _queue_clients(shape)[queue_index], about_queue),
+        "event_id": _masked(rng.integers(0, 5000, n), is_delivery, pa.int64()),
+        "event_type": _strings(EVENT_TYPES, _pick(rng, n, EVENT_WEIGHTS), is_delivery),
+        "enqueued_at": _masked(enqueued_at, stamped, pa.float64()),
+        "published_at": _masked(published_at, stamped & (rng.random(n) > 0.1), pa.float64()),
+        "response_bytes": _masked(
+            200 + batch * 600 + rng.integers(0, 100, n), is_delivery | is_poll, pa.int64()
+        ),
+        "batch_events": _masked(batch, is_delivery | is_poll, pa.int32()),
+        "queue_depth": _masked(
+            rng.geometric(0.6, n) - 1, is_delivery | is_poll | is_end, pa.int32()
+        ),
+        "outcome": _strings(OUTCOMES, outcome, is_poll),
+        "code": _strings(["BAD_EVENT_QUEUE_ID"], np.zeros(n, np.int32), poll_error),
+        "waited_secs": _masked(rng.random(n) * 55, is_poll, pa.float64()),
+        "reason": _strings(REASONS, _pick(rng, n, REASON_WEIGHTS), is_end),
+        "lifetime_secs": _masked(rng.lognormal(np.log(900), 1.5, n), is_end, pa.float64()),
+        "latency_secs": _masked(rng.lognormal(np.log(0.05), 0.7, n), is_register, pa.float64()),
+        "options": _strings(['{"event_types":null}'], np.zeros(n, np.int32), is_register),
+        "notice_id": _strings(["n-1"], np.zeros(n, np.int32), is_dead),
+        "failures": _masked(np.full(n, 4), is_dead, pa.int32()),
+        "error": _strings(["ValueError: bad notice"], np.zeros(n, np.int32), is_dead),
+    }
+    return pa.Table.from_pydict(columns, schema=schema())
+
+
+def generate(directory: Path, shape: Shape) -> int:
+    """Write the logs of `shape` under `directory`; returns the files written."""
+    rng = np.random.default_rng(shape.seed)
+    rolls = shape.hours * 3600 // ROLL_SECS
+    per_file = shape.records // (rolls * shape.shards)
+    extra = shape.records - per_file * rolls * shape.shards
+    written = 0
+    origin = shape.start.timestamp()
+    for roll in range(rolls):
+        begin = origin + roll * ROLL_SECS
+        moment = dt.datetime.fromtimestamp(begin, dt.UTC)
+        folder = directory / "deliveries" / moment.strftime("date=%Y-%m-%d/hour=%H")
+        folder.mkdir(parents=True, exist_ok=True)
+        for s in range(shape.shards):
+            n = per_file + (extra if roll == 0 and s == 0 else 0)
+            shard = f"s{s + 1}"
+            pq.write_table(
+                table(rng, shape, shard, begin, n),
+                folder / f"{shard}-{roll:05d}.parquet",
+                compression="zstd",
+            )
+            written += 1
+    return written
