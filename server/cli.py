@@ -54,6 +54,11 @@ def _setup_logging() -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if level != "DEBUG":
+        # pika logs each step of every connection at INFO (a dozen lines per
+        # `eventq send-event`); the consumer and the publisher log what an
+        # operator acts on (connected, lost, reconnecting) themselves.
+        logging.getLogger("pika").setLevel(logging.WARNING)
 
 
 def _print_json(value: Any) -> None:
