@@ -65,6 +65,22 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "c
         time.sleep(0.01)
 
 
+def run_eventq(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`eventq ARGS` (as `python -m server`) with this environment minus every
+    EVENTQ_* variable, plus `env`; never raises on a non-zero exit."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("EVENTQ_")}
+    environ.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "server", *args],
+        cwd=REPO,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 class ServerProcess:
     """`python -m server serve` on a free loopback port, with its own state dir."""
 

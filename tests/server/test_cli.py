@@ -3,38 +3,24 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import uuid
 
 import requests
 
-from tests.support import REPO, Api
+from tests.support import Api, run_eventq
 
 
 def eventq(database_url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("EVENTQ_")}
     # Commands that send events (user create) must not reach a real broker's
     # default vhost: no broker, and a notify endpoint nobody listens on.
-    environ.update(
-        {
-            "EVENTQ_DATABASE_URL": database_url,
-            "EVENTQ_AMQP_URL": "",
-            "EVENTQ_NOTIFY_URL": "http://127.0.0.1:1/api/internal/notify_tornado",
-            "EVENTQ_SHARED_SECRET": "cli-tests",
-            **env,
-        }
-    )
-    return subprocess.run(
-        [sys.executable, "-m", "server", *args],
-        cwd=REPO,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    defaults = {
+        "EVENTQ_DATABASE_URL": database_url,
+        "EVENTQ_AMQP_URL": "",
+        "EVENTQ_NOTIFY_URL": "http://127.0.0.1:1/api/internal/notify_tornado",
+        "EVENTQ_SHARED_SECRET": "cli-tests",
+    }
+    return run_eventq(*args, **(defaults | env))
 
 
 def test_migrate_applies_each_migration_once(database_url):

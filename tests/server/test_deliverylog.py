@@ -30,7 +30,7 @@ from server.deliverylog import DeliveryLog
 from server.logfiles import Record, Spool, compact, encode_record, prune
 from server.observe import Origin
 from tests.logrecords import payload, push, queue_client
-from tests.support import REPO, error, ok, wait_for
+from tests.support import error, ok, run_eventq, wait_for
 
 # The README's column table, written out again on purpose: the
 # module's COLUMNS must match it, not the other way round.
@@ -532,17 +532,7 @@ def test_a_killed_server_loses_at_most_one_flush_interval(start_server, api, tmp
 
 
 def eventq_logs(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("EVENTQ_")}
-    environ.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "server", "logs", *args],
-        cwd=REPO,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_eventq("logs", *args, **env)
 
 
 def test_logs_compact_compacts_every_shards_closed_files(tmp_path):

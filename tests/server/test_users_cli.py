@@ -5,28 +5,16 @@ server), and they keep their JSON output and exit statuses."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 import requests
 
-from tests.support import REPO, Api, wait_for
+from tests.support import Api, run_eventq, wait_for
 
 
 def eventq(database_url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("EVENTQ_")}
-    environ.update({"EVENTQ_DATABASE_URL": database_url, **env})
-    return subprocess.run(
-        [sys.executable, "-m", "server", *args],
-        cwd=REPO,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_eventq(*args, EVENTQ_DATABASE_URL=database_url, **env)
 
 
 @pytest.fixture
