@@ -26,6 +26,16 @@ def _moment(text: str) -> dt.datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m analytics",
@@ -49,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="process only hours not processed before (state in --out/state.json)",
     )
-    run.add_argument("--top", type=int, default=20, help="busiest users and queues kept (20)")
+    run.add_argument("--top", type=_positive, default=20, help="busiest users and queues kept (20)")
     return parser
 
 
@@ -67,9 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if options.since and options.until and options.since >= options.until:
             raise BadArguments("--since must be before --until")
         started = time.monotonic()
+        planned = job.plan(options)  # a wrong --logs fails before the JVM starts
         spark = session.build_session(args.master)
         try:
-            result = job.run(spark, options)
+            result = job.run(spark, options, planned)
         finally:
             spark.stop()
     except AnalyticsError as exc:

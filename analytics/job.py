@@ -130,13 +130,23 @@ class Result:
     timings: dict[str, float]
 
 
-def run(spark: SparkSession, options: Options) -> Result:
-    """Run the job in `spark`; the caller owns the session.
+@dataclass(frozen=True)
+class Plan:
+    """What a run will read: every hour of the log with its files, the hours
+    in the window, and (with --incremental) what earlier runs processed."""
 
-    Raises NoDeliveryLogs when the window holds no hour of the log.
+    partitions: dict[extract.Hour, extract.FileSizes]
+    selected: list[extract.Hour]
+    done: dict[str, extract.FileSizes]
+
+
+def plan(options: Options) -> Plan:
+    """List the log and read the state, without Spark: the CLI calls it before
+    paying for a JVM, so that a wrong --logs fails at once.
+
+    Raises NoDeliveryLogs when the window holds no hour of the log, BadState
+    when --incremental's state file is unreadable.
     """
-    out = options.out
-    load.clear_scratch(out)
     partitions = extract.list_partitions(options.logs)
     since = extract.Hour.of(options.since) if options.since else None
     until = extract.Hour.ceiling(options.until) if options.until else None
@@ -146,7 +156,17 @@ def run(spark: SparkSession, options: Options) -> Result:
             f"no delivery-log partitions under {options.logs / extract.DELIVERIES}"
             + (" in the selected hours" if since or until else "")
         )
-    done = state.load_state(out) if options.incremental else {}
+    done = state.load_state(options.out) if options.incremental else {}
+    return Plan(partitions, selected, done)
+
+
+def run(spark: SparkSession, options: Options, planned: Plan | None = None) -> Result:
+    """Run the job in `spark` (`planned`: `plan(options)` if already made);
+    the caller owns the session. Raises what `plan` raises."""
+    out = options.out
+    planned = planned or plan(options)
+    partitions, selected, done = planned.partitions, planned.selected, planned.done
+    load.clear_scratch(out)
     todo = [h for h in selected if done.get(h.key) != partitions[h]]
     scope = todo if options.incremental else None
 

@@ -159,3 +159,26 @@ def test_no_logs_is_an_error(tmp_path):
     )  # fmt: skip
     assert completed.returncode == 1
     assert "--since must be before --until" in completed.stderr
+
+
+def test_a_log_dir_without_logs_fails_before_spark_starts(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, "-m", "analytics", "run", "--logs", str(tmp_path / "nowhere"),
+         "--out", str(tmp_path / "out")],
+        cwd=REPO, capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert completed.returncode == 1
+    assert completed.stderr == (
+        f"analytics: no delivery-log partitions under {tmp_path / 'nowhere' / 'deliveries'}\n"
+    )  # one line: no JVM banner, the session was never started
+    assert not (tmp_path / "out").exists()
+
+
+def test_top_must_be_positive(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, "-m", "analytics", "run", "--logs", str(tmp_path), "--out",
+         str(tmp_path / "out"), "--top", "0"],
+        cwd=REPO, capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert completed.returncode == 2
+    assert "argument --top: must be 1 or more, got 0" in completed.stderr
