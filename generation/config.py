@@ -2,7 +2,9 @@
 
 `EVENTQ_AMQP_URL` (RabbitMQ; empty means "no broker": notices go to the
 server's internal notify endpoint at `EVENTQ_NOTIFY_URL` instead),
-`EVENTQ_SHARED_SECRET` or the secret file in `EVENTQ_STATE_DIR`.
+`EVENTQ_SHARED_SECRET` or the secret file in `EVENTQ_STATE_DIR`, and with
+`EVENTQ_SHARDING` the sharding config (generation/sharding.py): each shard
+then consumes `<EVENTQ_NOTIFY_QUEUE>_<shard>`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
+from generation import sharding
+
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 DEFAULT_NOTIFY_URL = "http://127.0.0.1:9800/api/internal/notify_tornado"
 # The durable queue the (single) server consumes; sharding adds one per shard.
@@ -22,6 +26,11 @@ NOTIFY_QUEUE = "notify_tornado"
 def default_state_dir(env: Mapping[str, str]) -> Path:
     base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "eventq"
+
+
+def sharding_path_from(env: Mapping[str, str]) -> Path | None:
+    raw = env.get("EVENTQ_SHARDING", "").strip()
+    return Path(raw) if raw else None
 
 
 def state_dir_from(env: Mapping[str, str]) -> Path:
@@ -73,6 +82,8 @@ class ProducerConfig:
     configured_secret: str = ""
     # Seconds a publish may wait for the broker's confirmation.
     confirm_timeout_secs: float = 10.0
+    # The sharding config; None: one server process.
+    sharding_path: Path | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ProducerConfig:
@@ -83,6 +94,24 @@ class ProducerConfig:
             notify_queue=env.get("EVENTQ_NOTIFY_QUEUE") or NOTIFY_QUEUE,
             state_dir=state_dir_from(env),
             configured_secret=env.get("EVENTQ_SHARED_SECRET", ""),
+            sharding_path=sharding_path_from(env),
+        )
+
+    def shard_map(self) -> sharding.ShardMap | None:
+        """The sharding config (re-read when the file changes), or None;
+        raises `sharding.ShardingError`."""
+        if self.sharding_path is None:
+            return None
+        return sharding.load_cached(self.sharding_path)
+
+    def for_shard(self, shard: sharding.Shard) -> ProducerConfig:
+        """Where a notice for `shard` goes: its queue, or without a broker its
+        internal notify endpoint."""
+        return dataclasses.replace(
+            self,
+            notify_queue=sharding.notify_queue(self.notify_queue, shard.name),
+            notify_url=f"{shard.url}/api/internal/notify_tornado",
+            sharding_path=None,
         )
 
     def secret(self) -> str:

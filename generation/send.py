@@ -31,11 +31,13 @@ from generation.config import ProducerConfig, SecretMissing
 from generation.errors import BadNotice
 from generation.notice import Notice, encode_notice, make_notice
 from generation.publisher import PublishError
+from generation.sharding import ShardingError, reaches_whole_realm
 
 __all__ = [
     "BadNotice",
     "PublishError",
     "prepare_notice",
+    "publish_notice",
     "send_event",
     "send_event_on_commit",
     "transaction",
@@ -75,6 +77,36 @@ def publish_encoded(body: bytes, config: ProducerConfig) -> None:
         raise PublishError(f"the server at {config.notify_url} is unreachable: {exc}") from exc
 
 
+def publish_notice(notice: Notice, body: bytes, config: ProducerConfig) -> None:
+    """Publish a prepared notice (`body` is its wire form). With a sharding
+    config, one notice per shard that holds some of its users (every shard of
+    the realm for a public channel message), each to that shard's queue; a
+    shard that cannot be reached does not stop the others, and `PublishError`
+    then names it."""
+    try:
+        shard_map = config.shard_map()
+    except ShardingError as exc:
+        raise PublishError(str(exc)) from None
+    if shard_map is None:
+        publish_encoded(body, config)
+        return
+    parts = shard_map.split(notice.realm_id, notice.users, reaches_whole_realm(notice.event))
+    failed: list[str] = []
+    for name, users in parts.items():
+        part = (
+            body if len(parts) == 1 else encode_notice(Notice(notice.event, users, notice.realm_id))
+        )
+        try:
+            publish_encoded(part, config.for_shard(shard_map.shards[name]))
+        except PublishError as exc:
+            failed.append(f"shard {name}: {exc}")
+    if failed:
+        raise PublishError(
+            f"{len(failed)} of {len(parts)} shards did not get the notice"
+            f" (the others did): {'; '.join(failed)}"
+        )
+
+
 def send_event(
     realm_id: int,
     event: Mapping[str, Any],
@@ -85,8 +117,8 @@ def send_event(
     """Deliver `event` to the queues of `users` (ids, or dicts with "id" and
     that user's own data, such as `flags`). Choosing the users is the caller's
     job: sending a private event to a whole realm is a security bug."""
-    _, body = prepare_notice(realm_id, event, users)
-    publish_encoded(body, config or ProducerConfig.from_env())
+    notice, body = prepare_notice(realm_id, event, users)
+    publish_notice(notice, body, config or ProducerConfig.from_env())
 
 
 # connection -> stack of callback lists, one per open `transaction` block.
@@ -143,6 +175,6 @@ def send_event_on_commit(
     stack = _pending.get(conn)
     if not stack:
         raise RuntimeError("send_event_on_commit needs an enclosing eventq transaction(conn)")
-    _, body = prepare_notice(realm_id, event, users)
+    notice, body = prepare_notice(realm_id, event, users)
     resolved = config or ProducerConfig.from_env()
-    stack[-1].append(lambda: publish_encoded(body, resolved))
+    stack[-1].append(lambda: publish_notice(notice, body, resolved))
