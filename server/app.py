@@ -14,6 +14,7 @@ import logging
 import socket
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import tornado.httpserver
@@ -23,7 +24,9 @@ from tornado.ioloop import PeriodicCallback
 
 from generation.errors import BadNotice
 from generation.events.users import deactivated_user_id
-from generation.notice import Notice, parse_notice
+from generation.notice import Notice, encode_notice, parse_notice
+from generation.send import PublishError, publish_encoded
+from generation.sharding import reaches_whole_realm
 from queues.client import ClientDescriptor
 from queues.event_queue import Item
 from queues.payload import PER_EVENT_OVERHEAD
@@ -96,6 +99,11 @@ class EventServer:
         # gauges read from the server at scrape time.
         metrics, self.metrics_registry = make_metrics(self)
         self.observers.append(metrics)
+        # Publishes this shard's own events to the other shards (blocking pika
+        # calls, off the loop); one thread keeps one broker connection.
+        self._publisher: ThreadPoolExecutor | None = None
+        if settings.sharding is not None and len(settings.sharding.shards) > 1:
+            self._publisher = ThreadPoolExecutor(1, thread_name_prefix="eventq-publish")
         self.consumer: NoticeConsumer | None = None
         if settings.amqp_url:
             self.consumer = NoticeConsumer(
@@ -210,6 +218,8 @@ class EventServer:
             await self.delivery_log.stop()
         await self.db.close()
         await self.loop_lag.stop()
+        if self._publisher is not None:
+            self._publisher.shutdown(wait=False)
         log.info("stopped")
 
     def request_started(self) -> None:
@@ -366,9 +376,35 @@ class EventServer:
             log.debug("queue %s of user %d ended: %s", client.queue_id, client.user_id, reason)
 
     async def sink(self, notice: Notice) -> None:
-        """Where this process's own actions send their events: straight into
-        its queues (one shard: every user's queues are here)."""
-        self.deliver(notice, len(encode(notice.event)))
+        """Where this process's own actions send their events: this shard's
+        users straight into its queues; with several shards, the other
+        shards' users through their notify queues, as `send_event` would.
+        The change is committed by now: a shard that cannot be told is
+        logged, and its clients catch up when they next register."""
+        shard_map = self.settings.sharding
+        if shard_map is None:
+            self.deliver(notice, len(encode(notice.event)))
+            return
+        parts = shard_map.split(notice.realm_id, notice.users, reaches_whole_realm(notice.event))
+        loop = asyncio.get_running_loop()
+        for name, users in parts.items():
+            part = Notice(notice.event, users, notice.realm_id)
+            if name == self.settings.shard:
+                self.deliver(part, len(encode(part.event)))
+                continue
+            config = self.settings.producer.for_shard(shard_map.shards[name])
+            try:
+                await loop.run_in_executor(
+                    self._publisher, publish_encoded, encode_notice(part), config
+                )
+            except PublishError as exc:
+                log.warning(
+                    "shard %s was not told of a %s event for %d users: %s",
+                    name,
+                    notice.event["type"],
+                    len(users),
+                    exc,
+                )
 
     def process_notice(self, body: bytes, published_at: float | None = None) -> DeliveryReport:
         """The consumer's processor: decode, validate and deliver one notice

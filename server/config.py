@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from generation import sharding
 from generation.config import (
     DEFAULT_AMQP_URL,
     NOTIFY_QUEUE,
@@ -103,6 +104,12 @@ class Settings:
     # empty: the single shard, whose saved queues keep Zulip's file names
     # (`shard_name` is then "default").
     shard: str = ""
+    # With several shards (EVENTQ_SHARDING): the config every shard and
+    # producer shares; `shard` then names this process in it, and its host,
+    # port and notify queue come from it.
+    sharding: sharding.ShardMap | None = None
+    # What `send_event` from this process (its own actions) is configured with.
+    producer: ProducerConfig = dataclasses.field(default_factory=ProducerConfig)
     # The delivery log (server/deliverylog.py), when `log_dir` is set. Flush:
     # a crash loses at most this much; roll: how old the newest data the jobs
     # can read may be; retention in days, 0 keeps everything; pending: records
@@ -149,14 +156,46 @@ class Settings:
             raise ConfigError(
                 f"EVENTQ_SHARD must be letters, digits, '_' and '-' (it names files), got {shard!r}"
             )
+        host = env.get("EVENTQ_HOST") or cls.host
+        port = _integer(env, "EVENTQ_PORT", cls.port)
+        notify_queue = producer.notify_queue
+        shard_map = None
+        if producer.sharding_path is not None:
+            try:
+                shard_map = producer.shard_map()
+            except sharding.ShardingError as exc:
+                raise ConfigError(f"EVENTQ_SHARDING: {exc}") from None
+            assert shard_map is not None
+            # Empty: a command that is not a shard (send-event, sharding
+            # nginx, ...); `eventq serve` refuses to start without one.
+            if shard and shard not in shard_map.shards:
+                raise ConfigError(
+                    f"EVENTQ_SHARD must name this process's shard in {shard_map.source}"
+                    f" (one of {', '.join(shard_map.shards)}), got {shard!r}"
+                )
+        if shard_map is not None and shard:
+            own = shard_map.shards[shard]
+            # The config says where the shard listens; a different port or
+            # host in the environment is a mistake, not an override.
+            for name, value, wanted in (
+                ("EVENTQ_PORT", env.get("EVENTQ_PORT", "").strip(), str(own.port)),
+                ("EVENTQ_HOST", env.get("EVENTQ_HOST", "").strip(), own.host),
+            ):
+                if value and value != wanted:
+                    raise ConfigError(
+                        f"{name}={value} disagrees with {shard_map.source}, where shard"
+                        f" {shard!r} listens on {own.address}; unset it"
+                    )
+            host, port = own.host, own.port
+            notify_queue = sharding.notify_queue(producer.notify_queue, shard)
         return cls(
             database_url=env.get("EVENTQ_DATABASE_URL") or cls.database_url,
             amqp_url=producer.amqp_url,
             shared_secret=producer.configured_secret,
             state_dir=producer.state_dir,
             log_dir=Path(log_dir) if log_dir else None,
-            host=env.get("EVENTQ_HOST") or cls.host,
-            port=_integer(env, "EVENTQ_PORT", cls.port),
+            host=host,
+            port=port,
             heartbeat_secs=heartbeat,
             heartbeat_jitter_secs=jitter,
             queue_idle_timeout_secs=idle,
@@ -176,8 +215,10 @@ class Settings:
             db_pool_min=pool_min,
             db_pool_max=pool_max,
             shutdown_grace_secs=_number(env, "EVENTQ_SHUTDOWN_GRACE_SECS", 10.0),
-            notify_queue=producer.notify_queue,
+            notify_queue=notify_queue,
             shard=shard,
+            sharding=shard_map,
+            producer=producer,
             log_flush_secs=_number(env, "EVENTQ_LOG_FLUSH_SECS", 1.0, minimum=0.001),
             log_roll_secs=_number(env, "EVENTQ_LOG_ROLL_SECS", 600.0, minimum=0.001),
             log_retention_days=_integer(env, "EVENTQ_LOG_RETENTION_DAYS", 30, minimum=0),

@@ -3,6 +3,7 @@ authentication, and the server's count of requests in progress."""
 
 from __future__ import annotations
 
+import hmac
 import logging
 import re
 from collections.abc import Awaitable
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 import tornado.httputil
+import tornado.iostream
 import tornado.web
 
 from queues.client import ClientDescriptor
@@ -17,6 +19,7 @@ from queues.errors import BadQueueId, QueueError
 from server.auth import AuthUser, not_logged_in
 from server.db import DatabaseUnavailable
 from server.errors import ApiError, database_unavailable, from_queue_error
+from server.forward import ACCEL_HEADER, FORWARDED_HEADER, accel_redirect, forward
 from server.params import Params
 from server.responses import success_body
 
@@ -37,6 +40,11 @@ class BaseHandler(tornado.web.RequestHandler):
     server: EventServer
     json_api: bool
     internal: bool = False
+    # Sharding (server/forward.py): the request came from another shard; the
+    # connection to the owner shard while forwarding; our client hung up.
+    forwarded = False
+    upstream: tornado.iostream.IOStream | None = None
+    client_gone = False
 
     def initialize(self, server: EventServer, json_api: bool = False) -> None:
         self.server = server
@@ -79,7 +87,21 @@ class BaseHandler(tornado.web.RequestHandler):
                 raise ApiError(
                     f"Request body too large (limit: {limit} bytes)", "REQUEST_TOO_LARGE", 413
                 )
+        if FORWARDED_HEADER in headers:
+            self._check_forwarded(headers[FORWARDED_HEADER])
         return None
+
+    def _check_forwarded(self, secret: str) -> None:
+        """A request another shard forwarded: the shared secret, from another
+        shard's address; anything else is refused like a bad internal call."""
+        expected = self.server.shared_secret.encode()
+        shard_map = self.server.settings.sharding
+        caller = self.request.remote_ip or ""
+        internal = shard_map.is_internal(caller) if shard_map is not None else False
+        if not hmac.compare_digest(secret.encode(), expected) or not internal:
+            log.warning("forwarded request to %s from %s refused", self.request.path, caller)
+            raise ApiError("Access denied", "BAD_REQUEST", 403)
+        self.forwarded = True
 
     def data_received(self, chunk: bytes) -> None:
         # A chunked body has no Content-Length to refuse up front: count it,
@@ -96,6 +118,9 @@ class BaseHandler(tornado.web.RequestHandler):
             self.server.request_finished()
 
     def on_connection_close(self) -> None:
+        self.client_gone = True
+        if self.upstream is not None:
+            self.upstream.close()  # the owner shard sees its client leave
         super().on_connection_close()
         # A request whose client went away before it was answered still ends.
         if self._counted and not self._finished:
@@ -143,6 +168,39 @@ class BaseHandler(tornado.web.RequestHandler):
         except DatabaseUnavailable as exc:
             log.warning("authentication failed: %s", exc)
             raise database_unavailable() from exc
+
+    async def served_elsewhere(self, user: AuthUser) -> bool:
+        """With several shards: hand the request to the shard that owns
+        `user` (server/forward.py) and return True; False when it is this one."""
+        server = self.server
+        shard_map = server.settings.sharding
+        if shard_map is None:
+            return False
+        owner = shard_map.shard_for(user.realm_id, user.user_id)
+        if owner == server.settings.shard:
+            return False
+        if self.forwarded:
+            log.error(
+                "shard %s got a request for user %d forwarded to it, but its sharding config"
+                " says shard %s owns them: every shard must run the same config",
+                server.settings.shard,
+                user.user_id,
+                owner,
+            )
+            raise ApiError(
+                "The servers disagree about where this queue lives; try again shortly",
+                "SHARD_MISMATCH",
+                503,
+                headers={"Retry-After": "5"},
+            )
+        shard = shard_map.shards[owner]
+        if self.request.method == "GET" and ACCEL_HEADER in self.request.headers:
+            accel_redirect(self, shard)
+            return True
+        if self._size > self.body_limit():
+            self.params()  # raises the 413
+        await forward(self, shard, server.shared_secret, b"".join(self._chunks))
+        return True
 
     def queue_for(self, queue_id: str, user: AuthUser) -> ClientDescriptor:
         """The user's queue `queue_id`; another user's id fails exactly like

@@ -50,6 +50,8 @@ class EventsHandler(BaseHandler):
 
     async def get(self) -> None:
         user = await self.authenticate()
+        if await self.served_elsewhere(user):
+            return
         try:
             await self._get(user)
         except (ApiError, QueueError) as exc:
@@ -150,6 +152,8 @@ class EventsHandler(BaseHandler):
 
     async def delete(self) -> None:
         user = await self.authenticate()
+        if await self.served_elsewhere(user):
+            return
         params = self.params()
         queue_id = params.required_string("queue_id", max_length=1000)
         self.queue_for(queue_id, user)  # logs another user's id

@@ -28,10 +28,15 @@ class InternalHandler(BaseHandler):
         secret = params.raw("secret")
         if secret is None:
             raise missing_argument("secret")
-        try:
-            local = ipaddress.ip_address(self.request.remote_ip or "").is_loopback
-        except ValueError:
-            local = False
+        caller = self.request.remote_ip or ""
+        shard_map = self.server.settings.sharding
+        if shard_map is not None:  # loopback or another shard's network
+            local = shard_map.is_internal(caller)
+        else:
+            try:
+                local = ipaddress.ip_address(caller).is_loopback
+            except ValueError:
+                local = False
         expected = self.server.shared_secret.encode()
         if not hmac.compare_digest(secret.encode(), expected) or not local:
             log.warning(

@@ -32,6 +32,8 @@ class RegisterHandler(BaseHandler):
     async def post(self) -> None:
         started = time.monotonic()
         user = await self.authenticate()
+        if await self.served_elsewhere(user):
+            return
         params = self.params()
         server = self.server
         registry = server.registry
