@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from generation import accounts
+from generation import accounts, sharding
 from generation.actions import realm as realm_actions
 from generation.actions import users as user_actions
 from generation.actions.base import ActionContext, ActionError, EventSink
@@ -103,6 +103,20 @@ async def _serve(settings: Settings, port: int | None, host: str | None) -> int:
 
 
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
+    if settings.sharding is not None and not settings.shard:
+        print(
+            f"eventq: EVENTQ_SHARDING is set: EVENTQ_SHARD must name the shard this process"
+            f" serves (one of {', '.join(settings.sharding.shards)})",
+            file=sys.stderr,
+        )
+        return 2
+    if settings.sharding is not None and args.port is not None and args.port != settings.port:
+        print(
+            f"eventq: --port {args.port} disagrees with {settings.sharding.source}, where shard"
+            f" {settings.shard!r} listens on port {settings.port}; leave --port out",
+            file=sys.stderr,
+        )
+        return 2
     _raise_fd_limit()
     return asyncio.run(_serve(settings, args.port, args.host))
 
@@ -380,6 +394,64 @@ def cmd_logs_prune(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _shard_map(args: argparse.Namespace) -> sharding.ShardMap:
+    path = args.config or ProducerConfig.from_env().sharding_path
+    if path is None:
+        raise sharding.ShardingError("no sharding config: pass --config or set EVENTQ_SHARDING")
+    return sharding.load(path)
+
+
+def cmd_sharding_check(settings: Settings, args: argparse.Namespace) -> int:
+    """Validate the config; print where everything goes."""
+    shard_map = _shard_map(args)
+    base = ProducerConfig.from_env().notify_queue
+    _print_json(
+        {
+            "config": shard_map.source,
+            "default_shard": shard_map.default_shard,
+            "shards": {
+                name: {
+                    "listen": shard.address,
+                    "notify_queue": sharding.notify_queue(base, name),
+                    "state_file": f"event_queues.{name}.json",
+                }
+                for name, shard in shard_map.shards.items()
+            },
+            "realms": {str(realm): list(names) for realm, names in shard_map.realms.items()},
+            "hosts": shard_map.hosts,
+        }
+    )
+    return 0
+
+
+def cmd_sharding_nginx(settings: Settings, args: argparse.Namespace) -> int:
+    from server import nginxsite  # noqa: PLC0415 (only this command needs it)
+
+    site = nginxsite.render(
+        _shard_map(args),
+        listen=args.listen or "",
+        server_name=args.server_name or "",
+        max_body_bytes=settings.max_request_bytes,
+    )
+    if args.output is None:
+        sys.stdout.write(site)
+    else:
+        tmp = args.output.with_name(f".{args.output.name}.tmp")
+        tmp.write_text(site)
+        tmp.replace(args.output)
+        print(f"eventq: wrote {args.output}; check it with `nginx -t`, then reload nginx")
+    return 0
+
+
+def cmd_sharding_rabbitmq(settings: Settings, args: argparse.Namespace) -> int:
+    from server import brokerdefs  # noqa: PLC0415 (imports the consumer, hence pika)
+
+    shard_map = _shard_map(args) if args.config or settings.sharding else None
+    base = ProducerConfig.from_env().notify_queue
+    _print_json(brokerdefs.definitions(shard_map, base, args.vhost))
+    return 0
+
+
 def _parse_days(text: str) -> int:
     try:
         days = int(text)
@@ -490,6 +562,25 @@ def build_parser() -> argparse.ArgumentParser:
     compact.set_defaults(func=cmd_logs_compact)
     prune.set_defaults(func=cmd_logs_prune)
 
+    shards = sub.add_parser(
+        "sharding",
+        help="several shard processes: check the config, generate nginx and RabbitMQ files",
+    ).add_subparsers(dest="sharding", required=True)
+    check = shards.add_parser("check", help="validate the sharding config; print the layout")
+    nginx = shards.add_parser("nginx", help="the nginx site in front of the shards")
+    nginx.add_argument("--listen", help="nginx listen argument (default: [nginx] listen, or 80)")
+    nginx.add_argument("--server-name", help="default: [nginx] server_name, or _")
+    nginx.add_argument("--output", type=Path, help="write here (atomically) instead of stdout")
+    rabbit = shards.add_parser(
+        "rabbitmq", help="RabbitMQ definitions of the notify and dead-letter queues"
+    )
+    rabbit.add_argument("--vhost", default="/", help="default: /")
+    for p in (check, nginx, rabbit):
+        p.add_argument("--config", type=Path, help="the sharding TOML (default: EVENTQ_SHARDING)")
+    check.set_defaults(func=cmd_sharding_check)
+    nginx.set_defaults(func=cmd_sharding_nginx)
+    rabbit.set_defaults(func=cmd_sharding_rabbitmq)
+
     demo = sub.add_parser("demo", help="create the demo realm and users; prints fresh keys")
     demo.add_argument("--site", default="http://127.0.0.1:9800", help="URL shown with the keys")
     demo.set_defaults(func=cmd_demo)
@@ -505,7 +596,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"eventq: configuration error: {exc}", file=sys.stderr)
         return 2
-    except (accounts.AccountError, MigrationError, BadNotice, PublishError) as exc:
+    except (
+        accounts.AccountError,
+        MigrationError,
+        BadNotice,
+        PublishError,
+        sharding.ShardingError,
+    ) as exc:
         print(f"eventq: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:  # the log commands' files
