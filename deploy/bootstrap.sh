@@ -230,6 +230,27 @@ ensure_rabbitmq() {
     wait_for_port RabbitMQ "$AMQP_HOST" "$AMQP_PORT" 90
 }
 
+# --- nginx (the sharding tests put a real one in front of two shards) -------
+
+ensure_nginx() {
+    if command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]]; then
+        say "nginx: installed ($(/usr/sbin/nginx -v 2>&1 | sed 's/^nginx version: //'))"
+        return
+    fi
+    # Only the binary is wanted: the tests start their own nginx on loopback
+    # ports. A policy-rc.d of 101 keeps the package from starting the distro's
+    # site on port 80 on a machine without systemd.
+    local policy=/usr/sbin/policy-rc.d added=""
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' | as_root tee "$policy" >/dev/null
+        as_root chmod 755 "$policy"
+        added=1
+    fi
+    apt_install nginx-light || apt_install nginx
+    [[ -n $added ]] && as_root rm -f "$policy"
+    command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || die "nginx: not installed"
+}
+
 # --- Python -----------------------------------------------------------------
 
 python_ok() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }

@@ -6,5 +6,6 @@ set -euo pipefail
 # shellcheck source=deploy/bootstrap.sh
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 bootstrap
+ensure_nginx
 cd "$EVENTQ_REPO"
 exec .venv/bin/pytest "$@"

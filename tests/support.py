@@ -90,8 +90,10 @@ class ServerProcess:
         state_dir: Path,
         env: dict[str, str] | None = None,
         amqp_url: str = "",
+        serve_args: tuple[str, ...] = ("--port", "0"),
     ):
         self.database_url = database_url
+        self.serve_args = serve_args
         self.amqp_url = amqp_url
         # Each server consumes its own queue of the session's vhost.
         self.notify_queue = f"notify_tornado.{uuid.uuid4().hex[:8]}"
@@ -131,7 +133,7 @@ class ServerProcess:
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "server", "serve", "--port", "0"],
+            [sys.executable, "-m", "server", "serve", *self.serve_args],
             cwd=REPO,
             env=self.env(),
             stdout=log,
