@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 import requests
@@ -15,7 +16,7 @@ from generation.send import send_event
 from generation.sharding import load
 from server import nginxsite
 from tests.shards import Client, Cluster, Nginx, free_ports, running
-from tests.support import SECRET, World, wait_for
+from tests.support import SECRET, Listener, ServerProcess, World, wait_for
 
 ENTRIES = ("a", "b", "nginx")
 
@@ -291,3 +292,32 @@ def test_an_action_on_one_shard_reaches_a_user_on_the_other(cluster: Cluster, re
     finally:
         alice.close()
         bob.close()
+
+
+class _Entry:
+    """What `Listener` needs of a server: where to connect (nginx), and the
+    owner shard's view of the user's queues."""
+
+    def __init__(self, url: str, owner: ServerProcess):
+        self.url = url
+        self.owner = owner
+
+    def user_queues(self, user_id: int) -> list[dict[str, Any]]:
+        return self.owner.user_queues(user_id)
+
+
+def test_the_real_zulip_client_works_through_nginx_unchanged(cluster: Cluster, realms: Realms):
+    assert cluster.nginx is not None
+    user = realms.users["solo"][1]  # on shard b; nginx may hand it to either
+    listener = Listener(_Entry(cluster.nginx.url, cluster.owner(user)), user, '["zulip_check"]')
+    try:
+        listener.wait_polling()
+        send_event(
+            user.realm_id,
+            {"type": "zulip_check", "n": 1},
+            [user.user_id],
+            config=cluster.producer(),
+        )
+        assert listener.next() == {"type": "zulip_check", "n": 1, "id": 0}
+    finally:
+        listener.stop()
