@@ -140,6 +140,7 @@ class Database:
         self.admin_url = conninfo.make_conninfo(base_url, dbname="postgres")
         self.url = conninfo.make_conninfo(base_url, dbname=self.name)
         self.created = False
+        self.realm_id = 0
 
     def create(self) -> None:
         with psycopg.connect(self.admin_url, autocommit=True, connect_timeout=10) as conn:
@@ -162,7 +163,7 @@ class Database:
                 "INSERT INTO realms (subdomain, name) VALUES ('bench', 'Benchmark') RETURNING id"
             ).fetchone()
             assert row is not None
-            realm_id = int(row[0])
+            realm_id = self.realm_id = int(row[0])
             with conn.cursor() as cur:
                 copy_sql = (
                     "COPY users (realm_id, email, full_name, role, api_key_id, api_key_hash)"
@@ -206,11 +207,14 @@ class ServerProcess:
         state_dir: Path,
         secret: str,
         extra_env: dict[str, str] | None = None,
+        port: int | None = None,
+        name: str = "server",
     ):
         self.state_dir = state_dir
         self.secret = secret
-        self.port = free_port()
-        self.log_path = state_dir / "server.log"
+        self.port = port or free_port()
+        self.name = name
+        self.log_path = state_dir / f"{name}.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("EVENTQ_")}
         env.update(
             {
@@ -273,7 +277,7 @@ class ServerProcess:
         """Raise with the tail of its log if the server has exited."""
         if self.proc is not None and self.proc.poll() is not None:
             raise BenchError(
-                f"the server exited with status {self.proc.returncode}; its log ends:\n"
+                f"{self.name} exited with status {self.proc.returncode}; its log ends:\n"
                 + self.tail()
             )
 
@@ -324,6 +328,77 @@ class ServerProcess:
             log("server did not stop within 30 s of SIGTERM; killing it")
             proc.kill()
             proc.wait(10)
+
+
+class ServerGroup:
+    """The processes a run measures: one server, or the shards of a sharding
+    config (each user's clients connect to the shard that owns the user, as
+    nginx's X-Accel-Redirect ends up doing). CPU and memory are the sum."""
+
+    def __init__(self, members: list[ServerProcess], owner: Callable[[int], int] | None = None):
+        self.members = members
+        self.secret = members[0].secret
+        self._owner = owner or (lambda user_id: 0)
+
+    def member_of(self, user_id: int) -> int:
+        """Index in `members` of the process holding `user_id`'s queues."""
+        return self._owner(user_id)
+
+    @property
+    def pid(self) -> int:
+        if len(self.members) != 1:
+            raise BenchError("py-spy records one process: not with --shards")
+        return self.members[0].pid
+
+    def start(self) -> None:
+        for member in self.members:
+            log(f"{member.name}: starting on port {member.port} (log {member.log_path})")
+            member.start()
+
+    def check(self) -> None:
+        for member in self.members:
+            member.check()
+
+    def cpu_secs(self) -> float:
+        return sum(member.cpu_secs() for member in self.members)
+
+    def rss_kb(self) -> int:
+        return sum(member.rss_kb() for member in self.members)
+
+    def warnings(self) -> list[str]:
+        return [line for member in self.members for line in member.warnings()]
+
+    def stop(self) -> None:
+        for member in self.members:
+            member.stop()
+
+
+def sharded_group(
+    database_url: str, workdir: Path, secret: str, shards: int, realm_id: int
+) -> ServerGroup:
+    """`shards` shard processes with the benchmark realm spread over all of
+    them (user u on shard u % shards), each consuming nothing (no broker: the
+    generator injects each shard's notices on its own internal endpoint)."""
+    names = [f"s{i}" for i in range(shards)]
+    ports = [free_port() for _ in names]
+    lines = [f'default_shard = "{names[0]}"']
+    for name, port in zip(names, ports, strict=True):
+        lines += [f"[shards.{name}]", f'host = "{HOST}"', f"port = {port}"]
+    lines += ["[[realms]]", f"id = {realm_id}", f"shards = {json.dumps(names)}"]
+    config = workdir / "sharding.toml"
+    config.write_text("\n".join(lines) + "\n")
+    members = [
+        ServerProcess(
+            database_url,
+            workdir,
+            secret,
+            {"EVENTQ_SHARDING": str(config), "EVENTQ_SHARD": name},
+            port=port,
+            name=f"shard-{name}",
+        )
+        for name, port in zip(names, ports, strict=True)
+    ]
+    return ServerGroup(members, lambda user_id: user_id % shards)
 
 
 def source_state() -> str:
@@ -460,10 +535,11 @@ class RequestConnection(HttpConnection):
 class PollClient(HttpConnection):
     """One client: implicit registration, then long-polls for ever."""
 
-    def __init__(self, bench: Bench, index: int, authorization: str):
+    def __init__(self, bench: Bench, index: int, authorization: str, member: int = 0):
         super().__init__()
         self.bench = bench
         self.index = index
+        self.member = member  # which of the server's processes it talks to
         self.queue_id: bytes | None = None
         self.last_id = -1
         self.got = 0  # bench events received since the last reset
@@ -554,16 +630,17 @@ class FanoutRound:
 
 
 class Bench:
-    """The load generator and the phases it runs against one server."""
+    """The load generator and the phases it runs against one server, or
+    against the shards of a `ServerGroup`."""
 
-    def __init__(self, args: argparse.Namespace, server: ServerProcess, users: list[User]):
+    def __init__(self, args: argparse.Namespace, server: ServerGroup, users: list[User]):
         self.args = args
         self.server = server
         self.users = users
         self.per_user = args.clients_per_user
         self.clients: list[PollClient] = []
         self._closing: set[int] = set()
-        self.control: RequestConnection | None = None
+        self.controls: dict[int, RequestConnection] = {}
         self.stats_request = post_request(
             "/api/internal/stats", urllib.parse.urlencode({"secret": server.secret})
         )
@@ -614,23 +691,39 @@ class Bench:
             if time.monotonic() > deadline:
                 raise BenchError(f"timed out after {limit_secs:.0f} s waiting for {what}")
 
-    async def connect_internal(self) -> RequestConnection:
+    async def connect_internal(self, member: int = 0) -> RequestConnection:
         loop = asyncio.get_running_loop()
+        port = self.server.members[member].port
         _, protocol = await asyncio.wait_for(
-            loop.create_connection(RequestConnection, HOST, self.server.port), 10
+            loop.create_connection(RequestConnection, HOST, port), 10
         )
         return protocol
 
-    async def stats(self) -> dict[str, Any]:
-        if self.control is None or self.control.closed:
-            self.control = await self.connect_internal()
+    async def member_stats(self, member: int) -> dict[str, Any]:
+        control = self.controls.get(member)
+        if control is None or control.closed:
+            control = self.controls[member] = await self.connect_internal(member)
         status, body = await self.await_future(
-            self.control.send(self.stats_request), 20, "POST /api/internal/stats"
+            control.send(self.stats_request), 20, "POST /api/internal/stats"
         )
         if status != 200:
             raise BenchError(f"stats answered {status}: {body[:300]!r}")
         result: dict[str, Any] = orjson.loads(body)
         return result
+
+    async def stats(self) -> dict[str, Any]:
+        """The server's stats; of shards, parked and queues summed and the
+        worst loop lag of any."""
+        each = [await self.member_stats(m) for m in range(len(self.server.members))]
+        if len(each) == 1:
+            return each[0]
+        return {
+            "parked": sum(stats["parked"] for stats in each),
+            "queues": sum(stats["queues"] for stats in each),
+            "loop_lag": {
+                key: max(stats["loop_lag"][key] for stats in each) for key in each[0]["loop_lag"]
+            },
+        }
 
     async def server_idle(self, quiet_secs: float = 0.1, limit_secs: float = 10.0) -> float:
         """The server's CPU seconds once it has used none for `quiet_secs`
@@ -670,9 +763,12 @@ class Bench:
     async def _connect(self, index: int) -> PollClient:
         loop = asyncio.get_running_loop()
         user = self.users[index // self.per_user]
+        member = self.server.member_of(user.user_id)
         _, protocol = await asyncio.wait_for(
             loop.create_connection(
-                lambda: PollClient(self, index, user.authorization), HOST, self.server.port
+                lambda: PollClient(self, index, user.authorization, member),
+                HOST,
+                self.server.members[member].port,
             ),
             15,
         )
@@ -723,12 +819,24 @@ class Bench:
             self._closing.add(client.index)
             client.close()
         self.clients.clear()
-        if self.control is not None:
-            self.control.close()
+        for control in self.controls.values():
+            control.close()
 
-    def notice_request(self, users: list[int]) -> Callable[[], bytes]:
-        """A builder of notify_tornado requests for `users`: a fresh seq and
-        send time each call, everything else encoded once."""
+    def notice_requests(self, users: list[int]) -> dict[int, Callable[[int], bytes]]:
+        """Builders of notify_tornado requests for `users`, one per process
+        that holds some of them (as `send_event` splits a notice by shard):
+        a builder takes the seq and stamps the send time; everything else is
+        encoded once."""
+        split: dict[int, list[int]] = {}
+        for user_id in users:
+            split.setdefault(self.server.member_of(user_id), []).append(user_id)
+        return {member: self.notice_request(part) for member, part in sorted(split.items())}
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def notice_request(self, users: list[int]) -> Callable[[int], bytes]:
         quote = urllib.parse.quote
         secret = quote(self.server.secret, safe="")
         prefix = f"secret={secret}&data=" + quote('{"event":{"type":"bench","seq":', safe="")
@@ -739,9 +847,8 @@ class Bench:
             "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: "
         ).encode()
 
-        def build() -> bytes:
-            self.seq += 1
-            body = f"{prefix}{self.seq}{middle}{time.time()!r}{suffix}".encode()
+        def build(seq: int) -> bytes:
+            body = f"{prefix}{seq}{middle}{time.time()!r}{suffix}".encode()
             return b"%s%d\r\n\r\n%s" % (head, len(body), body)
 
         return build
@@ -789,24 +896,27 @@ class Bench:
     async def phase_fanout(self, size: int) -> dict[str, Any]:
         await self.shrink_to(size)
         users = self.users_of(size)
-        build = self.notice_request(users)
-        injector = await self.connect_internal()
+        builders = self.notice_requests(users)
+        injectors = {member: await self.connect_internal(member) for member in builders}
         rows = []
         try:
             for number in range(self.args.warmup + self.args.rounds):
                 await self.wait_parked(size)
                 await asyncio.sleep(0.2)  # let the loop-lag sampler and GC settle
-                request = build()
-                current = FanoutRound(self.seq, size)
+                seq = self.next_seq()
+                requests = {member: build(seq) for member, build in builders.items()}
+                current = FanoutRound(seq, size)
                 self.round = current
                 cpu0, own0 = self.server.cpu_secs(), own_cpu_secs()
                 sent = time.time()
-                answer = injector.send(request)
-                status, body = await self.await_future(answer, 30, "notify_tornado")
+                answers = [injectors[member].send(request) for member, request in requests.items()]
+                queues = 0
+                for answer in answers:
+                    status, body = await self.await_future(answer, 30, "notify_tornado")
+                    if status != 200:
+                        raise BenchError(f"notify_tornado answered {status}: {body[:300]!r}")
+                    queues += orjson.loads(body)["queues"]
                 notify_ms = (time.time() - sent) * 1000
-                if status != 200:
-                    raise BenchError(f"notify_tornado answered {status}: {body[:300]!r}")
-                queues = orjson.loads(body)["queues"]
                 if queues != size:
                     raise BenchError(f"the notice reached {queues} queues, not {size}")
 
@@ -845,7 +955,8 @@ class Bench:
                     rows.append(row)
         finally:
             self.round = None
-            injector.close()
+            for injector in injectors.values():
+                injector.close()
         await self.wait_parked(size)
         stats = await self.stats()
         median = {key: round(median_of(rows, key), 2) for key in rows[0]}
@@ -854,24 +965,31 @@ class Bench:
     async def phase_throughput(self, size: int, profile: Path | None) -> dict[str, Any]:
         await self.shrink_to(size)
         users = self.users_of(size)
-        build = self.notice_request(users)
-        injectors = [await self.connect_internal() for _ in range(self.args.injectors)]
+        builders = self.notice_requests(users)
+        # --injectors connections to each process, each pumping the notices
+        # of that process's users.
+        injectors = [
+            (member, await self.connect_internal(member))
+            for member in builders
+            for _ in range(self.args.injectors)
+        ]
         for client in self.clients:
             client.got = 0
-        accepted = 0
+        accepted = dict.fromkeys(builders, 0)
         delivered_by_server = 0
         refused: list[str] = []
         running = True
 
-        async def pump(connection: RequestConnection) -> None:
-            nonlocal accepted, delivered_by_server
+        async def pump(member: int, connection: RequestConnection) -> None:
+            nonlocal delivered_by_server
+            build = builders[member]
             pending: collections.deque[asyncio.Future[tuple[int, bytes]]] = collections.deque()
             while running or pending:
                 while running and len(pending) < self.args.pipeline:
-                    pending.append(connection.send(build()))
+                    pending.append(connection.send(build(self.next_seq())))
                 status, body = await pending.popleft()
                 if status == 200:
-                    accepted += 1
+                    accepted[member] += 1
                     delivered_by_server += orjson.loads(body)["queues"]
                 elif len(refused) < 5:
                     refused.append(f"{status} {body[:200]!r}")
@@ -887,7 +1005,7 @@ class Bench:
         events0, responses0 = self.bench_events, self.responses
         cpu0, own0, started = self.server.cpu_secs(), own_cpu_secs(), time.monotonic()
         self.latency_samples = []
-        tasks = [asyncio.create_task(pump(connection)) for connection in injectors]
+        tasks = [asyncio.create_task(pump(member, connection)) for member, connection in injectors]
         try:
             deadline = started + duration
             while time.monotonic() < deadline:
@@ -908,7 +1026,7 @@ class Bench:
             self.latency_samples = None
             for task in tasks:
                 task.cancel()
-            for connection in injectors:
+            for _, connection in injectors:
                 connection.close()
         elapsed = ended - started
         events = events1 - events0
@@ -917,7 +1035,7 @@ class Bench:
         drained = True
         try:
             await self.wait_until(
-                lambda: all(client.got >= accepted for client in self.clients),
+                lambda: all(client.got >= accepted[client.member] for client in self.clients),
                 60,
                 "every client to receive every accepted notice",
                 step=0.05,
@@ -925,8 +1043,8 @@ class Bench:
         except BenchError as exc:
             drained = False
             log(f"  {exc}")
-        short = sum(max(0, accepted - client.got) for client in self.clients)
-        extra = sum(max(0, client.got - accepted) for client in self.clients)
+        short = sum(max(0, accepted[client.member] - client.got) for client in self.clients)
+        extra = sum(max(0, client.got - accepted[client.member]) for client in self.clients)
         stats = await self.wait_parked(size)
         profile_top = (
             finish_py_spy(spy, profile) if spy is not None and profile is not None else None
@@ -938,9 +1056,10 @@ class Bench:
             "injectors": self.args.injectors,
             "pipeline": self.args.pipeline,
             "elapsed_secs": round(elapsed, 3),
-            "notices_accepted": accepted,
+            "processes": len(self.server.members),
+            "notices_accepted": sum(accepted.values()),
             "notices_refused": refused,
-            "notices_per_sec": round(accepted / elapsed, 1),
+            "notices_per_sec": round(sum(accepted.values()) / elapsed, 1),
             "queue_deliveries_reported_by_server": delivered_by_server,
             "events_received_in_window": events,
             "events_per_sec": round(events / elapsed, 1),
@@ -1090,6 +1209,65 @@ def _fmt(value: Any, unit: str = "", digits: int = 1) -> str:
     return str(value)
 
 
+def render_sharded(results: dict[str, Any], sharded: dict[str, Any]) -> str:
+    """One process beside N shards, measured in the same run."""
+    n = sharded["shards"]
+    rows: list[tuple[str, str, str]] = []
+    for size, phase in sharded["fanout"].items():
+        one = results["fanout"].get(size, {}).get("median")
+        many = phase["median"]
+        for label, key in (("p50", "p50_ms"), ("p99", "p99_ms"), ("last", "last_ms")):
+            rows.append(
+                (
+                    f"fan-out to {int(size):,}: {label}",
+                    _fmt(one[key], " ms") if one else "-",
+                    _fmt(many[key], " ms"),
+                )
+            )
+        rows.append(
+            (
+                f"fan-out to {int(size):,}: server CPU until idle",
+                _fmt(one["server_cpu_ms"], " ms", 0) if one else "-",
+                _fmt(many["server_cpu_ms"], " ms", 0),
+            )
+        )
+    one_tp, many_tp = results.get("throughput"), sharded.get("throughput")
+    if many_tp:
+        for label, key, unit, digits in (
+            ("events/s", "events_per_sec", "/s", 0),
+            ("server CPU per event", "server_cpu_per_event_us", " us", 2),
+            ("server CPU share (of one core)", "server_cpu_share", "", 2),
+            ("generator CPU share (of one core)", "generator_cpu_share", "", 2),
+        ):
+            rows.append(
+                (
+                    f"{many_tp['clients']:,} subscribers: {label}",
+                    _fmt(one_tp[key], unit, digits) if one_tp else "-",
+                    _fmt(many_tp[key], unit, digits),
+                )
+            )
+        rows.append(
+            (
+                "  every notice delivered exactly once",
+                ("yes" if one_tp["all_delivered"] else "NO") if one_tp else "-",
+                "yes" if many_tp["all_delivered"] else "NO",
+            )
+        )
+    width = max(len(row[0]) for row in rows) + 2
+    out = io.StringIO()
+    out.write(f"\none process and {n} shards (clients on their owner shard), same run:\n")
+    out.write(f"{'measure':<{width}}{'1 process':<16}{n} shards\n")
+    out.write("-" * (width + 32) + "\n")
+    for name, one_value, many_value in rows:
+        out.write(f"{name:<{width}}{one_value:<16}{many_value}\n")
+    for name, lag in sharded["loop_lag"].items():
+        out.write(
+            f"  shards' worst loop lag, {name}: p99 {lag['p99_ms']:.2f} ms,"
+            f" max {lag['max_ms']:.1f} ms\n"
+        )
+    return out.getvalue()
+
+
 def render(results: dict[str, Any]) -> str:
     out = io.StringIO()
     config = results["config"]
@@ -1219,6 +1397,9 @@ def render(results: dict[str, Any]) -> str:
                 f"memory phase reached {memory['reached']:,} of {memory['target']:,} clients:"
                 f" {memory['stopped_short']}\n"
             )
+    sharded = results.get("sharded")
+    if sharded:
+        out.write(render_sharded(results, sharded))
     out.write("\nIO-loop lag after each phase (last 60 s), p50 / p99 / window max / max ms:\n")
     for name, lag in results["loop_lag"].items():
         out.write(
@@ -1256,8 +1437,51 @@ def render(results: dict[str, Any]) -> str:
 # -- main -------------------------------------------------------------------
 
 
+async def run_sharded(
+    args: argparse.Namespace, group: ServerGroup, users: list[User], results: dict[str, Any]
+) -> None:
+    """The fan-out and throughput phases again, against the shards."""
+    bench = Bench(args, group, users)
+    sharded: dict[str, Any] = {"shards": len(group.members), "fanout": {}, "loop_lag": {}}
+    results["sharded"] = sharded
+    try:
+        sizes = sorted({min(size, args.clients) for size in args.fanout_sizes}, reverse=True)
+        target = max([*sizes, min(args.throughput_clients, args.clients)])
+        log(f"{len(group.members)} shards: ramping to {target} parked clients")
+        stopped = await bench.ramp_to(target)
+        if stopped is not None:
+            raise BenchError(f"the shards took only {len(bench.clients)} clients: {stopped}")
+        await bench.wait_parked(target)
+        gc.collect()
+        gc.freeze()
+        for size in sizes:
+            log(f"{len(group.members)} shards, fan-out to {size} clients")
+            phase = await bench.phase_fanout(size)
+            sharded["loop_lag"][f"fan-out {size}"] = phase.pop("loop_lag")
+            sharded["fanout"][str(size)] = phase
+        sharded["fanout"] = dict(sorted(sharded["fanout"].items(), key=lambda kv: int(kv[0])))
+        size = min(args.throughput_clients, len(bench.clients))
+        log(f"{len(group.members)} shards, throughput: {size} clients")
+        throughput = await bench.phase_throughput(size, None)
+        sharded["loop_lag"]["throughput"] = throughput.pop("loop_lag")
+        sharded["throughput"] = throughput
+        log(
+            f"  {throughput['events_per_sec']:,.0f} events/s,"
+            f" server {throughput['server_cpu_per_event_us']} us CPU per event"
+        )
+    finally:
+        sharded["counters"] = {
+            "duplicate_ids": bench.duplicates,
+            "id_gaps": bench.gaps,
+            "error_responses": bench.errors,
+            "connections_lost": bench.lost,
+        }
+        bench.close_all()
+        await asyncio.sleep(0.2)
+
+
 async def run(
-    args: argparse.Namespace, server: ServerProcess, users: list[User], results: dict[str, Any]
+    args: argparse.Namespace, server: ServerGroup, users: list[User], results: dict[str, Any]
 ) -> None:
     """The phases; each adds its figures to `results` as soon as it is done,
     so that a failure still reports the phases before it."""
@@ -1352,7 +1576,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         " at each sample, so the throughput figures drop)",
     )
     parser.add_argument("--no-uvloop", action="store_true", help="never use uvloop here")
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        metavar="N",
+        help="after the one-process phases, run fan-out and throughput again against N shard"
+        " processes (the benchmark realm spread over all of them) and compare",
+    )
     args = parser.parse_args(argv)
+    if not 1 <= args.shards <= 16:
+        parser.error("--shards must be 1..16")
+    if args.shards > 1 and args.py_spy:
+        parser.error("--py-spy records one process: not with --shards")
     if not 1 <= args.clients_per_user <= 100:
         parser.error("--clients-per-user must be 1..100 (the server's queues-per-user limit)")
     if args.clients < 1 or args.rounds < 1 or args.duration <= 0:
@@ -1383,7 +1619,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     base_url = os.environ.get("EVENTQ_DATABASE_URL") or DEFAULT_BASE_URL
     database = Database(base_url)
     workdir = Path(tempfile.mkdtemp(prefix="eventq-bench-"))
-    server = ServerProcess(database.url, workdir, secrets.token_urlsafe(16))
+    secret = secrets.token_urlsafe(16)
+    server = ServerGroup([ServerProcess(database.url, workdir, secret)])
+    shards: ServerGroup | None = None
     status = 1
     results: dict[str, Any] = {
         "config": {
@@ -1396,6 +1634,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "pipeline": args.pipeline,
             "cpus": os.cpu_count(),
             "generator_loop": loop_name,
+            "shards": args.shards,
             "python": sys.version.split()[0],
             "source": source_state(),
         },
@@ -1410,10 +1649,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"database {database.name}: creating, migrating, {n_users} users")
         database.create()
         users = database.populate(n_users)
-        log(f"server: starting on port {server.port} (log {server.log_path})")
         server.start()
         with asyncio.Runner(loop_factory=new_loop) as runner:
             runner.run(run(args, server, users, results))
+            if args.shards > 1:
+                results["server_warnings"] = server.warnings()
+                server.stop()  # the shards get both cores (and the generator its share)
+                shards = sharded_group(
+                    database.url, workdir, secret, args.shards, database.realm_id
+                )
+                shards.start()
+                runner.run(run_sharded(args, shards, users, results))
         status = 0
     except BenchError as exc:
         log(f"FAILED: {exc}")
@@ -1421,8 +1667,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         log("interrupted")
         status = 130
     finally:
-        results["server_warnings"] = server.warnings()
+        results["server_warnings"] = results["server_warnings"] or server.warnings()
         server.stop()
+        if shards is not None:
+            results["server_warnings"] += shards.warnings()
+            shards.stop()
         if args.keep_db:
             log(f"kept database {database.name} ({database.url}) and {workdir}")
         else:
