@@ -31,7 +31,7 @@ from generation.config import ProducerConfig, SecretMissing
 from generation.errors import BadNotice
 from generation.notice import Notice, encode_notice, make_notice
 from generation.publisher import PublishError
-from generation.sharding import ShardingError, reaches_whole_realm
+from generation.sharding import ShardingError, reach_of
 
 __all__ = [
     "BadNotice",
@@ -80,9 +80,10 @@ def publish_encoded(body: bytes, config: ProducerConfig) -> None:
 def publish_notice(notice: Notice, body: bytes, config: ProducerConfig) -> None:
     """Publish a prepared notice (`body` is its wire form). With a sharding
     config, one notice per shard that holds some of its users (every shard of
-    the realm for a public channel message), each to that shard's queue; a
-    shard that cannot be reached does not stop the others, and `PublishError`
-    then names it."""
+    the realm for a public channel message, every shard for a deactivation),
+    each to that shard's queue; a shard that cannot be reached does not stop
+    the others, and `PublishError` then names it (retrying the whole notice
+    would repeat it on the shards that got it)."""
     try:
         shard_map = config.shard_map()
     except ShardingError as exc:
@@ -90,7 +91,7 @@ def publish_notice(notice: Notice, body: bytes, config: ProducerConfig) -> None:
     if shard_map is None:
         publish_encoded(body, config)
         return
-    parts = shard_map.split(notice.realm_id, notice.users, reaches_whole_realm(notice.event))
+    parts = shard_map.split(notice.realm_id, notice.users, reach_of(notice.event))
     failed: list[str] = []
     for name, users in parts.items():
         part = (

@@ -34,13 +34,25 @@ import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from generation.events.users import deactivated_user_id
 from generation.notice import NoticeUser
 
+# Which shards a notice must reach: those of its users; every shard of its
+# realm (a public channel message, for all_public_streams queues); every shard
+# (a deactivation: each ends the user's queues and forgets their credentials,
+# and any shard may have authenticated them).
+Reach = Literal["users", "realm", "all"]
+
 SHARD_NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
-# A host name nginx may match exactly (no regexes, no spaces or quotes).
-_HOST_NAME = re.compile(r"[A-Za-z0-9.-]{1,253}")
+# A host name: labels of letters, digits and '-' joined by dots (nginx matches
+# it exactly: no wildcards, no regexes).
+_HOST_NAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9-]{1,63}(\.[A-Za-z0-9-]{1,63})*")
+# Words an nginx `map` block reads as its own parameters, not as host names.
+_MAP_KEYWORDS = {"default", "hostnames", "include", "volatile"}
+# What may follow nginx's `listen` and `server_name` (no ';', braces, quotes).
+_NGINX_ARGUMENT = re.compile(r"[A-Za-z0-9.:\[\]*_ -]{1,200}")
 _TOP_KEYS = {"default_shard", "internal_networks", "shards", "realms", "nginx"}
 _SHARD_KEYS = {"host", "port"}
 _REALM_KEYS = {"id", "shards", "hosts"}
@@ -97,14 +109,17 @@ class ShardMap:
         return shards[user_id % len(shards)]
 
     def split(
-        self, realm_id: int | None, users: Sequence[NoticeUser], whole_realm: bool = False
+        self, realm_id: int | None, users: Sequence[NoticeUser], reach: Reach = "users"
     ) -> dict[str, list[NoticeUser]]:
-        """`users` grouped by shard, in the realm's shard order. With
-        `whole_realm` (a notice that also reaches the realm's
-        `all_public_streams` queues) every shard of the realm gets a notice,
-        with no users if none of them is there."""
+        """`users` grouped by shard, in the realm's shard order. With `reach`
+        "realm" (or "all") every shard of the realm (or of the config) gets a
+        notice, with no users if none of them is there."""
         shards = self.shards_of(realm_id)
-        parts: dict[str, list[NoticeUser]] = {name: [] for name in shards} if whole_realm else {}
+        parts: dict[str, list[NoticeUser]] = {}
+        if reach == "realm":
+            parts = {name: [] for name in shards}
+        elif reach == "all":
+            parts = {name: [] for name in self.shards}
         n = len(shards)
         for user in users:
             user_id = user if isinstance(user, int) else user["id"]
@@ -121,6 +136,15 @@ class ShardMap:
         if ip.is_loopback:
             return True
         return any(ip in network for network in self.internal_networks)
+
+
+def reach_of(event: Mapping[str, Any]) -> Reach:
+    """Which shards a notice carrying `event` must reach (see `Reach`)."""
+    if deactivated_user_id(event) is not None:
+        return "all"
+    if reaches_whole_realm(event):
+        return "realm"
+    return "users"
 
 
 def reaches_whole_realm(event: Mapping[str, Any]) -> bool:
@@ -164,15 +188,13 @@ def _shards(raw: object, source: str) -> dict[str, Shard]:
                 f"{source}: shard name {name!r} must be 1-40 letters, digits, '_' or '-'"
             )
         table = _table(entry, f"[shards.{name}]", _SHARD_KEYS, source)
-        host = table.get("host", "127.0.0.1")
+        host = _shard_host(table.get("host", "127.0.0.1"), f"[shards.{name}]", source)
         port = table.get("port")
-        if not isinstance(host, str) or not host.strip():
-            raise ShardingError(f"{source}: [shards.{name}] host must be a host name or address")
         if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
             raise ShardingError(f"{source}: [shards.{name}] port must be an integer 1-65535")
-        shard = Shard(name, host.strip(), port)
+        shard = Shard(name, host, port)
         for other in listening.get(port, []):
-            if other.host == shard.host or {other.host, shard.host} & _WILDCARD:
+            if _same_host(other.host, shard.host):
                 raise ShardingError(
                     f"{source}: duplicate port: shards {other.name!r} and {name!r}"
                     f" both listen on {shard.address}"
@@ -180,6 +202,34 @@ def _shards(raw: object, source: str) -> dict[str, Shard]:
         listening.setdefault(port, []).append(shard)
         shards[name] = shard
     return shards
+
+
+def _shard_host(value: object, where: str, source: str) -> str:
+    """Where a shard listens and the others connect: an IP address or a host
+    name, never a wildcard (nothing can connect to 0.0.0.0)."""
+    if not isinstance(value, str):
+        raise ShardingError(f"{source}: {where} host must be a string")
+    host = value.strip()
+    if host in _WILDCARD:
+        raise ShardingError(
+            f"{source}: {where} host {host!r} is a wildcard: name the address other shards"
+            " and nginx connect to"
+        )
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    if not _HOST_NAME.fullmatch(host):
+        raise ShardingError(
+            f"{source}: {where} host {host!r} must be an IP address (IPv6 without brackets)"
+            " or a host name"
+        )
+    return host.lower()
+
+
+def _same_host(one: str, other: str) -> bool:
+    loopback = {"localhost", "127.0.0.1", "::1"}
+    return one == other or (one in loopback and other in loopback)
 
 
 def _realms(
@@ -221,9 +271,15 @@ def _realms(
         realms[realm_id] = tuple(names)
         realm_hosts = table.get("hosts", [])
         if not isinstance(realm_hosts, list) or not all(
-            isinstance(host, str) and _HOST_NAME.fullmatch(host) for host in realm_hosts
+            isinstance(host, str)
+            and _HOST_NAME.fullmatch(host)
+            and host.lower() not in _MAP_KEYWORDS
+            for host in realm_hosts
         ):
-            raise ShardingError(f"{source}: realm {realm_id}: hosts must be a list of host names")
+            raise ShardingError(
+                f"{source}: realm {realm_id}: hosts must be a list of host names"
+                " (exact names such as acme.example.com)"
+            )
         for name in realm_hosts:
             host = name.lower()
             if host in hosts:
@@ -254,19 +310,36 @@ def parse(text: str, source: str = "<config>") -> ShardMap:
     default = data.get("default_shard")
     if default is None:
         raise ShardingError(f"{source}: missing default_shard: name the shard of realms not listed")
-    if default not in shards:
+    if not isinstance(default, str) or default not in shards:
         raise ShardingError(f"{source}: default_shard {default!r} is not one of the shards")
     realms, hosts = _realms(data.get("realms", []), shards, source)
     nginx = _table(data.get("nginx", {}), "[nginx]", _NGINX_KEYS, source)
     for key in _NGINX_KEYS:
-        if not isinstance(nginx.get(key, ""), str):
-            raise ShardingError(f"{source}: [nginx] {key} must be a string")
+        value = nginx.get(key, "")
+        if not isinstance(value, str) or (value and not _NGINX_ARGUMENT.fullmatch(value)):
+            raise ShardingError(
+                f"{source}: [nginx] {key} must be a string of nginx arguments"
+                " (no ';', braces or quotes)"
+            )
+    networks = _networks(data.get("internal_networks", []), source)
+    for shard in shards.values():
+        # Shards forward to each other: each one's address must be accepted
+        # as internal by the others.
+        try:
+            ip = ipaddress.ip_address(shard.host)
+        except ValueError:
+            continue  # a host name: its address is the operator's to cover
+        if not ip.is_loopback and not any(ip in network for network in networks):
+            raise ShardingError(
+                f"{source}: shard {shard.name!r} listens on {shard.host}, which is not in"
+                " internal_networks: the other shards would refuse what it forwards"
+            )
     return ShardMap(
         shards=shards,
         default_shard=default,
         realms=realms,
         hosts=hosts,
-        internal_networks=_networks(data.get("internal_networks", []), source),
+        internal_networks=networks,
         nginx_listen=str(nginx.get("listen", "")),
         nginx_server_name=str(nginx.get("server_name", "")),
         source=source,
@@ -281,19 +354,21 @@ def load(path: Path) -> ShardMap:
     return parse(text, str(path))
 
 
-_cache: dict[Path, tuple[int, ShardMap]] = {}
+_cache: dict[Path, tuple[tuple[int, int, int], ShardMap]] = {}
 
 
 def load_cached(path: Path) -> ShardMap:
     """`load`, re-read only when the file changes (producers call it for every
-    notice)."""
+    notice). Replace the file by renaming a complete new one over it: an edit
+    in place may be read half-written."""
     try:
-        mtime = path.stat().st_mtime_ns
+        stat = path.stat()
     except OSError:
         return load(path)  # raises the readable error
+    key = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
     cached = _cache.get(path)
-    if cached is not None and cached[0] == mtime:
+    if cached is not None and cached[0] == key:
         return cached[1]
     shard_map = load(path)
-    _cache[path] = (mtime, shard_map)
+    _cache[path] = (key, shard_map)
     return shard_map

@@ -16,6 +16,7 @@ from generation.sharding import (
     load_cached,
     notify_queue,
     parse,
+    reach_of,
     reaches_whole_realm,
 )
 from queues.specialize import is_public_channel_message
@@ -57,8 +58,24 @@ def test_split_groups_users_by_shard_keeping_their_own_data():
     assert shard_map.split(2, [10]) == {"a": [10]}
     # A public channel message also reaches all_public_streams queues: every
     # shard of the realm gets it, with no users where none of them is.
-    assert shard_map.split(2, [10], whole_realm=True) == {"a": [10], "b": []}
-    assert shard_map.split(3, [10], whole_realm=True) == {"b": [10]}
+    assert shard_map.split(2, [10], reach="realm") == {"a": [10], "b": []}
+    assert shard_map.split(3, [10], reach="realm") == {"b": [10]}
+    # A deactivation reaches every shard: any may hold the user's credentials.
+    assert shard_map.split(3, [10], reach="all") == {"a": [], "b": [10]}
+
+
+def test_reach_of_an_event():
+    public = {"type": "message", "message": {"type": "stream"}, "invite_only": False}
+    assert reach_of(public) == "realm"
+    assert reach_of({**public, "invite_only": True}) == "users"
+    deactivated = {
+        "type": "realm_user",
+        "op": "update",
+        "person": {"user_id": 9, "is_active": False},
+    }
+    assert reach_of(deactivated) == "all"
+    renamed = {"type": "realm_user", "op": "update", "person": {"user_id": 9, "full_name": "X"}}
+    assert reach_of(renamed) == "users"
 
 
 @pytest.mark.parametrize(
@@ -74,6 +91,19 @@ def test_split_groups_users_by_shard_keeping_their_own_data():
 )
 def test_the_producer_and_the_server_agree_on_realm_wide_messages(event):
     assert reaches_whole_realm(event) == is_public_channel_message(event)
+
+
+def test_shards_on_other_hosts_inside_the_internal_networks():
+    shard_map = parse(
+        'internal_networks = ["10.1.0.0/16"]\ndefault_shard = "a"\n'
+        '[shards.a]\nhost = "10.1.0.1"\nport = 9800\n'
+        '[shards.b]\nhost = "10.1.0.2"\nport = 9800\n'
+        '[shards.c]\nhost = "::1"\nport = 9800\n'
+        '[shards.d]\nhost = "Events-4.internal"\nport = 9800\n'
+    )
+    assert shard_map.shards["a"].address == "10.1.0.1:9800"
+    assert shard_map.shards["c"].address == "[::1]:9800"
+    assert shard_map.shards["d"].url == "http://events-4.internal:9800"
 
 
 def test_internal_callers_are_loopback_and_the_configured_networks():
@@ -101,12 +131,26 @@ def config(body: str) -> str:
             'default_shard = "a"\n[shards.a]\nport = 9800\n[shards.b]\nport = 9800',
             "duplicate port: shards 'a' and 'b' both listen on 127.0.0.1:9800",
         ),
+        ('default_shard = "a"\n[shards.a]\nport = 70000', "port must be an integer 1-65535"),
+        ('default_shard = ["a"]\n[shards.a]\nport = 1', "default_shard ['a'] is not one of"),
         (
-            'default_shard = "a"\n[shards.a]\nhost = "0.0.0.0"\nport = 9800\n'
-            '[shards.b]\nhost = "127.0.0.1"\nport = 9800',
+            'default_shard = "a"\n[shards.a]\nhost = "0.0.0.0"\nport = 1',
+            "host '0.0.0.0' is a wildcard",
+        ),
+        (
+            'default_shard = "a"\n[shards.a]\nhost = "1.2.3.4; } server {"\nport = 1',
+            "must be an IP address (IPv6 without brackets) or a host name",
+        ),
+        ('default_shard = "a"\n[shards.a]\nhost = "[::1]"\nport = 1', "IPv6 without brackets"),
+        (
+            'default_shard = "a"\n[shards.a]\nhost = "localhost"\nport = 1\n'
+            '[shards.b]\nhost = "127.0.0.1"\nport = 1',
             "duplicate port",
         ),
-        ('default_shard = "a"\n[shards.a]\nport = 70000', "port must be an integer 1-65535"),
+        (
+            'default_shard = "a"\n[shards.a]\nhost = "10.0.0.5"\nport = 1',
+            "shard 'a' listens on 10.0.0.5, which is not in internal_networks",
+        ),
         ('default_shard = "a"\n[shards.a]\nport = "9800"', "port must be an integer"),
         ('default_shard = "a"\n[shards."a b"]\nport = 9800', "shard name 'a b'"),
         ('default_shard = "a"\n[shards.a]\nport = 9800\nwieght = 2', "unknown keys wieght"),
@@ -132,6 +176,15 @@ def config(body: str) -> str:
             TWO_SHARDS + '[[realms]]\nid = 4\nshards = ["a"]\nhosts = ["a b; evil"]',
             "hosts must be a list of host names",
         ),
+        (
+            TWO_SHARDS + '[[realms]]\nid = 4\nshards = ["a"]\nhosts = ["default"]',
+            "hosts must be a list of host names",
+        ),
+        (
+            TWO_SHARDS + '[[realms]]\nid = 4\nshards = ["a"]\nhosts = [".example.com"]',
+            "hosts must be a list of host names",
+        ),
+        (TWO_SHARDS + '[nginx]\nlisten = "80; include x"', "[nginx] listen must be a string"),
         ('internal_networks = ["10.0.0.0/33"]\n' + TWO_SHARDS, "internal_networks"),
         (TWO_SHARDS + "[nginx]\nlisten = 80", "[nginx] listen must be a string"),
     ],
