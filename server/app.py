@@ -26,7 +26,7 @@ from generation.errors import BadNotice
 from generation.events.users import deactivated_user_id
 from generation.notice import Notice, encode_notice, parse_notice
 from generation.send import PublishError, publish_encoded
-from generation.sharding import reaches_whole_realm
+from generation.sharding import reach_of
 from queues.client import ClientDescriptor
 from queues.event_queue import Item
 from queues.payload import PER_EVENT_OVERHEAD
@@ -385,13 +385,16 @@ class EventServer:
         if shard_map is None:
             self.deliver(notice, len(encode(notice.event)))
             return
-        parts = shard_map.split(notice.realm_id, notice.users, reaches_whole_realm(notice.event))
+        parts = shard_map.split(notice.realm_id, notice.users, reach_of(notice.event))
+        # Own users first: their events never wait for the broker, and keep
+        # their order with the next action's.
+        own = parts.pop(self.settings.shard, None)
+        if own is not None:
+            part = Notice(notice.event, own, notice.realm_id)
+            self.deliver(part, len(encode(part.event)))
         loop = asyncio.get_running_loop()
         for name, users in parts.items():
             part = Notice(notice.event, users, notice.realm_id)
-            if name == self.settings.shard:
-                self.deliver(part, len(encode(part.event)))
-                continue
             config = self.settings.producer.for_shard(shard_map.shards[name])
             try:
                 await loop.run_in_executor(

@@ -21,6 +21,7 @@ instead of bouncing a request between them).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("eventq.forward")
 
 FORWARDED_HEADER = "X-Eventq-Forwarded"
+# Set by a shard on its refusal of a forwarded request (a wrong secret or
+# caller): the forwarding shard answers its client 502, not that 403.
+REFUSED_HEADER = "X-Eventq-Forward-Refused"
 # Set by the generated nginx site on the public event locations: GETs may be
 # answered with X-Accel-Redirect.
 ACCEL_HEADER = "X-Eventq-Accel"
@@ -57,10 +61,11 @@ _HOP_BY_HOP = {
     "upgrade",
     "content-length",
     "host",
+    "expect",
     FORWARDED_HEADER.lower(),
     ACCEL_HEADER.lower(),
 }
-_NOT_RELAYED = _HOP_BY_HOP | {"date", "server"}
+_NOT_RELAYED = _HOP_BY_HOP | {"date", "server", REFUSED_HEADER.lower()}
 
 
 def accel_redirect(handler: BaseHandler, shard: Shard) -> None:
@@ -107,10 +112,34 @@ def _unavailable(shard: Shard, why: str) -> ApiError:
     )
 
 
-async def forward(handler: BaseHandler, shard: Shard, secret: str, body: bytes) -> None:
-    """Send the handler's request to `shard` and answer with its response.
-    HTTP/1.0 with one connection per request: the response ends at its
-    Content-Length or when the owner closes, never chunked."""
+async def _exchange(
+    stream: tornado.iostream.IOStream, request: bytes
+) -> tuple[tornado.httputil.ResponseStartLine, tornado.httputil.HTTPHeaders, bytes]:
+    await stream.write(request)
+    while True:
+        head = await stream.read_until(b"\r\n\r\n", max_bytes=MAX_HEAD_BYTES)
+        first, _, rest = head.decode("latin-1").partition("\r\n")
+        start = tornado.httputil.parse_response_start_line(first)
+        if start.code >= 200:
+            break  # a 1xx (100 Continue) is not the answer
+    headers = tornado.httputil.HTTPHeaders.parse(rest)
+    length = headers.get("Content-Length")
+    if length is not None:
+        payload = await stream.read_bytes(int(length)) if int(length) else b""
+    elif start.code in (204, 304):
+        payload = b""
+    else:
+        payload = await stream.read_until_close()
+    return start, headers, payload
+
+
+async def forward(
+    handler: BaseHandler, shard: Shard, secret: str, body: bytes, timeout_secs: float
+) -> None:
+    """Send the handler's request to `shard` and answer with its response
+    (502 `SHARD_UNAVAILABLE` if none comes within `timeout_secs`). HTTP/1.0
+    with one connection per request: the response ends at its Content-Length
+    or when the owner closes, never chunked."""
     log.debug(
         "forwarding %s %s to shard %s", handler.request.method, handler.request.path, shard.name
     )
@@ -120,32 +149,40 @@ async def forward(handler: BaseHandler, shard: Shard, secret: str, body: bytes) 
         )
     except (OSError, tornado.iostream.StreamClosedError, TimeoutError) as exc:
         raise _unavailable(shard, repr(exc)) from None
+    if handler.client_left():
+        stream.close()  # left while we connected: nothing to park on the owner
+        return
     handler.upstream = stream
     try:
-        await stream.write(_request_head(handler, secret, body) + body)
-        head = await stream.read_until(b"\r\n\r\n", max_bytes=MAX_HEAD_BYTES)
-        text = head.decode("latin-1")
-        first, _, rest = text.partition("\r\n")
-        start = tornado.httputil.parse_response_start_line(first)
-        headers = tornado.httputil.HTTPHeaders.parse(rest)
-        length = headers.get("Content-Length")
-        if length is not None:
-            payload = await stream.read_bytes(int(length)) if int(length) else b""
-        elif start.code in (204, 304):
-            payload = b""
-        else:
-            payload = await stream.read_until_close()
+        request = _request_head(handler, secret, body) + body
+        start, headers, payload = await asyncio.wait_for(_exchange(stream, request), timeout_secs)
     except tornado.iostream.StreamClosedError as exc:
-        if handler.request.connection is None or handler.client_gone:
+        if handler.client_left():
             return  # our client went away and we closed the forwarded request
         raise _unavailable(shard, repr(exc.real_error or exc)) from None
-    except (tornado.httputil.HTTPInputError, ValueError) as exc:
-        raise _unavailable(shard, f"unreadable response: {exc}") from None
+    except TimeoutError:
+        raise _unavailable(shard, f"no answer within {timeout_secs:g} s") from None
+    except (
+        tornado.httputil.HTTPInputError,
+        tornado.iostream.UnsatisfiableReadError,
+        tornado.iostream.StreamBufferFullError,
+        ValueError,
+    ) as exc:
+        raise _unavailable(shard, f"unreadable response: {exc!r}") from None
     finally:
         handler.upstream = None
         stream.close()
-    if handler.client_gone:
+    if handler.client_left():
         return
+    if REFUSED_HEADER in headers:
+        # Not the client's fault: the owner does not accept us as a shard.
+        log.error(
+            "shard %s refused a request this shard forwarded (%s): the shared secret or"
+            " internal_networks differ between the shards",
+            shard.name,
+            payload[:200].decode("utf-8", "replace"),
+        )
+        raise _unavailable(shard, "it refused the forwarded request")
     handler.clear()
     handler.set_status(start.code, start.reason or None)
     for name, value in headers.get_all():

@@ -199,7 +199,7 @@ class ServerProcess:
 
     def internal(self, path: str, **fields: Any) -> requests.Response:
         data = {k: v if isinstance(v, str) else json.dumps(v) for k, v in fields.items()}
-        data.setdefault("secret", SECRET)
+        data.setdefault("secret", self.extra_env.get("EVENTQ_SHARED_SECRET", SECRET))
         return requests.post(f"{self.url}/api/internal/{path}", data=data, timeout=10)
 
     def notify(

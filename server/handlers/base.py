@@ -19,7 +19,13 @@ from queues.errors import BadQueueId, QueueError
 from server.auth import AuthUser, not_logged_in
 from server.db import DatabaseUnavailable
 from server.errors import ApiError, database_unavailable, from_queue_error
-from server.forward import ACCEL_HEADER, FORWARDED_HEADER, accel_redirect, forward
+from server.forward import (
+    ACCEL_HEADER,
+    FORWARDED_HEADER,
+    REFUSED_HEADER,
+    accel_redirect,
+    forward,
+)
 from server.params import Params
 from server.responses import success_body
 
@@ -91,6 +97,11 @@ class BaseHandler(tornado.web.RequestHandler):
             self._check_forwarded(headers[FORWARDED_HEADER])
         return None
 
+    def client_left(self) -> bool:
+        """Whether the client closed its connection (a method, not the
+        attribute: it changes across awaits)."""
+        return self.client_gone
+
     def _check_forwarded(self, secret: str) -> None:
         """A request another shard forwarded: the shared secret, from another
         shard's address; anything else is refused like a bad internal call."""
@@ -100,7 +111,7 @@ class BaseHandler(tornado.web.RequestHandler):
         internal = shard_map.is_internal(caller) if shard_map is not None else False
         if not hmac.compare_digest(secret.encode(), expected) or not internal:
             log.warning("forwarded request to %s from %s refused", self.request.path, caller)
-            raise ApiError("Access denied", "BAD_REQUEST", 403)
+            raise ApiError("Access denied", "BAD_REQUEST", 403, headers={REFUSED_HEADER: "1"})
         self.forwarded = True
 
     def data_received(self, chunk: bytes) -> None:
@@ -199,7 +210,15 @@ class BaseHandler(tornado.web.RequestHandler):
             return True
         if self._size > self.body_limit():
             self.params()  # raises the 413
-        await forward(self, shard, server.shared_secret, b"".join(self._chunks))
+        settings = server.settings
+        # A long poll is answered by a heartbeat at the latest; anything else
+        # (register's state fetch) well within the client's timeout.
+        timeout = (
+            settings.heartbeat_secs + settings.heartbeat_jitter_secs + 30.0
+            if self.request.method == "GET"
+            else settings.longpoll_timeout_secs
+        )
+        await forward(self, shard, server.shared_secret, b"".join(self._chunks), timeout)
         return True
 
     def queue_for(self, queue_id: str, user: AuthUser) -> ClientDescriptor:

@@ -4,6 +4,10 @@ reaches the shard that owns the user, whichever entry point the client used
 
 from __future__ import annotations
 
+import base64
+import http.client
+import json
+import urllib.parse
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -321,3 +325,92 @@ def test_the_real_zulip_client_works_through_nginx_unchanged(cluster: Cluster, r
         assert listener.next() == {"type": "zulip_check", "n": 1, "id": 0}
     finally:
         listener.stop()
+
+
+def test_a_deactivation_on_one_shard_ends_the_users_queues_on_the_other(
+    cluster: Cluster, realms: Realms, world: World
+):
+    realm = realms.names["spread"]
+    admin = next(
+        u
+        for u in (world.user(realm, "administrator") for _ in range(4))
+        if cluster.map.shard_for(u.realm_id, u.user_id) == "a"
+    )
+    target = next(
+        u for u in (world.user(realm) for _ in range(4)) if cluster.owner(u) is cluster.shards["b"]
+    )
+    client = Client(cluster, target, "nginx")
+    try:
+        queue_id = client.register()["queue_id"]
+        # The admin's request is served by shard a; the notice goes to every
+        # shard, though the deactivated user is not among its recipients.
+        done = requests.delete(
+            f"{cluster.shards['a'].url}/api/v1/users/{target.user_id}",
+            auth=(admin.email, admin.api_key),
+            timeout=10,
+        )
+        assert done.status_code == 200, done.text
+        wait_for(
+            lambda: cluster.shards["b"].user_queues(target.user_id) == [],
+            10,
+            "shard b to end the deactivated user's queue",
+        )
+        refused = client.events(queue_id, -1, dont_block=True)
+        assert refused.status_code == 401
+    finally:
+        client.close()
+
+
+def test_forwarding_failures_are_a_502_the_client_retries(
+    database_url: str, amqp_url: str, realms: Realms, tmp_path
+):
+    """A shard that refuses the others (a different secret) or is down: the
+    client is told to retry, never given the owner's 403."""
+    made = Cluster(database_url, amqp_url, tmp_path, {realms.ids["solo"]: ["b"]})
+    made.shards["b"].extra_env["EVENTQ_SHARED_SECRET"] = "a-different-secret"
+    user = realms.users["solo"][0]
+    with running(made, nginx=False) as cluster:
+        client = Client(cluster, user, "a")
+        try:
+            refused = client.request("POST", "register")
+            assert refused.status_code == 502, refused.text
+            assert refused.json()["code"] == "SHARD_UNAVAILABLE"
+            assert refused.headers["Retry-After"] == "1"
+            assert "refused a request this shard forwarded" in cluster.shards["a"].log()
+            cluster.shards["b"].stop()
+            down = client.events("no-such-queue", -1, dont_block=True)
+            assert down.status_code == 502
+            assert down.json()["code"] == "SHARD_UNAVAILABLE"
+        finally:
+            client.close()
+
+
+def test_a_forwarded_post_with_expect_100_continue(cluster: Cluster, realms: Realms):
+    user = realms.users["solo"][1]  # owned by b, asked of a
+    body = urllib.parse.urlencode({"event_types": json.dumps(["x"] * 300)}).encode()
+    token = base64.b64encode(f"{user.email}:{user.api_key}".encode()).decode()
+    connection = http.client.HTTPConnection("127.0.0.1", cluster.shards["a"].port, timeout=10)
+    try:
+        connection.request(
+            "POST",
+            "/api/v1/register",
+            body,
+            {
+                "Authorization": f"Basic {token}",
+                "Content-Type": "application/x-www-form-urlencoded",
+                "Expect": "100-continue",
+            },
+        )
+        response = connection.getresponse()
+        answer = json.loads(response.read())
+    finally:
+        connection.close()
+    assert response.status == 200, answer
+    queue_id = answer["queue_id"]
+    assert queue_id in [q["queue_id"] for q in cluster.shards["b"].user_queues(user.user_id)]
+    requests.delete(
+        f"{cluster.shards['b'].url}/api/v1/events",
+        data={"queue_id": queue_id},
+        auth=(user.email, user.api_key),
+        timeout=10,
+    ).raise_for_status()
