@@ -25,6 +25,10 @@ KEEPALIVE = 10000
 LONGPOLL_READ_TIMEOUT_SECS = 1200
 
 _LOOPBACK_ONLY = ("allow 127.0.0.1;", "allow ::1;", "deny all;")
+UNAVAILABLE_BODY = (
+    '{"result":"error","msg":"The server is restarting; try again shortly",'
+    '"code":"SHARD_UNAVAILABLE"}'
+)
 
 
 def shard_upstream(name: str) -> str:
@@ -99,11 +103,25 @@ def render(
         f"proxy_read_timeout {LONGPOLL_READ_TIMEOUT_SECS}s;",
         "proxy_send_timeout 60s;",
     ]
+    # The realms' own host names are this site's too.
+    server_names = [
+        server_name,
+        *(h for h in sorted(shard_map.hosts) if h not in server_name.split()),
+    ]
     lines += [
         "server {",
         f"    listen {listen};",
-        f"    server_name {server_name};",
+        f"    server_name {' '.join(server_names)};",
         f"    client_max_body_size {max_body_bytes};",
+        "",
+        "    # A shard that is down or restarting: the API's JSON error, which",
+        "    # clients retry with the same queue (nginx's own page would not parse).",
+        "    error_page 502 504 = @eventq_unavailable;",
+        "    location @eventq_unavailable {",
+        "        default_type application/json;",
+        "        add_header Retry-After 1 always;",
+        f"        return 502 '{UNAVAILABLE_BODY}';",
+        "    }",
         "",
         "    # The long poll; a shard may hand a GET to its owner (X-Accel-Redirect).",
     ]

@@ -58,7 +58,11 @@ class Poller:
                 self.stopping.wait(0.05)  # the client's retry backoff
                 continue
             if response.status_code != 200:
-                self.errors.append(str(response.status_code))
+                try:
+                    code = response.json()["code"]
+                except ValueError:  # not JSON: what a client could not parse
+                    code = f"not JSON: {response.text[:80]!r}"
+                self.errors.append(f"{response.status_code} {code}")
                 if "BAD_EVENT_QUEUE_ID" in response.text:
                     self.lost_queue = True
                     return
@@ -156,6 +160,10 @@ def test_a_shard_restarted_while_events_flow_loses_no_event(
         for poller in pollers:
             poller.stop()
     assert sent_while_down > 0, "events were sent while shard b was down"
+    # What the clients of b saw meanwhile: the API's JSON errors (nginx's
+    # own, for a shard that is down), which they retry.
+    errors = {error for poller in pollers for error in poller.errors}
+    assert errors <= {"502 SHARD_UNAVAILABLE", "503 SERVER_SHUTTING_DOWN"}, errors
     for poller in pollers:
         assert not poller.lost_queue, f"user {poller.user.user_id} lost their queue"
         assert poller.seqs == list(range(total)), (
