@@ -154,7 +154,8 @@ def _exec_start(unit: Path) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "unit", ["eventq@.service", "eventq-migrate.service", "eventq-analytics.service"]
+    "unit",
+    ["eventq.service", "eventq@.service", "eventq-migrate.service", "eventq-analytics.service"],
 )
 def test_the_systemd_units_run_commands_eventq_has(unit: str):
     command = _exec_start(DEPLOY / "systemd" / unit)
