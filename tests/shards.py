@@ -12,18 +12,15 @@ import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
-
-import requests
 
 from generation import accounts
 from generation.config import ProducerConfig
 from generation.sharding import ShardMap, load
 from server import nginxsite
-from tests.support import SECRET, ServerProcess, wait_for
+from tests.support import SECRET, Api, ServerProcess, wait_for
 
 
 def free_ports(count: int) -> list[int]:
@@ -215,50 +212,30 @@ def running(cluster: Cluster, nginx: bool = True) -> Iterator[Cluster]:
         yield cluster
 
 
-class Client:
-    """One user's client talking to one entry point (a shard or nginx); it
-    never learns which shard holds its queue."""
+class Entry:
+    """Where a client connects (a shard, or nginx), as `Api` and `Listener`
+    use a server: its URL, and the owner shard's view of the user's queues
+    (the client never learns which shard that is)."""
 
-    def __init__(self, cluster: Cluster, user: accounts.CreatedUser, entry: str):
+    def __init__(self, cluster: Cluster, name: str, user: accounts.CreatedUser):
         self.cluster = cluster
-        self.user = user
-        self.entry = entry
-        self.session = requests.Session()
-        self.session.auth = (user.email, user.api_key)
-        self._pool = ThreadPoolExecutor(max_workers=2)
+        self.name = name
+        self.owner = cluster.owner(user)
 
     @property
     def url(self) -> str:
-        nginx = self.cluster.nginx
-        if self.entry == "nginx":
-            assert nginx is not None
-            return nginx.url
-        return self.cluster.shards[self.entry].url
+        if self.name == "nginx":
+            assert self.cluster.nginx is not None
+            return self.cluster.nginx.url
+        return self.cluster.shards[self.name].url
 
-    def request(self, method: str, path: str, **params: Any) -> requests.Response:
-        encoded = {k: v if isinstance(v, str) else json.dumps(v) for k, v in params.items()}
-        url = f"{self.url}/api/v1/{path}"
-        if method == "GET":
-            return self.session.get(url, params=encoded, timeout=30)
-        return self.session.request(method, url, data=encoded, timeout=30)
+    def user_queues(self, user_id: int) -> list[dict[str, Any]]:
+        return self.owner.user_queues(user_id)
 
-    def register(self, **params: Any) -> dict[str, Any]:
-        response = self.request("POST", "register", **params)
-        assert response.status_code == 200, response.text
-        body: dict[str, Any] = response.json()
-        return body
+    def wait_parked(self, user_id: int, queue_id: str, timeout: float = 10.0) -> None:
+        self.owner.wait_parked(user_id, queue_id, timeout)
 
-    def events(self, queue_id: str, last_event_id: int, **params: Any) -> requests.Response:
-        return self.request(
-            "GET", "events", queue_id=queue_id, last_event_id=last_event_id, **params
-        )
 
-    def park(self, queue_id: str, last_event_id: int) -> Future[requests.Response]:
-        """A long poll in a thread, returned once the owner shard holds it."""
-        future = self._pool.submit(self.events, queue_id, last_event_id)
-        self.cluster.owner(self.user).wait_parked(self.user.user_id, queue_id)
-        return future
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        self.session.close()
+def connect(cluster: Cluster, user: accounts.CreatedUser, entry: str) -> Api:
+    """A client of `user` that talks to `entry` ("a", "b", ... or "nginx")."""
+    return Api(Entry(cluster, entry, user), user)  # type: ignore[arg-type]

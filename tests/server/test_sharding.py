@@ -10,7 +10,6 @@ import json
 import urllib.parse
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import pytest
 import requests
@@ -19,8 +18,8 @@ from generation import accounts
 from generation.send import send_event
 from generation.sharding import load
 from server import nginxsite
-from tests.shards import Client, Cluster, Nginx, free_ports, running
-from tests.support import SECRET, Listener, ServerProcess, World, wait_for
+from tests.shards import Cluster, Entry, Nginx, connect, free_ports, running
+from tests.support import SECRET, Listener, World, wait_for
 
 ENTRIES = ("a", "b", "nginx")
 
@@ -68,7 +67,7 @@ def test_users_are_spread_as_the_config_says(cluster: Cluster, realms: Realms):
 def test_register_poll_send_and_delete_reach_the_owner_from_any_entry(
     cluster: Cluster, realms: Realms, entry: str
 ):
-    clients = [Client(cluster, user, entry) for user in realms.everyone()]
+    clients = [connect(cluster, user, entry) for user in realms.everyone()]
     try:
         queues = {}
         for client in clients:
@@ -99,7 +98,7 @@ def test_register_poll_send_and_delete_reach_the_owner_from_any_entry(
             deleted = client.request("DELETE", "events", queue_id=queue_id)
             assert deleted.status_code == 200, deleted.text
             assert cluster.owner(client.user).user_queues(client.user.user_id) == []
-            gone = client.events(queue_id, 0, dont_block=True)
+            gone = client.get_events(queue_id=queue_id, last_event_id=0, dont_block=True)
             assert gone.status_code == 400
             assert gone.json()["code"] == "BAD_EVENT_QUEUE_ID"
     finally:
@@ -115,7 +114,7 @@ def test_a_wrong_shard_get_is_answered_with_x_accel_redirect_behind_nginx(
     cluster: Cluster, realms: Realms
 ):
     user = realms.users["solo"][0]  # owned by b
-    client = Client(cluster, user, "a")
+    client = connect(cluster, user, "a")
     try:
         queue_id = client.register()["queue_id"]
         # What nginx sees when it asked shard a: an empty answer naming the
@@ -132,7 +131,7 @@ def test_a_wrong_shard_get_is_answered_with_x_accel_redirect_behind_nginx(
             f"/internal/eventq/b/api/v1/events?queue_id={queue_id}&last_event_id=-1&dont_block=true"
         )
         # Without nginx the same GET is forwarded and answered by b.
-        direct = client.events(queue_id, -1, dont_block=True)
+        direct = client.get_events(queue_id=queue_id, last_event_id=-1, dont_block=True)
         assert direct.status_code == 200
         assert direct.json()["events"] == []
         assert "forwarding GET /api/v1/events to shard b" in cluster.shards["a"].log()
@@ -227,7 +226,7 @@ def test_a_public_channel_message_reaches_all_public_streams_queues_on_every_sha
         )
         for name in ("a", "b")
     }
-    watchers = {name: Client(cluster, user, "nginx") for name, user in by_shard.items()}
+    watchers = {name: connect(cluster, user, "nginx") for name, user in by_shard.items()}
     try:
         queues = {
             name: c.register(all_public_streams=True, event_types=["message"])["queue_id"]
@@ -249,7 +248,7 @@ def test_a_public_channel_message_reaches_all_public_streams_queues_on_every_sha
         )
         for name, client in watchers.items():
             events = wait_for(
-                lambda c=client, q=queues[name]: c.events(q, -1, dont_block=True).json()["events"],
+                lambda c=client, q=queues[name]: c.events(q, -1),
                 10,
                 f"the message on shard {name}",
             )
@@ -261,11 +260,9 @@ def test_a_public_channel_message_reaches_all_public_streams_queues_on_every_sha
             [{"id": by_shard["a"].user_id, "flags": []}],
             config=cluster.producer(),
         )
-        got = wait_for(
-            lambda: watchers["a"].events(queues["a"], 0, dont_block=True).json()["events"], 10
-        )
+        got = wait_for(lambda: watchers["a"].events(queues["a"], 0), 10)
         assert [e["message"]["content"] for e in got] == ["secret"]
-        assert watchers["b"].events(queues["b"], 0, dont_block=True).json()["events"] == []
+        assert watchers["b"].events(queues["b"], 0) == []
     finally:
         for client in watchers.values():
             client.close()
@@ -278,7 +275,7 @@ def test_an_action_on_one_shard_reaches_a_user_on_the_other(cluster: Cluster, re
     receiver = next(
         u for u in realms.users["spread"] if cluster.map.shard_for(u.realm_id, u.user_id) == "b"
     )
-    alice, bob = Client(cluster, sender, "a"), Client(cluster, receiver, "b")
+    alice, bob = connect(cluster, sender, "a"), connect(cluster, receiver, "b")
     try:
         alice_q = alice.register(event_types=["message"])["queue_id"]
         bob_q = bob.register(event_types=["message"])["queue_id"]
@@ -291,29 +288,17 @@ def test_an_action_on_one_shard_reaches_a_user_on_the_other(cluster: Cluster, re
         [event] = response.json()["events"]
         assert event["message"]["content"] == "across shards"  # apply_markdown is off
         # The sender, on shard a, got its copy straight from its own shard.
-        [mine] = alice.events(alice_q, -1, dont_block=True).json()["events"]
+        [mine] = alice.events(alice_q, -1)
         assert mine["message"]["id"] == event["message"]["id"]
     finally:
         alice.close()
         bob.close()
 
 
-class _Entry:
-    """What `Listener` needs of a server: where to connect (nginx), and the
-    owner shard's view of the user's queues."""
-
-    def __init__(self, url: str, owner: ServerProcess):
-        self.url = url
-        self.owner = owner
-
-    def user_queues(self, user_id: int) -> list[dict[str, Any]]:
-        return self.owner.user_queues(user_id)
-
-
 def test_the_real_zulip_client_works_through_nginx_unchanged(cluster: Cluster, realms: Realms):
     assert cluster.nginx is not None
     user = realms.users["solo"][1]  # on shard b; nginx may hand it to either
-    listener = Listener(_Entry(cluster.nginx.url, cluster.owner(user)), user, '["zulip_check"]')
+    listener = Listener(Entry(cluster, "nginx", user), user, '["zulip_check"]')
     try:
         listener.wait_polling()
         send_event(
@@ -339,7 +324,7 @@ def test_a_deactivation_on_one_shard_ends_the_users_queues_on_the_other(
     target = next(
         u for u in (world.user(realm) for _ in range(4)) if cluster.owner(u) is cluster.shards["b"]
     )
-    client = Client(cluster, target, "nginx")
+    client = connect(cluster, target, "nginx")
     try:
         queue_id = client.register()["queue_id"]
         # The admin's request is served by shard a; the notice goes to every
@@ -355,7 +340,7 @@ def test_a_deactivation_on_one_shard_ends_the_users_queues_on_the_other(
             10,
             "shard b to end the deactivated user's queue",
         )
-        refused = client.events(queue_id, -1, dont_block=True)
+        refused = client.get_events(queue_id=queue_id, last_event_id=-1, dont_block=True)
         assert refused.status_code == 401
     finally:
         client.close()
@@ -370,7 +355,7 @@ def test_forwarding_failures_are_a_502_the_client_retries(
     made.shards["b"].extra_env["EVENTQ_SHARED_SECRET"] = "a-different-secret"
     user = realms.users["solo"][0]
     with running(made, nginx=False) as cluster:
-        client = Client(cluster, user, "a")
+        client = connect(cluster, user, "a")
         try:
             refused = client.request("POST", "register")
             assert refused.status_code == 502, refused.text
@@ -378,7 +363,7 @@ def test_forwarding_failures_are_a_502_the_client_retries(
             assert refused.headers["Retry-After"] == "1"
             assert "refused a request this shard forwarded" in cluster.shards["a"].log()
             cluster.shards["b"].stop()
-            down = client.events("no-such-queue", -1, dont_block=True)
+            down = client.get_events(queue_id="no-such-queue", last_event_id=-1, dont_block=True)
             assert down.status_code == 502
             assert down.json()["code"] == "SHARD_UNAVAILABLE"
         finally:
