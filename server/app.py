@@ -42,6 +42,7 @@ from server.looplag import LoopLagMonitor
 from server.metrics import make_metrics
 from server.migrate import latest_migration
 from server.observe import Observer, Origin
+from server.ratelimit import RateLimiter
 from server.responses import encode
 from server.routes import make_application
 from server.version import ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION
@@ -68,6 +69,11 @@ class EventServer:
             settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max
         )
         self.auth = Authenticator(self.db.api_key, ttl_secs=settings.auth_cache_secs)
+        self.rate_limiter: RateLimiter | None = None
+        if settings.rate_limit_requests > 0:
+            self.rate_limiter = RateLimiter(
+                settings.rate_limit_requests, settings.rate_limit_window_secs
+            )
         self.shared_secret = settings.load_shared_secret()
         # Identifies this run of the server to clients (Zulip: start time, s).
         self.server_generation = int(time.time())
@@ -342,6 +348,8 @@ class EventServer:
     def collect_garbage(self) -> None:
         started = time.monotonic()
         collected = self.registry.collect_expired(self.clock())
+        if self.rate_limiter is not None:
+            self.rate_limiter.forget_idle(self.clock())
         duration = time.monotonic() - started
         for observer in self.observers:
             observer.gc_ran(len(collected), duration)

@@ -94,6 +94,9 @@ class Settings:
     # An authenticated user is trusted this long before the database is asked
     # again: a deactivation takes effect within this time.
     auth_cache_secs: float = 60.0
+    # Zulip's api_by_user: requests per window per user (0: no limit).
+    rate_limit_requests: int = 200
+    rate_limit_window_secs: float = 60.0
     db_pool_min: int = 1
     db_pool_max: int = 10
     # How long a shutdown waits for requests in progress (register) to finish.
@@ -212,6 +215,12 @@ class Settings:
                 env, "EVENTQ_MAX_INTERNAL_REQUEST_BYTES", cls.max_internal_request_bytes
             ),
             auth_cache_secs=_number(env, "EVENTQ_AUTH_CACHE_SECS", 60.0),
+            rate_limit_requests=_integer(
+                env, "EVENTQ_RATE_LIMIT_REQUESTS", cls.rate_limit_requests, minimum=0
+            ),
+            rate_limit_window_secs=_number(
+                env, "EVENTQ_RATE_LIMIT_WINDOW_SECS", cls.rate_limit_window_secs, minimum=0.001
+            ),
             db_pool_min=pool_min,
             db_pool_max=pool_max,
             shutdown_grace_secs=_number(env, "EVENTQ_SHUTDOWN_GRACE_SECS", 10.0),

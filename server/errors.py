@@ -6,6 +6,7 @@ plus any data fields (reference 1.3-1.6).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from tornado.web import HTTPError
@@ -69,6 +70,18 @@ def from_queue_error(exc: QueueError) -> ApiError:
     if isinstance(exc, TooManyQueues):
         return ApiError(str(exc), "TOO_MANY_EVENT_QUEUES")
     return ApiError(str(exc))
+
+
+def rate_limited(wait_secs: float) -> ApiError:
+    """Too many requests: Zulip's body, with `retry-after` in (fractional)
+    seconds and the `Retry-After` header in whole ones."""
+    return ApiError(
+        "API usage exceeded rate limit",
+        "RATE_LIMIT_HIT",
+        429,
+        headers={"Retry-After": str(max(1, math.ceil(wait_secs)))},
+        **{"retry-after": round(wait_secs, 3)},
+    )
 
 
 def database_unavailable() -> ApiError:

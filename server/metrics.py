@@ -196,6 +196,13 @@ class ServerState(Collector):
             "The worst IO loop lag since the server started",
             value=lag["max_ms"] / 1000,
         )
+        limiter = server.rate_limiter
+        if limiter is not None:
+            yield CounterMetricFamily(
+                "eventq_rate_limited_requests",
+                "Requests refused with 429 RATE_LIMIT_HIT",
+                value=limiter.refused,
+            )
         yield from self._consumer()
         yield from self._delivery_log()
 

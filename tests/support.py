@@ -121,6 +121,9 @@ class ServerProcess:
                 # Long by default so that nothing wakes a parked request by
                 # surprise; tests of heartbeats and GC shorten them.
                 "EVENTQ_HEARTBEAT_SECS": "600",
+                # Tests that poll fast (restarts, fan-outs) must not meet the
+                # per-user rate limit; its own tests set it.
+                "EVENTQ_RATE_LIMIT_REQUESTS": "100000",
                 "EVENTQ_GC_INTERVAL_SECS": "0.05",
                 "EVENTQ_SHUTDOWN_GRACE_SECS": "5",
             }

@@ -18,7 +18,7 @@ from queues.client import ClientDescriptor
 from queues.errors import BadQueueId, QueueError
 from server.auth import AuthUser, not_logged_in
 from server.db import DatabaseUnavailable
-from server.errors import ApiError, database_unavailable, from_queue_error
+from server.errors import ApiError, database_unavailable, from_queue_error, rate_limited
 from server.forward import (
     ACCEL_HEADER,
     FORWARDED_HEADER,
@@ -175,10 +175,16 @@ class BaseHandler(tornado.web.RequestHandler):
         if self.json_api and header is None:
             raise not_logged_in()
         try:
-            return await self.server.auth.authenticate(header)
+            user = await self.server.auth.authenticate(header)
         except DatabaseUnavailable as exc:
             log.warning("authentication failed: %s", exc)
             raise database_unavailable() from exc
+        limiter = self.server.rate_limiter
+        if limiter is not None:
+            wait = limiter.hit(user.user_id, self.server.clock())
+            if wait > 0.0:
+                raise rate_limited(wait)
+        return user
 
     async def served_elsewhere(self, user: AuthUser) -> bool:
         """With several shards: hand the request to the shard that owns
