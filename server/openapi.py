@@ -20,17 +20,22 @@ from server.version import EVENTQ_VERSION, ZULIP_FEATURE_LEVEL
 OPENAPI_VERSION = "3.1.0"
 
 
-class ErrorResponse(TypedDict):
-    """Every error: `code` is what a program matches; some carry data
-    fields (`queue_id` and `reason` with BAD_EVENT_QUEUE_ID, `var_name` with
-    REQUEST_VARIABLE_MISSING)."""
-
-    result: Literal["error"]
-    msg: str
-    code: str
-    queue_id: NotRequired[str]
-    reason: NotRequired[str]
-    var_name: NotRequired[str]
+# Every error: `code` is what a program matches; some carry data fields
+# (`queue_id` and `reason` with BAD_EVENT_QUEUE_ID, `var_name` with
+# REQUEST_VARIABLE_MISSING, `retry-after` in seconds with RATE_LIMIT_HIT).
+# The functional form: "retry-after" is not an identifier.
+ErrorResponse = TypedDict(
+    "ErrorResponse",
+    {
+        "result": Literal["error"],
+        "msg": str,
+        "code": str,
+        "queue_id": NotRequired[str],
+        "reason": NotRequired[str],
+        "var_name": NotRequired[str],
+        "retry-after": NotRequired[float],
+    },
+)
 
 
 class SuccessResponse(TypedDict):
@@ -95,6 +100,17 @@ def _responses(ok: str, errors: str = "ErrorResponse") -> JsonSchema:
         },
         "400": {"description": "Bad request (see `code`)", **error},
         "401": {"description": "Not authenticated", **error},
+        "413": {"description": "Request body too large (REQUEST_TOO_LARGE)", **error},
+        "415": {"description": "Body not form-encoded (UNSUPPORTED_MEDIA_TYPE)", **error},
+        "429": {"description": "Rate limit hit (RATE_LIMIT_HIT); see Retry-After", **error},
+        "502": {
+            "description": "The shard holding the queue is unavailable (SHARD_UNAVAILABLE)",
+            **error,
+        },
+        "503": {
+            "description": "Restarting, database unavailable or shards disagree; retry",
+            **error,
+        },
     }
 
 
