@@ -420,7 +420,14 @@ class EventServer:
     def process_notice(self, body: bytes, published_at: float | None = None) -> DeliveryReport:
         """The consumer's processor: decode, validate and deliver one notice
         (`published_at`: the producer's stamp, wall-clock seconds). Raises
-        `BadNotice` for a malformed one."""
+        `BadNotice` for a malformed one, or one larger than an internal
+        request may be."""
+        limit = self.settings.max_internal_request_bytes
+        if len(body) > limit:
+            raise BadNotice(
+                f"the notice is {len(body)} bytes, more than EVENTQ_MAX_INTERNAL_REQUEST_BYTES"
+                f" ({limit})"
+            )
         return self.deliver(parse_notice(body), len(body), published_at)
 
     def deliver(

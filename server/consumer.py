@@ -6,8 +6,9 @@ declare the notify queue and its dead-letter queue -> set the prefetch ->
 consume with manual acknowledgement. Each notice is handed to `process`
 (synchronous: when it returns, the event is in every target queue) and then
 acknowledged. A notice whose processing raises is republished with its try
-count, up to `MAX_RETRIES` times, then moved to the dead-letter queue with the error;
-it never blocks the notices behind it. A lost connection is re-established
+count, up to `MAX_RETRIES` times, then moved to the dead-letter queue with the error
+(a malformed one, `BadNotice`, at once: it would fail the same way again); it
+never blocks the notices behind it. A lost connection is re-established
 with a capped backoff (1 s doubling to 30 s); unacknowledged notices are
 redelivered by RabbitMQ, and one already processed (its acknowledgement, or
 the publisher's confirmation, was lost) is recognised by its notice id (the
@@ -30,6 +31,7 @@ import pika
 import pika.exceptions
 from pika.adapters.asyncio_connection import AsyncioConnection
 
+from generation.errors import BadNotice
 from generation.notice import NOTICE_ID_HEADER, PUBLISHED_HEADER
 from server.observe import Observer
 
@@ -252,6 +254,9 @@ class NoticeConsumer:
         published_at = published_us / 1e6 if isinstance(published_us, int) else None
         try:
             self._process(body, published_at)
+        except BadNotice as exc:
+            # Malformed: it would fail the same way every time.
+            self._failed(channel, properties, body, exc, retry=False)
         except Exception as exc:
             self._failed(channel, properties, body, exc)
         else:
@@ -277,14 +282,16 @@ class NoticeConsumer:
                 if isinstance(notice_id, str):
                     self._remember(notice_id)
 
-    def _failed(self, channel: Any, properties: Any, body: bytes, exc: Exception) -> None:
+    def _failed(
+        self, channel: Any, properties: Any, body: bytes, exc: Exception, retry: bool = True
+    ) -> None:
         headers = dict(properties.headers or {})
         failures = int(headers.get(FAILURES_HEADER, 0)) + 1
         headers[FAILURES_HEADER] = failures
         error = f"{type(exc).__name__}: {exc}"
         raw_id = headers.get(NOTICE_ID_HEADER)
         notice_id = raw_id if isinstance(raw_id, str) else properties.message_id
-        if failures <= MAX_RETRIES:
+        if retry and failures <= MAX_RETRIES:
             self.retried += 1
             for observer in self._observers:
                 observer.notice_retried(notice_id, failures, error)

@@ -119,7 +119,7 @@ class Reader:
 
 
 def publish_poison(server: ServerProcess) -> None:
-    """A notice no server can process: retried, then dead-lettered."""
+    """A malformed notice: dead-lettered at once."""
     with pika.BlockingConnection(pika.URLParameters(server.amqp_url)) as connection:
         connection.channel().basic_publish(
             "",

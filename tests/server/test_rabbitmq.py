@@ -148,29 +148,52 @@ def _dead_letters(amqp_url: str, queue: str) -> list[tuple[dict, bytes]]:
             found.append((properties.headers or {}, body))
 
 
-def test_a_poison_notice_is_retried_then_dead_lettered_and_others_flow(start_server, world):
-    server = start_server()
+MALFORMED = [
+    (b"not json at all", "notice is not valid JSON"),
+    (b"\xff\xfe\x00", "notice is not valid JSON"),
+    (b'["event", "users"]', "notice is not an object"),
+    (b'{"event": {"type": "x"}}', "notice needs 'event' and 'users'"),
+    (b'{"event": {"type": "x"}, "users": "everyone"}', "users is not a list"),
+    (b'{"event": "x", "users": [1]}', "event is not an object"),
+    (b'{"event": {"kind": "x"}, "users": [1]}', "event has no string 'type'"),
+    (b'{"event": {"type": "x"}, "users": [true]}', "users[0] is neither a user id"),
+    (b'{"event": {"type": "x", "id": 3}, "users": [1]}', "must not carry an 'id'"),
+    # Larger than EVENTQ_MAX_INTERNAL_REQUEST_BYTES (set to 20,000 below).
+    (b'{"event": {"type": "x", "pad": "' + b"p" * 30_000 + b'"}, "users": [1]}', "30"),
+]
+
+
+def test_malformed_notices_are_dead_lettered_at_once_and_others_flow(start_server, world):
+    server = start_server(EVENTQ_MAX_INTERNAL_REQUEST_BYTES="20000")
     server.wait_consuming()
     user = world.user()
     client = Api(server, user)
     queue_id = client.register()["queue_id"]
     with pika.BlockingConnection(pika.URLParameters(server.amqp_url)) as connection:
         channel = connection.channel()
-        channel.basic_publish(
-            "",
-            server.notify_queue,
-            b'{"event": {"type": "x"}, "users": "everyone"}',
-            pika.BasicProperties(delivery_mode=2, message_id="poison-1"),
-        )
+        for index, (body, _) in enumerate(MALFORMED):
+            channel.basic_publish(
+                "",
+                server.notify_queue,
+                body,
+                pika.BasicProperties(delivery_mode=2, message_id=f"malformed-{index}"),
+            )
     for n in range(3):
         send_event(user.realm_id, {"type": "ok", "n": n}, [user.user_id], config=server.producer())
     assert [e["n"] for e in _collect(client, queue_id, 3)] == [0, 1, 2]
-    wait_for(lambda: server.stats()["consumer"]["dead_lettered"] == 1, 15, "the dead letter")
-    [(headers, body)] = _dead_letters(server.amqp_url, f"{server.notify_queue}.dead")
-    assert body == b'{"event": {"type": "x"}, "users": "everyone"}'
-    assert headers["x-eventq-failures"] == 4
-    assert "users is not a list" in headers["x-eventq-error"]
-    assert server.stats()["consumer"]["retried"] == 3
+    wait_for(
+        lambda: server.stats()["consumer"]["dead_lettered"] == len(MALFORMED),
+        15,
+        "the dead letters",
+    )
+    letters = _dead_letters(server.amqp_url, f"{server.notify_queue}.dead")
+    assert [body for _, body in letters] == [body for body, _ in MALFORMED]
+    for (headers, _), (_, reason) in zip(letters, MALFORMED, strict=True):
+        assert headers["x-eventq-failures"] == 1  # a malformed notice is not retried
+        assert headers["x-eventq-error"].startswith("BadNotice: ")
+        assert reason in headers["x-eventq-error"]
+    assert "more than EVENTQ_MAX_INTERNAL_REQUEST_BYTES (20000)" in letters[-1][0]["x-eventq-error"]
+    assert server.stats()["consumer"]["retried"] == 0
     assert "moved to" in server.log()
     client.close()
 
