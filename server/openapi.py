@@ -188,8 +188,13 @@ def document() -> dict[str, Any]:
                         ),
                         _json_param(
                             "client_capabilities",
-                            {"type": "object"},
-                            "Capabilities; notification_settings_null is required",
+                            {
+                                "type": "object",
+                                "required": ["notification_settings_null"],
+                                "additionalProperties": {"type": "boolean"},
+                            },
+                            "Capabilities, each true or false; notification_settings_null"
+                            " is required (as Zulip requires it)",
                         ),
                         _form(
                             "include_subscribers",

@@ -69,9 +69,11 @@ class Params:
             raise ApiError(f'Argument "{name}" is not valid JSON.') from None
 
     def boolean(self, name: str, default: bool) -> bool:
-        value = self.json(name)
-        if value is None:
+        """`default` when absent; JSON null is not a boolean (as in Zulip)."""
+        if name not in self._values:
+            self._read.add(name)
             return default
+        value = self.json(name)
         if not isinstance(value, bool):
             raise ApiError(f"{name} is not a boolean")
         return value
@@ -84,9 +86,11 @@ class Params:
         minimum: int = INT_MIN,
         maximum: int = INT_MAX,
     ) -> int | None:
-        value = self.json(name)
-        if value is None:
+        """`default` when absent; JSON null is not an integer (as in Zulip)."""
+        if name not in self._values:
+            self._read.add(name)
             return default
+        value = self.json(name)
         if isinstance(value, float) and abs(value) >= 2**63:
             # orjson decodes integers beyond 64 bits as floats.
             value = int(value)

@@ -100,6 +100,9 @@ def test_the_zulip_register_parameters_are_accepted(api):
         ({"queue_lifespan_secs": 1.5}, "queue_lifespan_secs is not an integer"),
         ({"apply_markdown": "yes"}, 'Argument "apply_markdown" is not valid JSON.'),
         ({"apply_markdown": 1}, "apply_markdown is not a boolean"),
+        # JSON null is not "absent" (found by schemathesis).
+        ({"apply_markdown": "null"}, "apply_markdown is not a boolean"),
+        ({"queue_lifespan_secs": "null"}, "queue_lifespan_secs is not an integer"),
         (
             {"client_capabilities": {"bulk_message_deletion": True}},
             "client_capabilities is missing 'notification_settings_null'",
