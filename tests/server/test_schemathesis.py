@@ -1,7 +1,8 @@
 """schemathesis against the running server, driven by its OpenAPI document
 (issue 7): generated requests to every documented operation, and every check
 but one: no 5xx, every response (status, headers, body) as documented,
-schema-violating requests refused.
+schema-violating requests refused; and ours, that a request answered with an
+error changed none of the user's queues (tests/server/schemathesis_hooks.py).
 
 Excluded: `positive_data_acceptance`, which expects every schema-valid request
 to succeed; a made-up `queue_id` is schema-valid and is rightly refused with
@@ -21,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support import ServerProcess, World
+from tests.support import REPO, SECRET, ServerProcess, World
 
 
 def test_generated_requests_find_no_server_error_and_no_undocumented_response(
@@ -43,8 +44,23 @@ def test_generated_requests_find_no_server_error_and_no_undocumented_response(
         "--request-timeout", "20",
         "--seed", os.environ.get("EVENTQ_SCHEMATHESIS_SEED", "1"),
     ]  # fmt: skip
+    env = os.environ | {
+        # Our own check (tests/server/schemathesis_hooks.py): an error
+        # response changed none of the user's queues.
+        "SCHEMATHESIS_HOOKS": "tests.server.schemathesis_hooks",
+        "PYTHONPATH": str(REPO),
+        "EVENTQ_ST_URL": server.url,
+        "EVENTQ_ST_SECRET": SECRET,
+        "EVENTQ_ST_USER_ID": str(user.user_id),
+    }
     done = subprocess.run(
-        command, capture_output=True, text=True, timeout=3600, check=False, cwd=server.state_dir
+        command,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+        cwd=server.state_dir,
+        env=env,
     )
     assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-2000:]
     assert " 0 generated" not in done.stdout
