@@ -354,7 +354,12 @@ class EventServer:
         for observer in self.observers:
             observer.gc_ran(len(collected), duration)
         if collected:
-            log.info("collected %d idle queues; %d remain", len(collected), len(self.registry))
+            log.info(
+                "collected %d idle queues in %.1f ms; %d remain",
+                len(collected),
+                duration * 1000,
+                len(self.registry),
+            )
 
     def _on_queue_end(self, client: ClientDescriptor, reason: EndReason, last: bool) -> None:
         if self.observers:
