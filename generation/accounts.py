@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
 import re
 import secrets
 import string
@@ -16,6 +17,8 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
+
+from generation.config import api_key_secret
 
 # An API key is 32 characters from [A-Za-z0-9] (as Zulip's): the first 8 are its
 # id, by which the server finds the user; the rest makes it unguessable
@@ -45,7 +48,20 @@ def api_key_id(api_key: str) -> str:
     return api_key[:API_KEY_ID_LENGTH]
 
 
-def hash_api_key(api_key: str) -> bytes:
+# How `users.api_key_hash` was computed (`users.api_key_hash_scheme`).
+HASH_SHA256 = 1  # before migration 0004; rewritten at the next authentication
+HASH_HMAC = 2
+
+
+def hash_api_key(api_key: str, secret: bytes | None = None) -> bytes:
+    """HMAC-SHA256 of the key with the installation's API key secret
+    (`generation.config.api_key_secret`), or `secret` when given."""
+    key = api_key_secret() if secret is None else secret
+    return hmac.digest(key, api_key.encode("utf-8"), "sha256")
+
+
+def legacy_hash_api_key(api_key: str) -> bytes:
+    """The plain SHA-256 of rows written before keyed hashes (scheme 1)."""
     return hashlib.sha256(api_key.encode("utf-8")).digest()
 
 
@@ -158,7 +174,7 @@ def rotate_api_key(conn: psycopg.Connection[Any], realm_subdomain: str, email: s
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(
             """
-            UPDATE users SET api_key_id = %s, api_key_hash = %s
+            UPDATE users SET api_key_id = %s, api_key_hash = %s, api_key_hash_scheme = 2
             WHERE realm_id = %s AND lower(email) = lower(%s)
             RETURNING id, email, full_name, role
             """,

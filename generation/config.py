@@ -10,6 +10,7 @@ then consumes `<EVENTQ_NOTIFY_QUEUE>_<shard>`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import secrets
 from collections.abc import Mapping
@@ -57,9 +58,36 @@ def shared_secret(state_dir: Path, configured: str = "", *, create: bool = False
                 f"no shared secret: set EVENTQ_SHARED_SECRET, or start the server once"
                 f" so that it creates {path}"
             ) from None
-    state_dir.mkdir(parents=True, exist_ok=True)
+    return _create_secret(path)
+
+
+@functools.cache
+def _api_key_secret(configured: str, state_dir: Path) -> bytes:
+    if configured:
+        return configured.encode()
+    path = state_dir / "api_key_secret"
+    try:
+        return path.read_text().strip().encode()
+    except FileNotFoundError:
+        return _create_secret(path).encode()
+
+
+def api_key_secret(env: Mapping[str, str] | None = None) -> bytes:
+    """The installation's key for hashing API keys (HMAC-SHA256): a database
+    dump alone reveals no key and allows no offline guessing.
+    `EVENTQ_API_KEY_SECRET` when set (the same on every host: shards, the
+    command line), otherwise `<EVENTQ_STATE_DIR>/api_key_secret`, generated
+    once by whichever of the server or the command line needs it first."""
+    env = os.environ if env is None else env
+    return _api_key_secret(env.get("EVENTQ_API_KEY_SECRET", ""), state_dir_from(env))
+
+
+def _create_secret(path: Path) -> str:
+    """A new random secret in `path` (mode 0600), or the one another process
+    wrote there first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     secret = secrets.token_urlsafe(32)
-    tmp = path.with_name(f".shared_secret.{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(secret + "\n")

@@ -22,6 +22,7 @@ import tornado.netutil
 import tornado.web
 from tornado.ioloop import PeriodicCallback
 
+from generation.config import api_key_secret
 from generation.errors import BadNotice
 from generation.events.users import deactivated_user_id
 from generation.notice import Notice, encode_notice, parse_notice
@@ -68,13 +69,17 @@ class EventServer:
         self.db = Database(
             settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max
         )
-        self.auth = Authenticator(self.db.api_key, ttl_secs=settings.auth_cache_secs)
+        self.auth = Authenticator(
+            self.db.api_key, upgrade=self.db.upgrade_api_key_hash, ttl_secs=settings.auth_cache_secs
+        )
         self.rate_limiter: RateLimiter | None = None
         if settings.rate_limit_requests > 0:
             self.rate_limiter = RateLimiter(
                 settings.rate_limit_requests, settings.rate_limit_window_secs
             )
         self.shared_secret = settings.load_shared_secret()
+        # Read (or created) now, not on the loop at the first authentication.
+        api_key_secret()
         # Identifies this run of the server to clients (Zulip: start time, s).
         self.server_generation = int(time.time())
         self.started_at = time.monotonic()

@@ -18,7 +18,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
-from generation.accounts import ROLE_GUEST, api_key_id, hash_api_key, is_well_formed_api_key
+from generation.accounts import (
+    HASH_SHA256,
+    ROLE_GUEST,
+    api_key_id,
+    hash_api_key,
+    is_well_formed_api_key,
+    legacy_hash_api_key,
+)
 from server.db import ApiKeyRow, DatabaseUnavailable
 from server.errors import BASIC_CHALLENGE, SESSION_CHALLENGE, ApiError
 
@@ -79,12 +86,14 @@ class Authenticator:
         self,
         lookup: Callable[[str], Awaitable[ApiKeyRow | None]],
         *,
+        upgrade: Callable[[int, bytes, bytes], Awaitable[None]] | None = None,
         ttl_secs: float = 60.0,
         stale_secs: float = 600.0,
         max_entries: int = 100_000,
         clock: Callable[[], float] = time.monotonic,
     ):
         self._lookup = lookup
+        self._upgrade = upgrade
         self._ttl = ttl_secs
         self._stale = stale_secs
         self._max_entries = max_entries
@@ -177,12 +186,20 @@ class Authenticator:
             raise _unauthorized("Invalid API key", "INVALID_API_KEY")
         self.lookups += 1
         row = await self._lookup(api_key_id(api_key))
+        if row is None:
+            raise _unauthorized("Invalid API key", "INVALID_API_KEY")
+        keyed = hash_api_key(api_key)
+        legacy = row.api_key_hash_scheme == HASH_SHA256
+        expected = legacy_hash_api_key(api_key) if legacy else keyed
         if (
-            row is None
-            or not hmac.compare_digest(row.api_key_hash, hash_api_key(api_key))
+            not hmac.compare_digest(row.api_key_hash, expected)
             or row.email.lower() != email.lower()
         ):
             raise _unauthorized("Invalid API key", "INVALID_API_KEY")
+        if legacy and self._upgrade is not None:
+            # Written before keyed hashes: rewrite it now that the key is known.
+            with contextlib.suppress(DatabaseUnavailable):
+                await self._upgrade(row.user_id, row.api_key_hash, keyed)
         if row.realm_deactivated:
             raise _unauthorized("This organization has been deactivated", "REALM_DEACTIVATED")
         if not row.is_active:

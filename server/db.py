@@ -35,6 +35,7 @@ class ApiKeyRow:
     role: int
     is_active: bool
     api_key_hash: bytes
+    api_key_hash_scheme: int
     realm_deactivated: bool
 
 
@@ -101,13 +102,26 @@ class Database:
             await cur.execute(
                 """
                 SELECT u.id AS user_id, u.realm_id, u.email, u.full_name, u.role,
-                       u.is_active, u.api_key_hash, r.deactivated AS realm_deactivated
+                       u.is_active, u.api_key_hash, u.api_key_hash_scheme,
+                       r.deactivated AS realm_deactivated
                 FROM users u JOIN realms r ON r.id = u.realm_id
                 WHERE u.api_key_id = %s
                 """,
                 (key_id,),
             )
             return await cur.fetchone()
+
+    async def upgrade_api_key_hash(self, user_id: int, legacy: bytes, keyed: bytes) -> None:
+        """Replace a row's plain SHA-256 (scheme 1) by the keyed hash, unless
+        the key changed meanwhile."""
+        async with self.connection() as conn:
+            await conn.execute(
+                """
+                UPDATE users SET api_key_hash = %s, api_key_hash_scheme = 2
+                WHERE id = %s AND api_key_hash = %s AND api_key_hash_scheme = 1
+                """,
+                (keyed, user_id, legacy),
+            )
 
     def stats(self) -> dict[str, int]:
         return dict(self._pool.get_stats())

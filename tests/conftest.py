@@ -16,7 +16,10 @@ import pytest
 from psycopg import conninfo
 
 from server.migrate import migrate
-from tests.support import Api, ServerProcess, World, rabbitmqctl
+from tests.support import API_KEY_SECRET, Api, ServerProcess, World, rabbitmqctl
+
+# Users the tests create in this process get keys the servers can check.
+os.environ["EVENTQ_API_KEY_SECRET"] = API_KEY_SECRET
 
 DEFAULT_URL = "host=127.0.0.1 port=5432 dbname=eventq"
 

@@ -29,6 +29,9 @@ from generation.config import ProducerConfig
 
 REPO = Path(__file__).resolve().parent.parent
 SECRET = "test-shared-secret"
+# The key of API key hashes, for the servers, the command line and the tests'
+# own account helpers (tests/conftest.py puts it in this process's env).
+API_KEY_SECRET = "test-api-key-secret"
 
 
 def rabbitmqctl(*args: str) -> None:
@@ -69,6 +72,7 @@ def run_eventq(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """`eventq ARGS` (as `python -m server`) with this environment minus every
     EVENTQ_* variable, plus `env`; never raises on a non-zero exit."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("EVENTQ_")}
+    environ["EVENTQ_API_KEY_SECRET"] = API_KEY_SECRET
     environ.update(env)
     return subprocess.run(
         [sys.executable, "-m", "server", *args],
@@ -117,6 +121,7 @@ class ServerProcess:
                 "EVENTQ_NOTIFY_QUEUE": self.notify_queue,
                 "EVENTQ_STATE_DIR": str(self.state_dir),
                 "EVENTQ_SHARED_SECRET": SECRET,
+                "EVENTQ_API_KEY_SECRET": API_KEY_SECRET,
                 "EVENTQ_LOG_LEVEL": "DEBUG",
                 # Long by default so that nothing wakes a parked request by
                 # surprise; tests of heartbeats and GC shorten them.

@@ -83,6 +83,8 @@ from generation.accounts import api_key_id, hash_api_key, new_api_key
 from server.migrate import migrate
 
 REPO = Path(__file__).resolve().parent.parent.parent
+# The servers' EVENTQ_API_KEY_SECRET, with which `populate` hashes the keys.
+API_KEY_SECRET = secrets.token_urlsafe(32)
 DEFAULT_BASE_URL = "host=127.0.0.1 user=postgres"
 HOST = "127.0.0.1"
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -172,7 +174,14 @@ class Database:
                 with cur.copy(copy_sql) as copy:
                     for i, (email, key) in enumerate(zip(emails, keys, strict=True)):
                         copy.write_row(
-                            (realm_id, email, f"Bench {i}", 400, api_key_id(key), hash_api_key(key))
+                            (
+                                realm_id,
+                                email,
+                                f"Bench {i}",
+                                400,
+                                api_key_id(key),
+                                hash_api_key(key, API_KEY_SECRET.encode()),
+                            )
                         )
             ids: dict[str, int] = dict(conn.execute("SELECT email, id FROM users").fetchall())
         return [User(int(ids[email]), email, key) for email, key in zip(emails, keys, strict=True)]
@@ -221,6 +230,7 @@ class ServerProcess:
                 "EVENTQ_DATABASE_URL": database_url,
                 "EVENTQ_STATE_DIR": str(state_dir / "state"),
                 "EVENTQ_SHARED_SECRET": secret,
+                "EVENTQ_API_KEY_SECRET": API_KEY_SECRET,
                 "EVENTQ_LOG_LEVEL": "WARNING",
                 # No heartbeat may wake a parked request during a measurement.
                 "EVENTQ_HEARTBEAT_SECS": "3600",

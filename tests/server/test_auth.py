@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 
 import psycopg
 import requests
 
 from generation import accounts
-from tests.support import wait_for
+from generation.config import api_key_secret
+from tests.support import API_KEY_SECRET, wait_for
 
 
 def _get(server, authorization: str | None) -> requests.Response:
@@ -145,3 +148,55 @@ def test_a_deactivation_reaches_a_cached_client_within_one_poll(start_server, wo
         lambda: [r for r in [_get(server, header)] if r.status_code == 401], 10, "the 401"
     )
     assert refused[0].json()["code"] == "USER_DEACTIVATED"
+
+
+def _stored(database_url: str, user_id: int) -> tuple[bytes, int]:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT api_key_hash, api_key_hash_scheme FROM users WHERE id = %s", (user_id,)
+        ).fetchone()
+    assert row is not None
+    return bytes(row[0]), row[1]
+
+
+def test_keys_are_stored_as_a_keyed_hash(world, database_url):
+    user = world.user()
+    stored, scheme = _stored(database_url, user.user_id)
+    assert scheme == accounts.HASH_HMAC
+    expected = hmac.digest(API_KEY_SECRET.encode(), user.api_key.encode(), "sha256")
+    assert stored == expected
+    # Not the plain digest: a dump alone cannot be checked against guesses.
+    assert stored != hashlib.sha256(user.api_key.encode()).digest()
+
+
+def test_a_server_with_another_api_key_secret_refuses_the_key(start_server, world):
+    server = start_server(EVENTQ_API_KEY_SECRET="another-installation")
+    user = world.user()
+    response = _get(server, _basic(user.email, user.api_key))
+    assert response.status_code == 401
+    assert response.json()["code"] == "INVALID_API_KEY"
+
+
+def test_a_plain_sha256_row_works_once_and_is_rewritten_keyed(server, world, database_url):
+    """Rows written before migration 0004 keep working and are upgraded."""
+    user = world.user()
+    legacy = hashlib.sha256(user.api_key.encode()).digest()
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "UPDATE users SET api_key_hash = %s, api_key_hash_scheme = 1 WHERE id = %s",
+            (legacy, user.user_id),
+        )
+    assert _get(server, _basic(user.email, user.api_key)).status_code == 200
+    stored, scheme = _stored(database_url, user.user_id)
+    assert (stored, scheme) == (accounts.hash_api_key(user.api_key), accounts.HASH_HMAC)
+
+
+def test_the_api_key_secret_is_generated_once_per_installation(tmp_path):
+    env = {"EVENTQ_STATE_DIR": str(tmp_path)}
+    first = api_key_secret(env)
+    assert api_key_secret(env) == first
+    path = tmp_path / "api_key_secret"
+    assert path.read_text().strip().encode() == first
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert len(first) >= 40
+    assert api_key_secret({**env, "EVENTQ_API_KEY_SECRET": "set"}) == b"set"
