@@ -1,13 +1,15 @@
-"""Per-user rate limiting of the API (Zulip's `api_by_user`: 200 requests per
-60 s), in this process's memory.
+"""Per-key rate limiting (Zulip's `api_by_user`: 200 requests per 60 s), in
+this process's memory.
 
-A token bucket per user: `limit` tokens, refilled at `limit / window_secs`
-per second, one per request; a burst of `limit` requests is allowed, then
-one every `window_secs / limit` seconds. A refused request is answered 429
-`RATE_LIMIT_HIT` with `Retry-After` (reference 1.3). With several shards each
-counts what it serves; a user's event requests all end on their own shard.
-Memory is bounded by the users seen within a window: `forget_idle` (on every
-GC sweep) drops the buckets that have filled up again.
+A sliding window, counted the cheap way: per key, the requests of the
+current fixed window and of the one before; a request is allowed while
+`previous * (1 - elapsed / window) + current` is below the limit, so no
+60-second span holds much more than `limit` requests (the estimate assumes
+the previous window's requests were spread evenly), with three numbers per
+key. A refused request does not count. With several shards each counts what
+it serves; a user's event requests all end on their own shard. Memory is
+bounded by the keys seen within two windows: `forget_idle` (every GC sweep)
+drops the others.
 """
 
 from __future__ import annotations
@@ -18,51 +20,72 @@ log = logging.getLogger("eventq.ratelimit")
 
 
 class RateLimiter:
-    def __init__(self, limit: int, window_secs: float):
+    def __init__(self, limit: int, window_secs: float, what: str = "user"):
         self.limit = limit
         self.window_secs = window_secs
-        self.rate = limit / window_secs
-        # user id -> [tokens left, when they were counted]
-        self._buckets: dict[int, list[float]] = {}
-        # Users refused since their last allowed request (logged once).
-        self._limited: set[int] = set()
+        self.what = what  # for the log line: "user 7", "address 10.0.0.1"
+        # key -> [start of the current window, its count, the previous count]
+        self._windows: dict[object, list[float]] = {}
+        # Keys refused since their last allowed request (logged once).
+        self._limited: set[object] = set()
         self.refused = 0
 
     def __len__(self) -> int:
-        return len(self._buckets)
+        return len(self._windows)
 
-    def hit(self, user_id: int, now: float) -> float:
+    def _current(self, key: object, now: float) -> list[float]:
+        entry = self._windows.get(key)
+        if entry is None:
+            entry = self._windows[key] = [now, 0.0, 0.0]
+            return entry
+        passed = int((now - entry[0]) // self.window_secs)
+        if passed == 1:
+            entry[0] += self.window_secs
+            entry[1], entry[2] = 0.0, entry[1]
+        elif passed > 1:
+            entry[0] = now
+            entry[1] = entry[2] = 0.0
+        return entry
+
+    def hit(self, key: object, now: float) -> float:
         """Count a request; 0.0 if it may go on, else the seconds until one may."""
-        bucket = self._buckets.get(user_id)
-        if bucket is None:
-            self._buckets[user_id] = [self.limit - 1.0, now]
+        entry = self._current(key, now)
+        start, current, previous = entry
+        weight = 1.0 - (now - start) / self.window_secs
+        if previous * weight + current < self.limit:
+            entry[1] = current + 1
+            self._limited.discard(key)
             return 0.0
-        tokens = min(float(self.limit), bucket[0] + (now - bucket[1]) * self.rate)
-        bucket[1] = now
-        if tokens >= 1.0 - 1e-9:  # float refills land a hair short of a token
-            bucket[0] = max(0.0, tokens - 1.0)
-            self._limited.discard(user_id)
-            return 0.0
-        bucket[0] = tokens
         self.refused += 1
-        if user_id not in self._limited:  # once per episode, not per request
-            self._limited.add(user_id)
+        if key not in self._limited:  # once per episode, not per request
+            self._limited.add(key)
             log.info(
-                "user %d reached the rate limit (%d requests per %g s); refusing with 429",
-                user_id,
+                "%s %s reached the rate limit (%d requests per %g s); refusing with 429",
+                self.what,
+                key,
                 self.limit,
                 self.window_secs,
             )
-        return (1.0 - tokens) / self.rate
+        return self._wait(start, current, previous, now)
+
+    def _wait(self, start: float, current: float, previous: float, now: float) -> float:
+        """When `previous * weight + current < limit` holds again."""
+        window = self.window_secs
+        if current < self.limit:
+            # Within this window, once enough of the previous one has slid out.
+            at = start + window * (1.0 - (self.limit - current) / previous)
+        else:
+            # In the next window, once enough of this one has slid out.
+            at = start + window + window * (1.0 - self.limit / current)
+        # A hair past the boundary, where the estimate equals the limit.
+        return max(at - now, 0.0) + 1e-6
 
     def forget_idle(self, now: float) -> int:
-        """Drop the buckets that are full again; returns how many."""
+        """Drop the keys with no request for two windows; returns how many."""
         idle = [
-            user_id
-            for user_id, (tokens, when) in self._buckets.items()
-            if tokens + (now - when) * self.rate >= self.limit
+            key for key, entry in self._windows.items() if now - entry[0] >= 2 * self.window_secs
         ]
-        for user_id in idle:
-            del self._buckets[user_id]
-            self._limited.discard(user_id)
+        for key in idle:
+            del self._windows[key]
+            self._limited.discard(key)
         return len(idle)
