@@ -77,6 +77,11 @@ class EventServer:
             self.rate_limiter = RateLimiter(
                 settings.rate_limit_requests, settings.rate_limit_window_secs
             )
+        self.auth_failures: RateLimiter | None = None
+        if settings.auth_failure_limit > 0:
+            self.auth_failures = RateLimiter(
+                settings.auth_failure_limit, settings.rate_limit_window_secs, "address"
+            )
         self.shared_secret = settings.load_shared_secret()
         # Read (or created) now, not on the loop at the first authentication.
         api_key_secret()
@@ -353,8 +358,9 @@ class EventServer:
     def collect_garbage(self) -> None:
         started = time.monotonic()
         collected = self.registry.collect_expired(self.clock())
-        if self.rate_limiter is not None:
-            self.rate_limiter.forget_idle(self.clock())
+        for limiter in (self.rate_limiter, self.auth_failures):
+            if limiter is not None:
+                limiter.forget_idle(self.clock())
         duration = time.monotonic() - started
         for observer in self.observers:
             observer.gc_ran(len(collected), duration)

@@ -32,6 +32,8 @@ from server.errors import BASIC_CHALLENGE, SESSION_CHALLENGE, ApiError
 # Background re-checks at once: a burst of stale entries must not take the
 # whole database pool from registers and actions.
 MAX_BACKGROUND_CHECKS = 4
+# Compared against when a key's id is unknown (see `_check`).
+_NO_HASH = bytes(32)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -186,9 +188,12 @@ class Authenticator:
             raise _unauthorized("Invalid API key", "INVALID_API_KEY")
         self.lookups += 1
         row = await self._lookup(api_key_id(api_key))
-        if row is None:
-            raise _unauthorized("Invalid API key", "INVALID_API_KEY")
         keyed = hash_api_key(api_key)
+        if row is None:
+            # As long as a wrong key of a known id: the answer's timing does
+            # not tell which ids exist.
+            hmac.compare_digest(keyed, _NO_HASH)
+            raise _unauthorized("Invalid API key", "INVALID_API_KEY")
         legacy = row.api_key_hash_scheme == HASH_SHA256
         expected = legacy_hash_api_key(api_key) if legacy else keyed
         if (

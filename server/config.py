@@ -97,6 +97,9 @@ class Settings:
     # Zulip's api_by_user: requests per window per user (0: no limit).
     rate_limit_requests: int = 200
     rate_limit_window_secs: float = 60.0
+    # Failed authentications per client address per window (0: no limit):
+    # each costs a database query.
+    auth_failure_limit: int = 50
     db_pool_min: int = 1
     db_pool_max: int = 10
     # How long a shutdown waits for requests in progress (register) to finish.
@@ -217,6 +220,9 @@ class Settings:
             auth_cache_secs=_number(env, "EVENTQ_AUTH_CACHE_SECS", 60.0),
             rate_limit_requests=_integer(
                 env, "EVENTQ_RATE_LIMIT_REQUESTS", cls.rate_limit_requests, minimum=0
+            ),
+            auth_failure_limit=_integer(
+                env, "EVENTQ_AUTH_FAILURE_LIMIT", cls.auth_failure_limit, minimum=0
             ),
             rate_limit_window_secs=_number(
                 env, "EVENTQ_RATE_LIMIT_WINDOW_SECS", cls.rate_limit_window_secs, minimum=0.001

@@ -47,6 +47,18 @@ class RateLimiter:
             entry[1] = entry[2] = 0.0
         return entry
 
+    def wait(self, key: object, now: float) -> float:
+        """Like `hit`, without counting a request: 0.0 if one would go on."""
+        entry = self._windows.get(key)
+        if entry is None:
+            return 0.0
+        start, current, previous = self._current(key, now)
+        if previous * (1.0 - (now - start) / self.window_secs) + current < self.limit:
+            self._limited.discard(key)
+            return 0.0
+        self._refuse(key)
+        return self._wait(start, current, previous, now)
+
     def hit(self, key: object, now: float) -> float:
         """Count a request; 0.0 if it may go on, else the seconds until one may."""
         entry = self._current(key, now)
@@ -56,6 +68,10 @@ class RateLimiter:
             entry[1] = current + 1
             self._limited.discard(key)
             return 0.0
+        self._refuse(key)
+        return self._wait(start, current, previous, now)
+
+    def _refuse(self, key: object) -> None:
         self.refused += 1
         if key not in self._limited:  # once per episode, not per request
             self._limited.add(key)
@@ -66,7 +82,6 @@ class RateLimiter:
                 self.limit,
                 self.window_secs,
             )
-        return self._wait(start, current, previous, now)
 
     def _wait(self, start: float, current: float, previous: float, now: float) -> float:
         """When `previous * weight + current < limit` holds again."""

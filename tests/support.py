@@ -129,6 +129,7 @@ class ServerProcess:
                 # Tests that poll fast (restarts, fan-outs) must not meet the
                 # per-user rate limit; its own tests set it.
                 "EVENTQ_RATE_LIMIT_REQUESTS": "100000",
+                "EVENTQ_AUTH_FAILURE_LIMIT": "100000",
                 "EVENTQ_GC_INTERVAL_SECS": "0.05",
                 "EVENTQ_SHUTDOWN_GRACE_SECS": "5",
             }

@@ -4,6 +4,7 @@ authentication, and the server's count of requests in progress."""
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 import re
 from collections.abc import Awaitable
@@ -170,15 +171,45 @@ class BaseHandler(tornado.web.RequestHandler):
                 raw.setdefault(name, []).extend(values)
         return Params(raw)
 
+    def client_address(self) -> str:
+        """Who is calling: the peer, or behind our own proxy (a loopback or
+        internal peer) the address nginx puts in X-Real-IP."""
+        peer = self.request.remote_ip or ""
+        forwarded = self.request.headers.get("X-Real-IP")
+        if forwarded:
+            shard_map = self.server.settings.sharding
+            try:
+                trusted = (
+                    shard_map.is_internal(peer)
+                    if shard_map is not None
+                    else ipaddress.ip_address(peer).is_loopback
+                )
+            except ValueError:
+                trusted = False
+            if trusted:
+                return forwarded
+        return peer
+
     async def authenticate(self) -> AuthUser:
         header = self.request.headers.get("Authorization")
         if self.json_api and header is None:
             raise not_logged_in()
+        failures = self.server.auth_failures
+        address = self.client_address()
+        if failures is not None and header is not None:
+            # Guessing keys: each wrong one costs a database query.
+            wait = failures.wait(address, self.server.clock())
+            if wait > 0.0:
+                raise rate_limited(wait)
         try:
             user = await self.server.auth.authenticate(header)
         except DatabaseUnavailable as exc:
             log.warning("authentication failed: %s", exc)
             raise database_unavailable() from exc
+        except ApiError as exc:
+            if exc.status_code == 401 and header is not None and failures is not None:
+                failures.hit(address, self.server.clock())
+            raise
         limiter = self.server.rate_limiter
         if limiter is not None:
             wait = limiter.hit(user.user_id, self.server.clock())

@@ -237,6 +237,7 @@ class ServerProcess:
                 # A benchmark user's ten clients re-poll many times a second:
                 # the capacity is measured, not the per-user rate limit.
                 "EVENTQ_RATE_LIMIT_REQUESTS": "0",
+                "EVENTQ_AUTH_FAILURE_LIMIT": "0",
                 # No broker unless the caller names one: notices come through
                 # /api/internal/notify_tornado, and a server started here must
                 # never consume the notify queue of the default vhost (that of

@@ -92,3 +92,29 @@ def test_requests_are_allowed_again_as_the_window_slides(start_server, world: Wo
         )
     finally:
         client.close()
+
+
+def test_guessing_keys_from_one_address_is_limited(start_server, world: World):
+    server: ServerProcess = start_server(EVENTQ_AUTH_FAILURE_LIMIT="10")
+    user = world.user()
+    wrong = (user.email, "x" * 32)
+    url = f"{server.url}/api/v1/events"
+    statuses = [
+        requests.get(url, params={"dont_block": "true"}, auth=wrong, timeout=10).status_code
+        for _ in range(10)
+    ]
+    assert statuses == [401] * 10
+    refused = requests.get(url, params={"dont_block": "true"}, auth=wrong, timeout=10)
+    assert refused.status_code == 429
+    assert refused.json()["code"] == "RATE_LIMIT_HIT"
+    # The right key from that address waits too; another address behind our
+    # own proxy (X-Real-IP from a loopback peer) does not.
+    right = (user.email, user.api_key)
+    blocked = requests.get(url, params={"dont_block": "true"}, auth=right, timeout=10)
+    assert blocked.status_code == 429
+    other = requests.get(
+        url, params={"dont_block": "true"}, auth=right, headers={"X-Real-IP": "192.0.2.7"},
+        timeout=10,
+    )  # fmt: skip
+    assert other.status_code == 200
+    assert "address 127.0.0.1 reached the rate limit (10 requests per 60 s)" in server.log()
