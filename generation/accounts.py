@@ -145,8 +145,9 @@ def create_user(
         with conn.transaction():  # a savepoint, as in create_realm
             row = conn.execute(
                 """
-                INSERT INTO users (realm_id, email, full_name, role, api_key_id, api_key_hash)
-                VALUES (%s, %s, %s, %s, %s, %s) RETURNING id
+                INSERT INTO users (realm_id, email, full_name, role, api_key_id, api_key_hash,
+                                   api_key_hash_scheme)
+                VALUES (%s, %s, %s, %s, %s, %s, 2) RETURNING id
                 """,
                 (
                     realm_id,

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
 from generation import sharding
+
+log = logging.getLogger("eventq.config")
 
 DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 DEFAULT_NOTIFY_URL = "http://127.0.0.1:9800/api/internal/notify_tornado"
@@ -61,15 +64,38 @@ def shared_secret(state_dir: Path, configured: str = "", *, create: bool = False
     return _create_secret(path)
 
 
+class SecretInvalid(ValueError):
+    """Raised by `api_key_secret` for a configured value that cannot be one."""
+
+
+# Shorter than this is a typo or a placeholder, not a key.
+MIN_SECRET_LENGTH = 16
+
+
 @functools.cache
 def _api_key_secret(configured: str, state_dir: Path) -> bytes:
     if configured:
+        if len(configured) < MIN_SECRET_LENGTH or configured.upper().startswith("CHANGE-ME"):
+            raise SecretInvalid(
+                f"EVENTQ_API_KEY_SECRET must be a random value of at least"
+                f" {MIN_SECRET_LENGTH} characters (`openssl rand -hex 32`)"
+            )
         return configured.encode()
     path = state_dir / "api_key_secret"
     try:
-        return path.read_text().strip().encode()
+        secret = path.read_text().strip()
     except FileNotFoundError:
-        return _create_secret(path).encode()
+        secret = _create_secret(path)
+        # Not silent: a second installation's secret makes every key of the
+        # first one fail, so whoever created it says where it is.
+        log.warning(
+            "generated a new API key secret in %s: the server and every `eventq user`"
+            " command must use this state directory, or all set EVENTQ_API_KEY_SECRET",
+            path,
+        )
+    if len(secret) < MIN_SECRET_LENGTH:
+        raise SecretInvalid(f"{path} holds no usable secret (empty or too short)")
+    return secret.encode()
 
 
 def api_key_secret(env: Mapping[str, str] | None = None) -> bytes:
@@ -87,7 +113,8 @@ def _create_secret(path: Path) -> str:
     wrote there first."""
     path.parent.mkdir(parents=True, exist_ok=True)
     secret = secrets.token_urlsafe(32)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    # Unique per process and call: two threads may create it at once.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(secret + "\n")

@@ -27,7 +27,7 @@ from generation import accounts, sharding
 from generation.actions import realm as realm_actions
 from generation.actions import users as user_actions
 from generation.actions.base import ActionContext, ActionError, EventSink
-from generation.config import ProducerConfig
+from generation.config import ProducerConfig, SecretInvalid
 from generation.errors import BadNotice
 from generation.notice import Notice
 from generation.send import PublishError, send_event
@@ -593,7 +593,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = Settings.from_env()
         return int(args.func(settings, args))
-    except ConfigError as exc:
+    except (ConfigError, SecretInvalid) as exc:
         print(f"eventq: configuration error: {exc}", file=sys.stderr)
         return 2
     except (

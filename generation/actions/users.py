@@ -319,8 +319,9 @@ async def _insert_user(
             async with ctx.conn.transaction():
                 cur = await ctx.conn.execute(
                     """
-                    INSERT INTO users (realm_id, email, full_name, role, api_key_id, api_key_hash)
-                    VALUES (%s, %s, %s, %s, %s, %s) RETURNING id
+                    INSERT INTO users (realm_id, email, full_name, role, api_key_id,
+                                       api_key_hash, api_key_hash_scheme)
+                    VALUES (%s, %s, %s, %s, %s, %s, 2) RETURNING id
                     """,
                     (realm_id, email, full_name, role, api_key_id(api_key), hash_api_key(api_key)),
                 )

@@ -79,7 +79,7 @@ import orjson
 import psycopg
 from psycopg import conninfo
 
-from generation.accounts import api_key_id, hash_api_key, new_api_key
+from generation.accounts import HASH_HMAC, api_key_id, hash_api_key, new_api_key
 from server.migrate import migrate
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -168,7 +168,8 @@ class Database:
             realm_id = self.realm_id = int(row[0])
             with conn.cursor() as cur:
                 copy_sql = (
-                    "COPY users (realm_id, email, full_name, role, api_key_id, api_key_hash)"
+                    "COPY users (realm_id, email, full_name, role, api_key_id, api_key_hash,"
+                    " api_key_hash_scheme)"
                     " FROM STDIN"
                 )
                 with cur.copy(copy_sql) as copy:
@@ -181,6 +182,7 @@ class Database:
                                 400,
                                 api_key_id(key),
                                 hash_api_key(key, API_KEY_SECRET.encode()),
+                                HASH_HMAC,
                             )
                         )
             ids: dict[str, int] = dict(conn.execute("SELECT email, id FROM users").fetchall())

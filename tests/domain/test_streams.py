@@ -570,8 +570,8 @@ def test_new_users_join_the_default_streams(domain):
         async with ctx.transaction():
             key = accounts.new_api_key()
             cur = await ctx.conn.execute(
-                "INSERT INTO users (realm_id, email, full_name, api_key_id, api_key_hash)"
-                " VALUES (%s, %s, 'Newcomer', %s, %s) RETURNING id",
+                "INSERT INTO users (realm_id, email, full_name, api_key_id, api_key_hash,"
+                " api_key_hash_scheme) VALUES (%s, %s, 'Newcomer', %s, %s, 2) RETURNING id",
                 (
                     domain.realm_id,
                     f"new{len(created)}@{domain.subdomain}.example",

@@ -7,11 +7,12 @@ import hashlib
 import hmac
 
 import psycopg
+import pytest
 import requests
 
 from generation import accounts
-from generation.config import api_key_secret
-from tests.support import API_KEY_SECRET, wait_for
+from generation.config import _api_key_secret, api_key_secret
+from tests.support import API_KEY_SECRET, run_eventq, wait_for
 
 
 def _get(server, authorization: str | None) -> requests.Response:
@@ -191,12 +192,22 @@ def test_a_plain_sha256_row_works_once_and_is_rewritten_keyed(server, world, dat
     assert (stored, scheme) == (accounts.hash_api_key(user.api_key), accounts.HASH_HMAC)
 
 
-def test_the_api_key_secret_is_generated_once_per_installation(tmp_path):
+def test_the_api_key_secret_is_generated_once_per_installation(tmp_path, caplog):
     env = {"EVENTQ_STATE_DIR": str(tmp_path)}
     first = api_key_secret(env)
-    assert api_key_secret(env) == first
     path = tmp_path / "api_key_secret"
+    assert f"generated a new API key secret in {path}" in caplog.text
+    _api_key_secret.cache_clear()  # read the file again, as another process would
+    assert api_key_secret(env) == first
     assert path.read_text().strip().encode() == first
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     assert len(first) >= 40
-    assert api_key_secret({**env, "EVENTQ_API_KEY_SECRET": "set"}) == b"set"
+    configured = "a-configured-secret-value"
+    assert api_key_secret({**env, "EVENTQ_API_KEY_SECRET": configured}) == configured.encode()
+
+
+@pytest.mark.parametrize("value", ["short", "CHANGE-ME-TOO", "change-me-please-really"])
+def test_a_placeholder_api_key_secret_is_refused(value, database_url):
+    done = run_eventq("serve", EVENTQ_API_KEY_SECRET=value, EVENTQ_DATABASE_URL=database_url)
+    assert done.returncode == 2
+    assert "EVENTQ_API_KEY_SECRET must be a random value of at least 16 characters" in (done.stderr)
