@@ -83,11 +83,12 @@ class Publisher:
             mandatory=True,
         )
 
-    def publish(self, queue: str, body: bytes) -> str:
-        """Publish `body` to the durable `queue`; returns the message id. A
-        retry after a lost confirmation may deliver twice: the consumer drops
-        the second copy by its message id."""
-        message_id = uuid.uuid4().hex
+    def publish(self, queue: str, body: bytes, message_id: str | None = None) -> str:
+        """Publish `body` to the durable `queue`; returns the message id (new
+        unless given). A retry after a lost confirmation may deliver twice:
+        the consumer drops the second copy by its message id; a caller that
+        retries a failed publish passes the same id for the same effect."""
+        message_id = message_id or uuid.uuid4().hex
         try:
             self._publish_once(queue, body, message_id)
         except pika.exceptions.AMQPError as first:

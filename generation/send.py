@@ -54,11 +54,11 @@ def prepare_notice(
     return notice, encode_notice(notice)
 
 
-def publish_encoded(body: bytes, config: ProducerConfig) -> None:
+def publish_encoded(body: bytes, config: ProducerConfig, notice_id: str | None = None) -> None:
     """Hand an encoded notice to the broker, or to the server without one."""
     if config.amqp_url:
         publisher.for_thread(config.amqp_url, config.confirm_timeout_secs).publish(
-            config.notify_queue, body
+            config.notify_queue, body, notice_id
         )
         return
     try:
@@ -77,7 +77,9 @@ def publish_encoded(body: bytes, config: ProducerConfig) -> None:
         raise PublishError(f"the server at {config.notify_url} is unreachable: {exc}") from exc
 
 
-def publish_notice(notice: Notice, body: bytes, config: ProducerConfig) -> None:
+def publish_notice(
+    notice: Notice, body: bytes, config: ProducerConfig, notice_id: str | None = None
+) -> None:
     """Publish a prepared notice (`body` is its wire form). With a sharding
     config, one notice per shard that holds some of its users (every shard of
     the realm for a public channel message, every shard for a deactivation),
@@ -89,7 +91,7 @@ def publish_notice(notice: Notice, body: bytes, config: ProducerConfig) -> None:
     except ShardingError as exc:
         raise PublishError(str(exc)) from None
     if shard_map is None:
-        publish_encoded(body, config)
+        publish_encoded(body, config, notice_id)
         return
     parts = shard_map.split(notice.realm_id, notice.users, reach_of(notice.event))
     failed: list[str] = []
@@ -98,7 +100,7 @@ def publish_notice(notice: Notice, body: bytes, config: ProducerConfig) -> None:
             body if len(parts) == 1 else encode_notice(Notice(notice.event, users, notice.realm_id))
         )
         try:
-            publish_encoded(part, config.for_shard(shard_map.shards[name]))
+            publish_encoded(part, config.for_shard(shard_map.shards[name]), notice_id)
         except PublishError as exc:
             failed.append(f"shard {name}: {exc}")
     if failed:
@@ -114,12 +116,20 @@ def send_event(
     users: Sequence[object],
     *,
     config: ProducerConfig | None = None,
+    notice_id: str | None = None,
 ) -> None:
     """Deliver `event` to the queues of `users` (ids, or dicts with "id" and
     that user's own data, such as `flags`). Choosing the users is the caller's
-    job: sending a private event to a whole realm is a security bug."""
+    job: sending a private event to a whole realm is a security bug.
+
+    `notice_id` makes a retry safe: a caller that got `PublishError` and sends
+    the same notice again with the same id has it delivered at most once, even
+    if the broker did keep the first try (through RabbitMQ; the consumer
+    remembers recent ids)."""
+    if notice_id is not None and not (isinstance(notice_id, str) and 0 < len(notice_id) <= 200):
+        raise BadNotice("notice_id must be a string of 1 to 200 characters")
     notice, body = prepare_notice(realm_id, event, users)
-    publish_notice(notice, body, config or ProducerConfig.from_env())
+    publish_notice(notice, body, config or ProducerConfig.from_env(), notice_id)
 
 
 # connection -> stack of callback lists, one per open `transaction` block.

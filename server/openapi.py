@@ -146,12 +146,14 @@ def document() -> dict[str, Any]:
         "additionalProperties": False,
     }
     components["RegisterResponse"] = register_response_schema(components)
-    string_list = {"type": "array", "items": {"type": "string"}}
+    # JSON null means "not given" for lists and objects, as in Zulip (whose
+    # parameters are `Json[list[str]] | None`); not for booleans and integers.
+    string_list = {"type": ["array", "null"], "items": {"type": "string"}}
     queue_params = [
         _json_param("event_types", string_list, "Only these event types (default: all)"),
         _json_param(
             "narrow",
-            {"type": "array", "items": {"type": "array", "items": {"type": "string"}}},
+            {"type": ["array", "null"], "items": {"type": "array", "items": {"type": "string"}}},
             "[operator, operand] pairs filtering message events",
         ),
         _json_param("all_public_streams", {"type": "boolean"}, "Also every public channel"),
@@ -189,7 +191,7 @@ def document() -> dict[str, Any]:
                         _json_param(
                             "client_capabilities",
                             {
-                                "type": "object",
+                                "type": ["object", "null"],
                                 "required": ["notification_settings_null"],
                                 "additionalProperties": {"type": "boolean"},
                             },

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,6 +150,7 @@ class Load:
     count: int = 0
     sending: bool = False
     publish_errors: int = 0
+    run: str = field(default_factory=lambda: uuid.uuid4().hex)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -162,19 +164,24 @@ class Load:
             while not self._stop.is_set():
                 self.sending = True
                 try:
+                    # The same notice id on every try: a publish the broker
+                    # kept without confirming is not delivered twice.
                     send_event(
                         self.realm_id,
                         {"type": "load", "n": self.count},
                         self.users,
                         config=self.config,
+                        notice_id=f"{self.run}-{self.count}",
                     )
                 except PublishError:
+                    self.sending = False
                     self.publish_errors += 1
                     self._stop.wait(0.2)
                     continue
-                finally:
-                    self.sending = False
+                # Counted before `sending` drops: a watcher registering in
+                # between must not take this event as one it is owed.
                 self.count += 1
+                self.sending = False
                 self._stop.wait(1.0 / self.per_sec)
         finally:
             close_for_thread()

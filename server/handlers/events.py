@@ -70,6 +70,9 @@ class EventsHandler(BaseHandler):
         # client must re-register, not retry (as it would on BAD_REQUEST).
         queue_id = params.string("queue_id", max_length=1000)
         dont_block = params.boolean("dont_block", False)
+        # Validated even where unused (a new queue): a malformed value is a
+        # client bug to report, as Zulip does.
+        last_event_id = params.integer("last_event_id")
         if queue_id is None:
             if not dont_block:
                 raise ApiError("Missing 'queue_id' argument")
@@ -78,7 +81,6 @@ class EventsHandler(BaseHandler):
             server.observe_registered(client, 0.0)
             self._respond(client, [], "empty", 0.0, client.queue_id)
             return
-        last_event_id = params.integer("last_event_id")
         if last_event_id is None:
             raise ApiError("Missing 'last_event_id' argument")
         client = self.queue_for(queue_id, user)

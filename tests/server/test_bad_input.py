@@ -176,3 +176,12 @@ def test_an_oversized_chunked_body_is_a_json_413(loaded):
     assert response.status_code == 413
     assert response.json()["code"] == "REQUEST_TOO_LARGE"
     _unchanged(client, queue_id)
+
+
+def test_a_malformed_last_event_id_is_refused_even_when_a_queue_is_created(api):
+    """Found by schemathesis: the implicit registration ignored it."""
+    client = api()
+    response = client.get_events(dont_block=True, last_event_id="[1]")
+    assert response.status_code == 400
+    assert response.json()["msg"] == "last_event_id is not an integer"
+    assert client.server.user_queues(client.user.user_id) == []
