@@ -10,11 +10,15 @@ against it.
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any, Literal, NotRequired, TypedDict
+
+import tornado.web
 
 from apply_events.sections import SECTIONS
 from generation.events import CATALOGUE
 from generation.schema import JsonSchema, schema_of
+from server.handlers.domain import ROUTES as DOMAIN_ROUTES
 from server.version import EVENTQ_VERSION, ZULIP_FEATURE_LEVEL
 
 OPENAPI_VERSION = "3.1.0"
@@ -114,6 +118,55 @@ def _responses(ok: str, errors: str = "ErrorResponse") -> JsonSchema:
     }
 
 
+# A domain endpoint's success: the envelope, plus what the endpoint returns.
+_DOMAIN_SUCCESS: JsonSchema = {
+    "type": "object",
+    "properties": {"result": {"enum": ["success"]}, "msg": {"type": "string"}},
+    "required": ["result", "msg"],
+}
+_PATH_ID = re.compile(r"\(\[0-9\]\+\)")
+_METHODS = ("get", "post", "patch", "delete")
+
+
+def domain_paths(routes: list[tuple[str, Any]]) -> dict[str, JsonSchema]:
+    """The domain endpoints (messages, streams, users) from their routes:
+    each method a handler defines, its id in the path, the errors every
+    endpoint may answer. Their parameters are described by their handlers'
+    docstrings (the `summary`); requests are form-encoded as Zulip's."""
+    paths: dict[str, JsonSchema] = {}
+    for pattern, handler in routes:
+        # Every route has at most one id in its path.
+        path = "/api/v1/" + _PATH_ID.sub("{id}", pattern)
+        parameters = [
+            {
+                "name": name,
+                "in": "path",
+                "required": True,
+                "schema": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+            }
+            for name in re.findall(r"\{(\w+)\}", path)
+        ]
+        summary = (handler.__doc__ or handler.__name__).strip().splitlines()[0]
+        operations: dict[str, JsonSchema] = {}
+        for method in _METHODS:
+            defined = getattr(handler, method) is not getattr(tornado.web.RequestHandler, method)
+            if defined and method.upper() in handler.SUPPORTED_METHODS:
+                responses = _responses("DomainSuccess")
+                responses["403"] = {
+                    "description": "Not allowed to the user",
+                    **responses["400"],
+                }
+                responses["404"] = {"description": "No such object", **responses["400"]}
+                operations[method] = {
+                    "summary": summary,
+                    "parameters": parameters,
+                    "responses": responses,
+                }
+        if operations:
+            paths[path] = operations
+    return paths
+
+
 def register_response_schema(components: dict[str, JsonSchema]) -> JsonSchema:
     schema = schema_of(_RegisterBase, None)
     for section in SECTIONS:
@@ -146,6 +199,7 @@ def document() -> dict[str, Any]:
         "additionalProperties": False,
     }
     components["RegisterResponse"] = register_response_schema(components)
+    components["DomainSuccess"] = _DOMAIN_SUCCESS
     # JSON null means "not given" for lists and objects, as in Zulip (whose
     # parameters are `Json[list[str]] | None`); not for booleans and integers.
     string_list = {"type": ["array", "null"], "items": {"type": "string"}}
@@ -231,6 +285,7 @@ def document() -> dict[str, Any]:
                     "responses": _responses("ServerSettingsResponse"),
                 }
             },
+            **domain_paths(DOMAIN_ROUTES),
         },
     }
 

@@ -1,5 +1,6 @@
 """schemathesis against the running server, driven by its OpenAPI document
-(issue 7): generated requests to every documented operation, and every check
+(issue 7): generated requests to every documented operation (the events API,
+and every domain endpoint from its route), and every check
 but one: no 5xx, every response (status, headers, body) as documented,
 schema-violating requests refused; and ours, that a request answered with an
 error changed none of the user's queues (tests/server/schemathesis_hooks.py).
@@ -65,6 +66,7 @@ def test_generated_requests_find_no_server_error_and_no_undocumented_response(
         env=env,
     )
     assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-2000:]
+    print(done.stdout[done.stdout.find("API Operations:") :])  # shown with -s
     assert " 0 generated" not in done.stdout
     # The server stayed healthy and logged no error of its own.
     assert server.stats()["in_flight"] == 1  # only this stats request
