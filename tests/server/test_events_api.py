@@ -372,3 +372,17 @@ def test_unread_flag_changes_collapse_into_one_event(api, server):
     # Once read, a later change of the same kind is a new event.
     server.notify(_flags("add", "read", [5], 4.0), user)
     assert [e["id"] for e in client.events(queue_id, 3)] == [4]
+
+
+def test_register_cannot_replay_another_users_queue(api, server):
+    """Register takes no queue id: one naming another user's queue gets a
+    fresh queue of its own, and none of the other queue's events."""
+    owner = api()
+    intruder = api(realm=None)
+    queue_id = owner.register()["queue_id"]
+    server.notify({"type": "secret", "n": 1}, [owner.user.user_id])
+    body = intruder.register(queue_id=queue_id, last_event_id=-1)
+    assert body["queue_id"] != queue_id
+    assert body["ignored_parameters_unsupported"] == ["last_event_id", "queue_id"]
+    assert intruder.events(body["queue_id"], -1) == []
+    assert [e["type"] for e in owner.events(queue_id, -1)] == ["secret"]
