@@ -3,7 +3,8 @@
 and every domain endpoint from its route), and every check
 but one: no 5xx, every response (status, headers, body) as documented,
 schema-violating requests refused; and ours, that a request answered with an
-error changed none of the user's queues (tests/server/schemathesis_hooks.py).
+error changed none of the user's queues and none of the realm's rows
+(tests/server/schemathesis_hooks.py).
 
 Excluded: `positive_data_acceptance`, which expects every schema-valid request
 to succeed; a made-up `queue_id` is schema-valid and is rightly refused with
@@ -27,7 +28,7 @@ from tests.support import REPO, SECRET, ServerProcess, World
 
 
 def test_generated_requests_find_no_server_error_and_no_undocumented_response(
-    start_server, world: World
+    start_server, world: World, database_url: str
 ):
     # No GC sweep during the run: a generated lifespan of 1 s would otherwise
     # end a queue between two requests, and our check would blame the next.
@@ -55,6 +56,8 @@ def test_generated_requests_find_no_server_error_and_no_undocumented_response(
         "EVENTQ_ST_URL": server.url,
         "EVENTQ_ST_SECRET": SECRET,
         "EVENTQ_ST_USER_ID": str(user.user_id),
+        "EVENTQ_ST_REALM_ID": str(user.realm_id),
+        "EVENTQ_ST_DATABASE_URL": database_url,
     }
     done = subprocess.run(
         command,
