@@ -211,3 +211,13 @@ def test_a_placeholder_api_key_secret_is_refused(value, database_url):
     done = run_eventq("serve", EVENTQ_API_KEY_SECRET=value, EVENTQ_DATABASE_URL=database_url)
     assert done.returncode == 2
     assert "EVENTQ_API_KEY_SECRET must be a random value of at least 16 characters" in (done.stderr)
+
+
+def test_api_keys_never_reach_the_log(server, world):
+    user = world.user()
+    wrong = "y" * 32
+    assert _get(server, _basic(user.email, user.api_key)).status_code == 200
+    assert _get(server, _basic(user.email, wrong)).status_code == 401
+    log = server.log()  # at DEBUG: every request is logged
+    assert user.api_key not in log
+    assert wrong not in log

@@ -96,10 +96,13 @@ def test_a_private_stream_message_never_reaches_outsiders(apis, domain):
     hamlet, iago, othello = apis["hamlet"], apis["iago"], apis["othello"]
     outsider = hamlet.register(event_types=["message"])["queue_id"]
     watcher = hamlet.register(event_types=["message"], all_public_streams=True)["queue_id"]
+    narrowed = hamlet.register(event_types=["message"], narrow=[["stream", "Scotland"]])["queue_id"]
     member = othello.register(event_types=["message"])["queue_id"]
     secret = send_stream(iago, to="Scotland", content="secret")
     public = send_stream(iago, to="Verona", content="public")
     assert [e["message"]["id"] for e in othello.events(member, -1)] == [secret]
+    # A narrow to the private channel does not let an outsider hear it.
+    assert hamlet.events(narrowed, -1) == []
     # Hamlet is subscribed to Verona: his ordinary queue has it with its flags;
     # his all_public_streams queue too, and neither has Scotland's.
     assert [e["message"]["id"] for e in hamlet.events(outsider, -1)] == [public]
