@@ -59,3 +59,16 @@ def test_a_response_outside_the_document_is_caught():
     with pytest.raises(AssertionError, match="EventsResponse mismatch"):
         matches({"result": "success", "msg": "", "events": [{"type": "heartbeat"}]},
                 "EventsResponse")  # fmt: skip
+
+
+def test_every_declared_domain_parameter_belongs_to_an_operation():
+    """The parameter table cannot name a route or method that does not exist."""
+    from server.handlers.domain import ROUTES
+    from server.openapi import DOMAIN_PARAMS, document
+
+    routes = dict(ROUTES)
+    paths = document()["paths"]
+    for pattern, method in DOMAIN_PARAMS:
+        assert pattern in routes, pattern
+        path = "/api/v1/" + pattern.replace("([0-9]+)", "{id}")
+        assert method in paths[path], (pattern, method)
