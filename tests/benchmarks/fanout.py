@@ -1453,6 +1453,34 @@ def render(results: dict[str, Any]) -> str:
 # -- main -------------------------------------------------------------------
 
 
+async def fanout_and_throughput(
+    bench: Bench, sizes: list[int], into: dict[str, Any], profile: Path | None
+) -> None:
+    """The fan-out phase at each size (largest first), then throughput; their
+    figures go to `into` ("fanout", "throughput", "loop_lag") as each ends."""
+    args = bench.args
+    processes = len(bench.server.members)
+    where = f"{processes} shards, " if processes > 1 else ""
+    for size in sizes:
+        log(f"{where}fan-out to {size} clients: {args.warmup} warm-up + {args.rounds} rounds")
+        phase = await bench.phase_fanout(size)
+        into["loop_lag"][f"fan-out {size}"] = phase.pop("loop_lag")
+        into["fanout"][str(size)] = phase
+    into["fanout"] = dict(sorted(into["fanout"].items(), key=lambda kv: int(kv[0])))
+    size = min(args.throughput_clients, len(bench.clients))
+    log(
+        f"{where}throughput: {size} clients, {args.injectors} injectors x {args.pipeline}"
+        f" in flight per process, {args.duration:.0f} s"
+    )
+    throughput = await bench.phase_throughput(size, profile)
+    into["loop_lag"]["throughput"] = throughput.pop("loop_lag")
+    into["throughput"] = throughput
+    log(
+        f"  {throughput['events_per_sec']:,.0f} events/s,"
+        f" server {throughput['server_cpu_per_event_us']} us CPU per event"
+    )
+
+
 async def run_sharded(
     args: argparse.Namespace, group: ServerGroup, users: list[User], results: dict[str, Any]
 ) -> None:
@@ -1470,21 +1498,7 @@ async def run_sharded(
         await bench.wait_parked(target)
         gc.collect()
         gc.freeze()
-        for size in sizes:
-            log(f"{len(group.members)} shards, fan-out to {size} clients")
-            phase = await bench.phase_fanout(size)
-            sharded["loop_lag"][f"fan-out {size}"] = phase.pop("loop_lag")
-            sharded["fanout"][str(size)] = phase
-        sharded["fanout"] = dict(sorted(sharded["fanout"].items(), key=lambda kv: int(kv[0])))
-        size = min(args.throughput_clients, len(bench.clients))
-        log(f"{len(group.members)} shards, throughput: {size} clients")
-        throughput = await bench.phase_throughput(size, None)
-        sharded["loop_lag"]["throughput"] = throughput.pop("loop_lag")
-        sharded["throughput"] = throughput
-        log(
-            f"  {throughput['events_per_sec']:,.0f} events/s,"
-            f" server {throughput['server_cpu_per_event_us']} us CPU per event"
-        )
+        await fanout_and_throughput(bench, sizes, sharded, None)
     finally:
         sharded["counters"] = {
             "duplicate_ids": bench.duplicates,
@@ -1513,24 +1527,7 @@ async def run(
         gc.freeze()  # the generator's long-lived clients: no more GC scans of them
         available = len(bench.clients)
         sizes = sorted({min(size, available) for size in args.fanout_sizes}, reverse=True)
-        for size in sizes:
-            log(f"fan-out to {size} clients: {args.warmup} warm-up + {args.rounds} rounds")
-            phase = await bench.phase_fanout(size)
-            results["loop_lag"][f"fan-out {size}"] = phase.pop("loop_lag")
-            results["fanout"][str(size)] = phase
-        results["fanout"] = dict(sorted(results["fanout"].items(), key=lambda kv: int(kv[0])))
-        size = min(args.throughput_clients, available)
-        log(
-            f"throughput: {size} clients, {args.injectors} injectors x {args.pipeline} in flight,"
-            f" {args.duration:.0f} s"
-        )
-        throughput = await bench.phase_throughput(size, args.py_spy)
-        results["loop_lag"]["throughput"] = throughput.pop("loop_lag")
-        results["throughput"] = throughput
-        log(
-            f"  {throughput['events_per_sec']:,.0f} events/s,"
-            f" server {throughput['server_cpu_per_event_us']} us CPU per event"
-        )
+        await fanout_and_throughput(bench, sizes, results, args.py_spy)
     finally:
         results["counters"] = {
             "responses": bench.responses,
