@@ -194,10 +194,11 @@ class BaseHandler(tornado.web.RequestHandler):
         header = self.request.headers.get("Authorization")
         if self.json_api and header is None:
             raise not_logged_in()
-        failures = self.server.auth_failures
-        address = self.client_address()
-        if failures is not None and header is not None:
+        failures = self.server.auth_failures if header is not None else None
+        address = ""
+        if failures is not None:
             # Guessing keys: each wrong one costs a database query.
+            address = self.client_address()
             wait = failures.wait(address, self.server.clock())
             if wait > 0.0:
                 raise rate_limited(wait)
@@ -207,7 +208,7 @@ class BaseHandler(tornado.web.RequestHandler):
             log.warning("authentication failed: %s", exc)
             raise database_unavailable() from exc
         except ApiError as exc:
-            if exc.status_code == 401 and header is not None and failures is not None:
+            if exc.status_code == 401 and failures is not None:
                 failures.hit(address, self.server.clock())
             raise
         limiter = self.server.rate_limiter
