@@ -1,12 +1,16 @@
 """`eventq db migrate`: apply the SQL files of deploy/migrations once each, in
-name order, each in its own transaction, recorded in `schema_migrations`."""
+name order, each in its own transaction, recorded in `schema_migrations`.
+
+The files are read as package resources of `server.migrations` (deploy/migrations
+in a checkout, inside the wheel when installed), so an installed package needs
+nothing from the checkout."""
 
 from __future__ import annotations
 
 import hashlib
 import importlib.resources
 import logging
-from pathlib import Path
+from importlib.resources.abc import Traversable
 
 import psycopg
 
@@ -21,32 +25,31 @@ class MigrationError(RuntimeError):
     """Raised by `migrate` when the migrations cannot be found or one fails."""
 
 
-def migrations_dir() -> Path:
-    """deploy/migrations of a source checkout, else the copy in the wheel."""
-    checkout = Path(__file__).resolve().parent.parent / "deploy" / "migrations"
-    if checkout.is_dir():
-        return checkout
+def migration_files() -> list[Traversable]:
+    """The SQL migrations shipped with this version, in name order.
+
+    Raises MigrationError when the package holds none (a broken install)."""
     try:
-        packaged = importlib.resources.files("server.migrations")
+        package = importlib.resources.files("server.migrations")
     except ModuleNotFoundError:
-        raise MigrationError("no migrations found (neither deploy/ nor the package)") from None
-    return Path(str(packaged))
+        raise MigrationError("the package server.migrations is not installed") from None
+    files = sorted(
+        (entry for entry in package.iterdir() if entry.name.endswith(".sql")),
+        key=lambda entry: entry.name,
+    )
+    if not files:
+        raise MigrationError(f"no migrations in the package server.migrations ({package})")
+    return files
 
 
-def latest_migration(directory: Path | None = None) -> str:
+def latest_migration() -> str:
     """The name of the newest migration shipped with this version."""
-    files = sorted((directory or migrations_dir()).glob("*.sql"))
-    if not files:
-        raise MigrationError("no migrations found")
-    return files[-1].name
+    return migration_files()[-1].name
 
 
-def migrate(database_url: str, directory: Path | None = None) -> list[str]:
+def migrate(database_url: str) -> list[str]:
     """Apply every migration not yet applied; returns the names applied."""
-    directory = directory or migrations_dir()
-    files = sorted(directory.glob("*.sql"))
-    if not files:
-        raise MigrationError(f"no migrations in {directory}")
+    files = migration_files()
     done: list[str] = []
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
@@ -64,7 +67,7 @@ def migrate(database_url: str, directory: Path | None = None) -> list[str]:
                 conn.execute("SELECT name, sha256 FROM schema_migrations").fetchall()
             )
             for path in files:
-                sql = path.read_text()
+                sql = path.read_text(encoding="utf-8")
                 digest = hashlib.sha256(sql.encode()).hexdigest()
                 if path.name in applied:
                     if applied[path.name] != digest:
