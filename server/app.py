@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import tornado.httpserver
 import tornado.netutil
 import tornado.web
 from tornado.ioloop import PeriodicCallback
@@ -38,6 +37,7 @@ from server.config import Settings
 from server.consumer import NoticeConsumer
 from server.db import Database
 from server.deliverylog import DeliveryLog
+from server.httpserver import EventHTTPServer, Refusals
 from server.longpoll import heartbeat_delay
 from server.looplag import LoopLagMonitor
 from server.metrics import make_metrics
@@ -95,7 +95,10 @@ class EventServer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._gc: PeriodicCallback | None = None
-        self._http: tornado.httpserver.HTTPServer | None = None
+        self._http: EventHTTPServer | None = None
+        # Requests whose head cannot be served (too large, not HTTP) are
+        # answered, counted and closed here (server/httpserver.py).
+        self.refusals = Refusals(settings.max_header_bytes)
         self.port: int | None = None
         # Told of every delivery, poll, register and queue end (server/observe.py).
         self.observers: list[Observer] = []
@@ -182,11 +185,12 @@ class EventServer:
             )
         self._gc = PeriodicCallback(self.collect_garbage, self.settings.gc_interval_secs * 1000)
         self._gc.start()
-        self._http = tornado.httpserver.HTTPServer(
+        self._http = EventHTTPServer(
             make_application(self),
             # The handlers enforce their own (smaller) limits with a JSON 413;
             # this is the hard cap for a body without a Content-Length.
             max_body_size=self.settings.max_internal_request_bytes,
+            refusals=self.refusals,
             idle_connection_timeout=3600,
         )
         self._http.add_sockets(sockets)
@@ -229,6 +233,7 @@ class EventServer:
         await self.save_queues()
         if self._http is not None:
             await self._http.close_all_connections()
+        await self.refusals.close()
         # Last: every response and queue end is in the log by now.
         if self.delivery_log is not None:
             await self.delivery_log.stop()

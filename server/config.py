@@ -91,6 +91,10 @@ class Settings:
     # long narrow); internal notices can carry thousands of users.
     max_request_bytes: int = 1024 * 1024
     max_internal_request_bytes: int = 64 * 1024 * 1024
+    # A request head (request line and headers) past this gets 414 or 431
+    # (server/httpserver.py). 64 KiB is Tornado's default; nginx's is 32 KiB
+    # (4 buffers of 8 KiB), and no Zulip client sends more than a few KiB.
+    max_header_bytes: int = 64 * 1024
     # An authenticated user is trusted this long before the database is asked
     # again: a deactivation takes effect within this time.
     auth_cache_secs: float = 60.0
@@ -216,6 +220,9 @@ class Settings:
             max_request_bytes=_integer(env, "EVENTQ_MAX_REQUEST_BYTES", cls.max_request_bytes),
             max_internal_request_bytes=_integer(
                 env, "EVENTQ_MAX_INTERNAL_REQUEST_BYTES", cls.max_internal_request_bytes
+            ),
+            max_header_bytes=_integer(
+                env, "EVENTQ_MAX_HEADER_BYTES", cls.max_header_bytes, minimum=1024
             ),
             auth_cache_secs=_number(env, "EVENTQ_AUTH_CACHE_SECS", 60.0),
             rate_limit_requests=_integer(

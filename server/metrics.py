@@ -203,6 +203,15 @@ class ServerState(Collector):
                 "Requests refused with 429 RATE_LIMIT_HIT",
                 value=limiter.refused,
             )
+        refused = CounterMetricFamily(
+            "eventq_requests_refused",
+            "Requests answered and closed before routing: 400 not HTTP, 414 request line"
+            " too long, 431 headers too large",
+            labels=["status"],
+        )
+        for status, count in sorted(server.refusals.counts.items()):
+            refused.add_metric([str(status)], count)
+        yield refused
         yield from self._consumer()
         yield from self._delivery_log()
 

@@ -105,8 +105,10 @@ def _responses(ok: str, errors: str = "ErrorResponse") -> JsonSchema:
         "400": {"description": "Bad request (see `code`)", **error},
         "401": {"description": "Not authenticated", **error},
         "413": {"description": "Request body too large (REQUEST_TOO_LARGE)", **error},
+        "414": {"description": "Request line past the head limit (URI_TOO_LONG)", **error},
         "415": {"description": "Body not form-encoded (UNSUPPORTED_MEDIA_TYPE)", **error},
         "429": {"description": "Rate limit hit (RATE_LIMIT_HIT); see Retry-After", **error},
+        "431": {"description": "Request head past the limit (HEADERS_TOO_LARGE)", **error},
         "502": {
             "description": "The shard holding the queue is unavailable (SHARD_UNAVAILABLE)",
             **error,
