@@ -22,6 +22,17 @@ if TYPE_CHECKING:
 
 access_log = logging.getLogger("eventq.access")
 
+# A URL in the access log is cut here: a request head may be 64 KiB, and a
+# log line that long is noise an operator scrolls past (and can hide the next).
+LOGGED_URI_CHARS = 300
+
+
+def logged_uri(uri: str) -> str:
+    """`uri` as the access log shows it: cut at LOGGED_URI_CHARS, saying so."""
+    if len(uri) <= LOGGED_URI_CHARS:
+        return uri
+    return f"{uri[:LOGGED_URI_CHARS]}... ({len(uri)} characters)"
+
 
 def _log_request(handler: tornado.web.RequestHandler) -> None:
     """Successes at DEBUG (a busy shard answers hundreds of polls a second),
@@ -35,7 +46,7 @@ def _log_request(handler: tornado.web.RequestHandler) -> None:
             "%d %s %s (%s) %.1fms",
             status,
             request.method,
-            request.uri,
+            logged_uri(request.uri or ""),
             request.remote_ip,
             1000.0 * request.request_time(),
         )

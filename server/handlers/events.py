@@ -14,6 +14,9 @@ from server.longpoll import ParkedRequest
 from server.options import implicit_options
 from server.responses import events_body
 
+# Longer than any id we issue, yet short enough for a log line.
+MAX_QUEUE_ID = 1000
+
 log = logging.getLogger("eventq.events")
 
 _ALLOW = "OPTIONS, GET, DELETE"
@@ -56,7 +59,9 @@ class EventsHandler(BaseHandler):
             await self._get(user)
         except (ApiError, QueueError) as exc:
             code = exc.code if isinstance(exc, ApiError) else from_queue_error(exc).code
-            queue_id = self.request.query_arguments.get("queue_id", [b""])[-1]
+            # As sent, so that the log shows what clients ask for; cut at the
+            # longest a queue id may be.
+            queue_id = self.request.query_arguments.get("queue_id", [b""])[-1][:MAX_QUEUE_ID]
             self.server.observe_poll_failed(
                 user.user_id, user.realm_id, queue_id.decode("utf-8", "replace") or None, code
             )
@@ -68,7 +73,7 @@ class EventsHandler(BaseHandler):
         registry = server.registry
         # Longer than any id we issue is still just an unknown queue: the
         # client must re-register, not retry (as it would on BAD_REQUEST).
-        queue_id = params.string("queue_id", max_length=1000)
+        queue_id = params.string("queue_id", max_length=MAX_QUEUE_ID)
         dont_block = params.boolean("dont_block", False)
         # Validated even where unused (a new queue): a malformed value is a
         # client bug to report, as Zulip does.
@@ -157,7 +162,7 @@ class EventsHandler(BaseHandler):
         if await self.served_elsewhere(user):
             return
         params = self.params()
-        queue_id = params.required_string("queue_id", max_length=1000)
+        queue_id = params.required_string("queue_id", max_length=MAX_QUEUE_ID)
         self.queue_for(queue_id, user)  # logs another user's id
         self.server.registry.delete(queue_id, user.user_id, self.server.clock())
         self.write_success()
