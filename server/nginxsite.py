@@ -29,6 +29,21 @@ UNAVAILABLE_BODY = (
     '{"result":"error","msg":"The server is restarting; try again shortly",'
     '"code":"SHARD_UNAVAILABLE"}'
 )
+# nginx's own refusals of a request it will not pass on, as the API's JSON
+# errors with the codes a shard gives for the same request
+# (server/httpserver.py, handlers/base.py): nginx status -> (status, code, msg).
+# 494 is nginx's internal "request header too large" (a header line past a
+# buffer of large_client_header_buffers), which it would send as 400.
+REFUSED_PREFIX = "/eventq-refused/"
+# 404: an internal location (X-Accel-Redirect's, these) asked for from outside.
+REFUSALS = {
+    400: (400, "BAD_REQUEST", "Malformed HTTP request"),
+    404: (404, "NOT_FOUND", "Invalid API path"),
+    413: (413, "REQUEST_TOO_LARGE", "Request body too large"),
+    414: (414, "URI_TOO_LONG", "Request URI too long"),
+    494: (431, "HEADERS_TOO_LARGE", "Request headers too large"),
+    505: (505, "BAD_REQUEST", "HTTP version not supported"),
+}
 
 
 def shard_upstream(name: str) -> str:
@@ -62,6 +77,29 @@ def _headers(*, accel: bool) -> list[str]:
 
 def _location(match: str, body: list[str]) -> list[str]:
     return [f"    location {match} {{", *(f"        {line}" for line in body), "    }", ""]
+
+
+def _refusal_pages() -> list[str]:
+    """error_page locations giving nginx's own refusals as JSON errors (only
+    for responses nginx makes: a shard's answers pass through as they are)."""
+    lines = [
+        "    # Requests nginx refuses itself (a head past its buffers, a body past",
+        "    # client_max_body_size, a request that is not HTTP): the API's JSON error.",
+    ]
+    # URIs, not named locations: nginx cannot redirect a request whose
+    # request line it could not read to a named location ("empty URI").
+    for status, (answer, code, msg) in REFUSALS.items():
+        body = f'{{"result":"error","msg":"{msg}","code":"{code}"}}'
+        lines += [
+            # "=status": else nginx answers a 494 as 400, whatever we return.
+            f"    error_page {status} ={answer} {REFUSED_PREFIX}{status};",
+            f"    location = {REFUSED_PREFIX}{status} {{",
+            "        internal;",
+            "        default_type application/json;",
+            f"        return {answer} '{body}';",
+            "    }",
+        ]
+    return [*lines, ""]
 
 
 def render(
@@ -123,6 +161,9 @@ def render(
         f"        return 502 '{UNAVAILABLE_BODY}';",
         "    }",
         "",
+    ]
+    lines += _refusal_pages()
+    lines += [
         "    # The long poll; a shard may hand a GET to its owner (X-Accel-Redirect).",
     ]
     lines += _location(

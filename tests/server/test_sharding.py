@@ -399,3 +399,44 @@ def test_a_forwarded_post_with_expect_100_continue(cluster: Cluster, realms: Rea
         auth=(user.email, user.api_key),
         timeout=10,
     ).raise_for_status()
+
+
+def _raw_exchange(port: int, data: bytes) -> tuple[int, bytes, bytes]:
+    """Send `data` on a new connection; (status, head, body) once it closes."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(data)
+        received = b""
+        while chunk := conn.recv(65536):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), head, body
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "code"),
+    [
+        (b"GET /api/v1/events?queue_id=" + b"q" * 100_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414,
+         "URI_TOO_LONG"),
+        (b"GET /api/v1/server_settings HTTP/1.1\r\nHost: x\r\nX-Big: " + b"h" * 20_000
+         + b"\r\n\r\n", 431, "HEADERS_TOO_LARGE"),
+        (b"HELLO\r\n\r\n", 400, "BAD_REQUEST"),
+        (b"POST /api/v1/register HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+         b"Content-Length: 5000000\r\n\r\n", 413, "REQUEST_TOO_LARGE"),
+        (b"GET /internal/eventq/a/api/v1/events HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+         404, "NOT_FOUND"),
+    ],
+    ids=["long-url", "long-header", "not-http", "large-body", "internal-location"],
+)  # fmt: skip
+def test_what_nginx_refuses_itself_is_the_api_json_error(
+    cluster: Cluster, request_bytes: bytes, status: int, code: str
+):
+    assert cluster.nginx is not None
+    port = int(cluster.nginx.url.rsplit(":", 1)[1])
+    got, head, body = _raw_exchange(port, request_bytes)
+    assert got == status, head
+    assert b"Content-Type: application/json" in head
+    answer = json.loads(body)
+    assert answer["result"] == "error"
+    assert answer["code"] == code
