@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import uuid
 
 import requests
 
-from tests.support import Api, run_eventq
+from tests.support import REPO, Api, run_eventq
 
 
 def eventq(database_url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -119,3 +120,22 @@ def test_users_created_by_the_cli_can_use_the_api_class(database_url, server, wo
     client = Api(server, user)
     assert client.register()["queue_id"]
     client.close()
+
+
+def test_analytics_without_java_says_what_to_install(tmp_path):
+    # A PATH with this Python and nothing else: no `java`.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    environ = {"PATH": str(bin_dir), "EVENTQ_STATE_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "server", "analytics", "run", "--logs", str(tmp_path),
+         "--out", str(tmp_path / "out")],
+        cwd=REPO, env=environ, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "eventq: the analytics jobs run Spark, which needs Java 17 or 21: install it"
+        " (Debian: apt install openjdk-17-jre-headless) or set JAVA_HOME"
+    )
+    assert not (tmp_path / "out").exists()
