@@ -251,6 +251,18 @@ ensure_nginx() {
     command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || die "nginx: not installed"
 }
 
+# --- systemd-analyze (the tests verify the units in deploy/systemd) ----------
+
+ensure_systemd_analyze() {
+    if command -v systemd-analyze >/dev/null; then
+        say "systemd-analyze: installed"
+        return
+    fi
+    # The package only: nothing is started on a machine whose init is not systemd.
+    apt_install systemd
+    command -v systemd-analyze >/dev/null || die "systemd-analyze: not installed"
+}
+
 # --- Python -----------------------------------------------------------------
 
 python_ok() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }
