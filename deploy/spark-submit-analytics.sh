@@ -30,7 +30,8 @@
 #   configuration's spark.pyspark.python (spark-defaults.conf), else the driver's. Set one
 #   when the executors' hosts have their Python at another path; a PYSPARK_PYTHON not found
 #   on this host is assumed to exist on theirs.
-# - Zips the `analytics` package (only it: it imports nothing else of ours) into a temporary
+# - Zips the `analytics` package the driver's Python imports (only it: it imports nothing else
+#   of ours; an installed eventq's, or this checkout's through .venv) into a temporary
 #   directory, checks the job's arguments with the package's own parser and that --logs holds
 #   a delivery log and --out can be written, then submits in client deploy mode a driver that
 #   runs `python -m analytics` with the zip on --py-files, so that executors on other hosts
@@ -196,7 +197,12 @@ else
         "it (Python $driver_version, as the driver)"
 fi
 
-[[ -f $REPO/analytics/__init__.py ]] || die "no analytics package in $REPO"
+# The package the driver's Python imports (an installed eventq, or this checkout's through
+# the editable .venv): the executors get the very code the driver runs.
+package_dir="$("$driver_python" -P -c \
+    'import analytics, os; print(os.path.dirname(analytics.__file__))' 2>/dev/null)" ||
+    die "the driver's Python '$driver_python' cannot import the analytics package;" \
+        "install eventq with its analytics extra into it (pip install 'eventq[analytics]')"
 
 # --- package, check, submit ---------------------------------------------------------------------
 
@@ -209,7 +215,7 @@ zip="$tmp/analytics.zip"
 driver="$tmp/eventq_analytics_driver.py"
 
 # The package's files, without __pycache__ (stale or another Python's).
-"$driver_python" -P - "$REPO/analytics" "$zip" <<'PY'
+"$driver_python" -P - "$package_dir" "$zip" <<'PY'
 import sys
 import zipfile
 from pathlib import Path

@@ -173,3 +173,26 @@ def test_without_spark_submit_it_says_where_it_looked(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "error: spark-submit not found: set SPARK_HOME" in result.stderr
+
+
+def test_a_driver_python_without_the_package_is_refused_before_submitting(
+    tmp_path: Path,
+) -> None:
+    # The machine's own Python, outside any virtual environment: no eventq there.
+    bare = subprocess.run(
+        [sys.executable, "-c", "import sys; print(sys._base_executable)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    env = environment(tmp_path)
+    env["PYSPARK_DRIVER_PYTHON"] = bare
+    result = wrapper(
+        "--master", "local[1]", "--", "run", "--logs", str(tmp_path), "--out", str(tmp_path / "o"),
+        env=env,
+        timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"spark-submit-analytics: error: the driver's Python '{bare}' cannot import the analytics"
+        " package; install eventq with its analytics extra into it (pip install"
+        " 'eventq[analytics]')"
+    )
