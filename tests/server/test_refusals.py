@@ -74,6 +74,25 @@ def test_a_url_past_the_head_limit_gets_414_json_and_one_log_line(api, server):
     assert client.register()["queue_id"]
 
 
+def test_the_access_log_cuts_a_long_url(api, server):
+    """Within the head limit a long URL is served (here refused by the
+    handler); its log line keeps the first 300 characters and says how long
+    it was."""
+    client = api()
+    response = client.get_events(queue_id="z" * 5000, last_event_id=-1)
+    assert response.status_code == 400
+    line = wait_for(
+        lambda: re.search(r"^.*400 GET /api/v1/events\?queue_id=z+\.\.\. \(\d+ characters\).*$",
+                          server.log(), re.M),
+        what="the access log line",
+    ).group(0)  # fmt: skip
+    assert "z" * 301 not in line
+    assert (
+        f"({len('/api/v1/events?queue_id=') + 5000 + len('&last_event_id=-1')} characters)" in line
+    )
+    assert "z" * 1001 not in server.log()
+
+
 def test_headers_past_the_head_limit_get_431_json(api, server):
     client = api()
     before = refused_total(server, 431)
