@@ -68,6 +68,20 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "c
         time.sleep(0.01)
 
 
+def raw_exchange(port: int, data: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send `data` as it is on a new connection to 127.0.0.1:`port` and read
+    until the server closes it: (status, headers by lowercase name, body)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(data)
+        received = b""
+        while chunk := conn.recv(65536):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    return int(status_line.split()[1]), headers, body
+
+
 def run_eventq(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """`eventq ARGS` (as `python -m server`) with this environment minus every
     EVENTQ_* variable, plus `env`; never raises on a non-zero exit."""

@@ -16,20 +16,7 @@ import requests
 import tornado.web
 
 from server.httpserver import EventHTTPServer, Refusals
-from tests.support import wait_for
-
-
-def exchange(port: int, data: bytes) -> tuple[int, dict[str, str], bytes]:
-    """Send `data` on a new connection and read until the server closes it."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
-        conn.sendall(data)
-        received = b""
-        while chunk := conn.recv(65536):
-            received += chunk
-    head, _, body = received.partition(b"\r\n\r\n")
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
-    return int(status_line.split()[1]), headers, body
+from tests.support import raw_exchange, wait_for
 
 
 def refusal_lines(log: str) -> list[str]:
@@ -138,7 +125,7 @@ def test_headers_past_the_head_limit_get_431_json(api, server):
 )
 def test_a_head_that_is_not_http_gets_400_json(server, head):
     before_lines = len(refusal_lines(server.log()))
-    status, headers, body = exchange(server.port, head)
+    status, headers, body = raw_exchange(server.port, head)
     assert status == 400
     assert headers["content-type"] == "application/json"
     assert headers["connection"] == "close"
@@ -159,8 +146,8 @@ def test_a_head_that_is_not_http_gets_400_json(server, head):
 
 
 def test_a_valid_request_after_a_refused_one_on_another_connection_is_served(server):
-    exchange(server.port, b"HELLO\r\n\r\n")
-    status, _, body = exchange(
+    raw_exchange(server.port, b"HELLO\r\n\r\n")
+    status, _, body = raw_exchange(
         server.port,
         b"GET /api/v1/server_settings HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     )
@@ -225,11 +212,11 @@ def test_the_head_limit_is_the_whole_head_and_414_is_for_the_request_line(small_
     # Just under the limit: served.
     fits = request_head(500, 2048 - 500 - 80)
     assert len(fits) <= 2048
-    assert exchange(port, fits)[0] == 200
+    assert raw_exchange(port, fits)[0] == 200
     # Over it by headers, with a short request line: 431.
-    assert exchange(port, request_head(10, 4000))[0] == 431
+    assert raw_exchange(port, request_head(10, 4000))[0] == 431
     # A request line that alone does not fit: 414, whatever follows.
-    assert exchange(port, request_head(3000, 10))[0] == 414
+    assert raw_exchange(port, request_head(3000, 10))[0] == 414
     # A head that never ends (no blank line) is refused at the limit, not
     # waited on: the client is still connected and sending.
     with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
@@ -241,7 +228,7 @@ def test_the_head_limit_is_the_whole_head_and_414_is_for_the_request_line(small_
 
 def test_a_chunked_body_with_an_endless_chunk_size_line_is_400_not_431(small_head_server):
     port, refusals = small_head_server["port"], small_head_server["refusals"]
-    status, _, body = exchange(
+    status, _, body = raw_exchange(
         port,
         b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + b"f" * 200 + b"\r\n",
     )

@@ -19,7 +19,7 @@ from generation.send import send_event
 from generation.sharding import load
 from server import nginxsite
 from tests.shards import Cluster, Entry, Nginx, connect, free_ports, running
-from tests.support import SECRET, Listener, World, wait_for
+from tests.support import SECRET, Listener, World, raw_exchange, wait_for
 
 ENTRIES = ("a", "b", "nginx")
 
@@ -401,19 +401,6 @@ def test_a_forwarded_post_with_expect_100_continue(cluster: Cluster, realms: Rea
     ).raise_for_status()
 
 
-def _raw_exchange(port: int, data: bytes) -> tuple[int, bytes, bytes]:
-    """Send `data` on a new connection; (status, head, body) once it closes."""
-    import socket
-
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
-        conn.sendall(data)
-        received = b""
-        while chunk := conn.recv(65536):
-            received += chunk
-    head, _, body = received.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), head, body
-
-
 @pytest.mark.parametrize(
     ("request_bytes", "status", "code"),
     [
@@ -434,9 +421,9 @@ def test_what_nginx_refuses_itself_is_the_api_json_error(
 ):
     assert cluster.nginx is not None
     port = int(cluster.nginx.url.rsplit(":", 1)[1])
-    got, head, body = _raw_exchange(port, request_bytes)
-    assert got == status, head
-    assert b"Content-Type: application/json" in head
+    got, headers, body = raw_exchange(port, request_bytes)
+    assert got == status, (headers, body)
+    assert headers["content-type"] == "application/json"
     answer = json.loads(body)
     assert answer["result"] == "error"
     assert answer["code"] == code
