@@ -238,3 +238,17 @@ def test_a_chunked_body_with_an_endless_chunk_size_line_is_400_not_431(small_hea
         "Malformed HTTP request: malformed chunked body (a chunk-size line over 64 bytes)"
     )
     assert refusals.counts == {400: 1, 414: 0, 431: 0}
+
+
+def test_past_the_lingering_limit_a_refusal_is_still_sent(small_head_server, monkeypatch):
+    """A flood of bad requests cannot hold sockets: past MAX_LINGERING the
+    answer is sent at once (a small one always fits the socket's buffer) and
+    the socket closed without draining."""
+    from server import httpserver
+
+    monkeypatch.setattr(httpserver, "MAX_LINGERING", 0)
+    port, refusals = small_head_server["port"], small_head_server["refusals"]
+    status, headers, _ = raw_exchange(port, request_head(3000, 10))
+    assert status == 414
+    assert headers["connection"] == "close"
+    assert refusals.counts[414] == 1
