@@ -1,8 +1,9 @@
 """`python -m analytics run --logs DIR --out DIR [--since ISO] [--until ISO] [--master URL]
 [--incremental] [--top N]` (also `eventq analytics run ...`).
 
-Prints the console summary on stdout; exits 1 with a message on stderr when
-there is nothing to read or the arguments are wrong.
+Prints the console summary on stdout, and on stderr a progress line per
+chunk of hours when the run has more than one (progress.py); exits 1 with a
+message on stderr when there is nothing to read or the arguments are wrong.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from analytics import job, session
 from analytics.errors import AnalyticsError, BadArguments
+from analytics.progress import Progress
 
 
 def _moment(text: str) -> dt.datetime:
@@ -80,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         planned = job.plan(options)  # a wrong --logs fails before the JVM starts
         spark = session.build_session(args.master)
         try:
-            result = job.run(spark, options, planned)
+            result = job.run(spark, options, planned, Progress(sys.stderr))
         finally:
             spark.stop()
     except AnalyticsError as exc:

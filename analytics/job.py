@@ -1,110 +1,43 @@
-"""One analytics run: extract the selected hours, transform, load, report.
+"""One analytics run: extract the selected hours, pre-aggregate, build the
+tables, load, report.
 
-Order of work (every step reads the previous step's stored output, so a
-full run and an incremental one compute the overall tables the same way):
+Order of work (the overall tables are always computed from the stored
+hourly ones, so a full run and an incremental one agree row for row):
 
-1. base hourly tables from the log records of the hours to process;
-2. derived hourly tables (percentiles, rankings, imbalance) from the stored
-   base tables of those hours;
+1. the hours to process, in chunks of whole hours (CHUNK_BYTES of Parquet
+   each): per chunk, one Spark query reads the chunk's records once and
+   folds them into the pre-aggregate (transforms.py); the driver collects it
+   (Arrow) and builds the chunk's hourly tables, base and derived
+   (tables.py), staged under `--out/.tmp`;
+2. the staged hours moved into place;
 3. overall tables from all stored base hourly tables (merge, then derive);
 4. the state file, the report and the console summary.
+
+Spark runs one query per chunk and nothing else: every table is written
+from the driver (load.py). Each Spark job costs a start-up of its own (in a
+new JVM, its generated code compiled and warmed up), which is what made a
+run over a few records take 30 s when every table was a Spark job.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
-from analytics import extract, load, report, state, transforms
+from analytics import extract, histogram, load, report, state, tables, transforms
 from analytics.errors import NoDeliveryLogs
+from analytics.progress import Progress
 
-Transform = Callable[[DataFrame], DataFrame]
-
-
-@dataclass(frozen=True)
-class BaseTable:
-    """An hourly table computed from log records, and how it merges over hours."""
-
-    name: str
-    hourly: Transform
-    merge: Transform
-    order: list[str]
-    # Whether the merged table is stored under overall/ too; the histograms
-    # and activity tables are stored per hour only, their overall form is
-    # what the derived tables (latency, busiest_*) show.
-    overall: bool = True
-
-
-BASE_TABLES = (
-    BaseTable(
-        "histograms",
-        transforms.histograms,
-        transforms.merge_histograms,
-        ["measure", "dimension", "key", "bucket"],
-        overall=False,
-    ),
-    BaseTable("volumes", transforms.volumes, transforms.merge_volumes, ["dimension", "key"]),
-    BaseTable(
-        "user_activity",
-        transforms.user_activity,
-        transforms.merge_user_activity,
-        ["realm_id", "user_id"],
-        overall=False,
-    ),
-    BaseTable(
-        "queue_activity",
-        transforms.queue_activity,
-        transforms.merge_queue_activity,
-        transforms.QUEUE_KEYS,
-        overall=False,
-    ),
-    BaseTable("poll_outcomes", transforms.poll_outcomes, transforms.merge_poll_outcomes, []),
-    BaseTable("queue_lifecycle", transforms.queue_lifecycle, transforms.merge_queue_lifecycle, []),
-    BaseTable("shard_load", transforms.shard_load, transforms.merge_shard_load, ["shard"]),
-)
-
-
-@dataclass(frozen=True)
-class DerivedTable:
-    """A table computed from one base table, hourly and overall alike."""
-
-    name: str
-    source: str
-    derive: Callable[[DataFrame, int], DataFrame]
-    order: list[str]
-
-
-DERIVED_TABLES = (
-    DerivedTable(
-        "latency",
-        "histograms",
-        lambda frame, _top: transforms.distributions(frame),
-        ["measure", "dimension", "key"],
-    ),
-    DerivedTable(
-        "busiest_users",
-        "user_activity",
-        lambda frame, top: transforms.busiest(frame, ["realm_id", "user_id"], top),
-        ["rank"],
-    ),
-    DerivedTable(
-        "busiest_queues",
-        "queue_activity",
-        lambda frame, top: transforms.busiest(frame, transforms.QUEUE_KEYS, top),
-        ["rank"],
-    ),
-    DerivedTable(
-        "shard_imbalance",
-        "shard_load",
-        lambda frame, _top: transforms.shard_imbalance(frame),
-        [],
-    ),
-)
+# Parquet bytes per chunk of hours (at least one hour per chunk). A chunk is
+# one Spark query; per chunk the driver holds its pre-aggregate, whose size
+# follows the queues and keys of its hours, not their records.
+CHUNK_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -117,6 +50,8 @@ class Options:
     until: dt.datetime | None = None
     incremental: bool = False
     top: int = 20
+    # Parquet bytes per chunk of hours (tests set it low to run in chunks).
+    chunk_bytes: int = CHUNK_BYTES
 
 
 @dataclass(frozen=True)
@@ -126,7 +61,8 @@ class Result:
     processed: list[extract.Hour]
     selected: list[extract.Hour]
     summary: report.Summary
-    # step ("hourly histograms", "overall latency", "report", ...) -> wall seconds
+    # step ("read and pre-aggregate": what the driver waited for Spark,
+    # "hourly tables", "overall tables", "report") -> wall seconds
     timings: dict[str, float]
 
 
@@ -160,57 +96,96 @@ def plan(options: Options) -> Plan:
     return Plan(partitions, selected, done)
 
 
-def run(spark: SparkSession, options: Options, planned: Plan | None = None) -> Result:
+def chunks(
+    hours: Sequence[extract.Hour],
+    files: Mapping[extract.Hour, extract.FileSizes],
+    limit: int = CHUNK_BYTES,
+) -> list[list[extract.Hour]]:
+    """`hours` in order, cut into runs of consecutive hours whose files add
+    up to at most `limit` bytes (an hour larger than that is a chunk alone)."""
+    cut: list[list[extract.Hour]] = []
+    size = 0
+    for hour in hours:
+        hour_size = sum(files[hour].values())
+        if not cut or size + hour_size > limit:
+            cut.append([])
+            size = 0
+        cut[-1].append(hour)
+        size += hour_size
+    return cut
+
+
+def run(
+    spark: SparkSession,
+    options: Options,
+    planned: Plan | None = None,
+    progress: Progress | None = None,
+) -> Result:
     """Run the job in `spark` (`planned`: `plan(options)` if already made);
-    the caller owns the session. Raises what `plan` raises."""
+    the caller owns the session. `progress`, if given, hears of each chunk.
+    Raises what `plan` raises."""
     out = options.out
     planned = planned or plan(options)
     partitions, selected, done = planned.partitions, planned.selected, planned.done
     load.clear_scratch(out)
     todo = [h for h in selected if done.get(h.key) != partitions[h]]
     scope = todo if options.incremental else None
-
-    records = extract.read_records(spark, options.logs, todo)
-    schemas = {t.name: t.hourly(records).schema for t in BASE_TABLES}
-    timings: dict[str, float] = {}
+    bound = histogram.upper_bounds(spark)
+    timings = dict.fromkeys(("read and pre-aggregate", "hourly tables"), 0.0)
     clock = time.perf_counter()
 
     def lap(step: str) -> None:
         nonlocal clock
         now = time.perf_counter()
-        timings[step] = now - clock
+        timings[step] = timings.get(step, 0.0) + now - clock
         clock = now
 
-    if todo:
-        # Each base table scans the Parquet files itself, reading only its
-        # columns. Caching the records for all of them cost more than it
-        # saved: over 10 million records, 18 s to fill the cache, and an
-        # aggregation over the cache took as long as over the files.
-        for table in BASE_TABLES:
-            load.write_hourly(table.hourly(records), out, table.name, table.order, scope)
-            lap(f"hourly {table.name}")
-        for derived in DERIVED_TABLES:
-            source = load.read_hourly(spark, out, derived.source, schemas[derived.source], scope)
-            frame = derived.derive(source, options.top)
-            load.write_hourly(frame, out, derived.name, derived.order, scope)
-            lap(f"hourly {derived.name}")
+    hourly = [*tables.BASE, *tables.DERIVED]
+    stages = {name: load.HourlyStage(out, name) for name in hourly} if todo else {}
+    pending = chunks(todo, partitions, options.chunk_bytes)
+    if progress is not None:
+        progress.started(len(todo), len(pending))
 
-    merged = {
-        t.name: t.merge(load.read_hourly(spark, out, t.name, schemas[t.name], None))
-        for t in BASE_TABLES
-    }
-    for table in BASE_TABLES:
-        if table.overall:
-            load.write_overall(merged[table.name], out, table.name, table.order)
-            lap(f"overall {table.name}")
-    for derived in DERIVED_TABLES:
-        frame = derived.derive(merged[derived.source], options.top)
-        load.write_overall(frame, out, derived.name, derived.order)
-        lap(f"overall {derived.name}")
+    def preaggregate(chunk: list[extract.Hour]) -> tables.Table:
+        records = extract.read_records(spark, options.logs, chunk)
+        return transforms.preaggregate(records).toArrow()
+
+    # Spark pre-aggregates the next chunk while the driver builds the tables
+    # of this one (the driver's thread only waits on Spark's socket).
+    with ThreadPoolExecutor(1, thread_name_prefix="analytics-preaggregate") as spark_side:
+        ahead = spark_side.submit(preaggregate, pending[0]) if pending else None
+        for index, chunk in enumerate(pending):
+            assert ahead is not None
+            pieces = ahead.result()
+            ahead = (
+                spark_side.submit(preaggregate, pending[index + 1])
+                if index + 1 < len(pending)
+                else None
+            )
+            lap("read and pre-aggregate")
+            base = {name: build(pieces) for name, build in tables.BASE.items()}
+            derived = {
+                name: table.derive(base[table.source], options.top, bound)
+                for name, table in tables.DERIVED.items()
+            }
+            for name, table in {**base, **derived}.items():
+                stages[name].add(table)
+            lap("hourly tables")
+            if progress is not None:
+                progress.chunk_done(len(chunk), tables.records(pieces))
+    for stage in stages.values():
+        stage.commit(scope)
+
+    merged = {name: tables.merge(name, load.read_hourly(out, name)) for name in tables.BASE}
+    for name in tables.OVERALL_BASE:
+        load.write_overall(merged[name], out, name)
+    for name, table in tables.DERIVED.items():
+        load.write_overall(table.derive(merged[table.source], options.top, bound), out, name)
+    lap("overall tables")
 
     processed = dict(done)
     processed.update(extract.partition_files({h: partitions[h] for h in todo}))
     state.save_state(out, processed)
-    summary = report.write_report(spark, out)
+    summary = report.write_report(out)
     lap("report")
     return Result(processed=todo, selected=selected, summary=summary, timings=timings)

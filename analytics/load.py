@@ -1,13 +1,13 @@
-"""Writing and reading back the output tables under --out.
+"""Writing and reading back the output tables under --out, from the driver.
 
 Layout: `<out>/hourly/<table>/date=YYYY-MM-DD/hour=H/part-00000.parquet` and
-`<out>/overall/<table>/part-00000.parquet`. Each file's rows are sorted by the
-table's key and files get fixed names, so the same input gives the same
-rows in the same files (and, within one JVM, the same bytes: parquet-mr
-orders some footer lists by identity hash codes). Spark writes into
-`<out>/.tmp/` first; only complete output is moved into place by renames,
-so a crashed run leaves the previous table (or, at worst between two
-renames, no table), never half of one.
+`<out>/overall/<table>/part-00000.parquet` (zstd), the layout Spark's
+partitioned writes left before the tables were written from the driver.
+Each file's rows are sorted by the table's keys (tables.SHAPES) and files
+have fixed names, so the same input gives the same bytes. Tables are written
+under `<out>/.tmp/` first; only complete output is moved into place by
+renames, so a crashed run leaves the previous table (or, at worst between
+two renames, no table), never half of one.
 """
 
 from __future__ import annotations
@@ -16,30 +16,27 @@ import shutil
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
-from analytics.extract import Hour, select_hours, uri
+from analytics.extract import Hour
+from analytics.tables import HOUR, HOUR_FIELDS, SHAPES
 
 HOURLY = "hourly"
 OVERALL = "overall"
 TMP = ".tmp"
+PART = "part-00000.parquet"
+# The codec Spark was configured with (session.COMMON_CONFIG) when it wrote them.
+COMPRESSION = "zstd"
+
+Table = Any  # pyarrow.Table
 
 
 def _scratch(out: Path, name: str) -> Path:
     return out / TMP / f"{name}-{uuid.uuid4().hex}"
-
-
-def _tidy(directory: Path) -> None:
-    """Drop Spark's markers and checksums; name part files part-00000.parquet, ... in order."""
-    for marker in [*directory.rglob("_*"), *directory.rglob(".*.crc")]:
-        if marker.is_file():
-            marker.unlink()
-    for folder in sorted({p.parent for p in directory.rglob("part-*")}):
-        # Spark names them part-<task>-<job uuid>...: sorting keeps task order.
-        for index, part in enumerate(sorted(folder.glob("part-*"))):
-            part.rename(folder / f"part-{index:05d}.parquet")
 
 
 def _replace(target: Path, replacement: Path | None) -> None:
@@ -53,49 +50,66 @@ def _replace(target: Path, replacement: Path | None) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def write_overall(frame: DataFrame, out: Path, table: str, order: list[str]) -> None:
-    """Replace `<out>/overall/<table>` with `frame`, one file sorted by `order`."""
-    scratch = _scratch(out, table)
-    # repartition, not coalesce: coalesce(1) would run the aggregation that
-    # feeds it in one task too (10 s instead of 1.5 s for busiest_queues over
-    # 10 million records); the shuffle of a small result costs milliseconds.
-    single = frame.repartition(1)
-    (single.sortWithinPartitions(*order) if order else single).write.parquet(uri(scratch))
-    _tidy(scratch)
-    _replace(out / OVERALL / table, scratch)
+def _write(table: Table, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, compression=COMPRESSION)
+
+
+def _partition(hour: Hour) -> Path:
+    return Path(f"date={hour.date}") / f"hour={hour.hour}"
+
+
+def write_overall(table: Table, out: Path, name: str) -> None:
+    """Replace `<out>/overall/<name>` with `table` (tables.SHAPES[name]'s
+    columns, rows in order), one file."""
+    scratch = _scratch(out, name)
+    _write(table, scratch / PART)
+    _replace(out / OVERALL / name, scratch)
     _clean(out)
 
 
-def write_hourly(
-    frame: DataFrame, out: Path, table: str, order: list[str], hours: Iterable[Hour] | None
-) -> None:
-    """Write `frame` (with `date`, `hour`) as one file per hour, sorted by `order`.
+class HourlyStage:
+    """An hourly table being written: hours are added chunk by chunk under
+    `<out>/.tmp/`, then `commit` moves them into place at once."""
 
-    `hours` None replaces the whole table; otherwise only those hours'
-    partitions are replaced (an hour without rows in `frame` is removed) and
-    the others are left as they are.
-    """
-    scratch = _scratch(out, table)
-    # All rows of an hour to one task, hours spread over the tasks: one file
-    # per hour, written in parallel (coalesce(1) ran the whole aggregation
-    # in one task: queue_activity over 10 million records took 18 s).
-    (
-        frame.repartition("date", "hour")
-        .sortWithinPartitions("date", "hour", *order)
-        .write.partitionBy("date", "hour")
-        .parquet(uri(scratch))
-    )
-    _tidy(scratch)
-    target = out / HOURLY / table
-    if hours is None:
-        _replace(target, scratch)
-    else:
-        for h in sorted(set(hours)):
-            relative = Path(f"date={h.date}") / f"hour={h.hour}"
-            written = scratch / relative
-            _replace(target / relative, written if written.is_dir() else None)
-        shutil.rmtree(scratch)
-    _clean(out)
+    def __init__(self, out: Path, name: str):
+        self.out = out
+        self.name = name
+        # Holds only complete hour files; moved away (emptied) by commit.
+        self.directory = _scratch(out, name)
+        self.directory.mkdir(parents=True)
+
+    def add(self, table: Table) -> None:
+        """Write `table`'s rows (`date`, `hour` first, sorted by hour then
+        key, as tables.py builds them) as one file per hour, without the
+        `date` and `hour` columns: those are the directory names. An hour
+        without rows gets no directory."""
+        if table.num_rows == 0:
+            return
+        hours = list(zip(table.column("date").to_pylist(), table.column("hour").to_pylist(),
+                         strict=True))  # fmt: skip
+        rows = table.drop_columns(HOUR)
+        assert hours == sorted(hours), "rows come hour by hour"
+        start = 0
+        for index in range(1, len(hours) + 1):
+            if index == len(hours) or hours[index] != hours[start]:
+                path = self.directory / _partition(Hour(*hours[start])) / PART
+                _write(rows.slice(start, index - start), path)
+                start = index
+
+    def commit(self, hours: Iterable[Hour] | None) -> None:
+        """`hours` None: the table becomes what was added. Otherwise only those
+        hours' partitions are replaced (an hour added without rows is removed)
+        and the others are left as they are."""
+        target = self.out / HOURLY / self.name
+        if hours is None:
+            _replace(target, self.directory)
+        else:
+            for hour in sorted(set(hours)):
+                written = self.directory / _partition(hour)
+                _replace(target / _partition(hour), written if written.is_dir() else None)
+            shutil.rmtree(self.directory)
+        _clean(self.out)
 
 
 def _clean(out: Path) -> None:
@@ -104,22 +118,22 @@ def _clean(out: Path) -> None:
         scratch.rmdir()
 
 
-def read_hourly(
-    spark: SparkSession, out: Path, table: str, schema: StructType, hours: Iterable[Hour] | None
-) -> DataFrame:
-    """An hourly table as written (all hours, or only `hours`), in `schema`'s columns."""
-    path = out / HOURLY / table
+def read_hourly(out: Path, name: str) -> Table:
+    """Every stored hour of hourly table `name`: `date`, `hour` (from the
+    directory names), then its columns; rows in no particular order."""
+    target = SHAPES[name].schema([])
+    full = pa.schema([*HOUR_FIELDS, *target])
+    path = out / HOURLY / name
     if not any(path.rglob("*.parquet")):
-        return spark.createDataFrame([], schema)
-    frame = spark.read.schema(schema).option("basePath", uri(path)).parquet(uri(path))
-    if hours is not None:
-        frame = select_hours(frame, hours)
-    return frame.select(*schema.fieldNames())
+        return full.empty_table()
+    partitioning = ds.partitioning(pa.schema(HOUR_FIELDS), flavor="hive")
+    dataset = ds.dataset(path, schema=full, format="parquet", partitioning=partitioning)
+    return dataset.to_table(columns=full.names)
 
 
-def read_overall(spark: SparkSession, out: Path, table: str) -> DataFrame:
+def read_overall(out: Path, name: str) -> Table:
     """An overall table as written."""
-    return spark.read.parquet(uri(out / OVERALL / table))
+    return pq.read_table(out / OVERALL / name / PART)
 
 
 def clear_scratch(out: Path) -> None:

@@ -21,11 +21,8 @@ from typing import Any
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from pyspark.sql import Column, SparkSession
-from pyspark.sql import functions as F
 
 from analytics import load, schema
-from analytics.extract import uri
 
 REPORT_DIR = "report"
 ENQUEUED = "enqueued_latency"
@@ -55,10 +52,6 @@ class Summary:
     lines: list[str] = field(default_factory=list)
 
 
-def _rows(frame: Any) -> list[Row]:
-    return [row.asDict() for row in frame.collect()]
-
-
 def _one(rows: list[Row]) -> Row:
     return rows[0] if rows else {}
 
@@ -71,41 +64,54 @@ def _pct(share: float | None) -> str:
     return "-" if share is None else f"{share * 100:.1f} %"
 
 
-def collect(spark: SparkSession, out: Path) -> dict[str, list[Row]]:
+def _sorted(rows: list[Row], *keys: str, descending: Sequence[str] = ()) -> list[Row]:
+    """`rows` ordered as Spark's orderBy orders them: ascending with nulls
+    first, except `descending` keys (numbers, never null here)."""
+
+    def key(row: Row) -> tuple[Any, ...]:
+        parts: list[Any] = []
+        for name in keys:
+            value = row[name]
+            if name in descending:
+                parts.append(-value)
+            else:
+                parts += [value is not None, value]
+        return tuple(parts)
+
+    return sorted(rows, key=key)
+
+
+def collect(out: Path) -> dict[str, list[Row]]:
     """The rows the report shows, sorted (they are small: per key or per hour)."""
 
-    def overall(table: str, *order: str | Column) -> list[Row]:
-        frame = load.read_overall(spark, out, table)
-        return _rows(frame.orderBy(*order) if order else frame)
+    def overall(table: str) -> list[Row]:
+        rows: list[Row] = load.read_overall(out, table).to_pylist()
+        return rows
 
-    def hourly(table: str, *order: str) -> list[Row]:
-        frame = spark.read.parquet(uri(out / load.HOURLY / table))
-        frame = frame.select(
-            F.col("date").cast("string"), F.col("hour").cast("int"), *frame.columns[:-2]
-        )
-        return _rows(frame.orderBy("date", "hour", *order))
+    def hourly(table: str) -> list[Row]:
+        rows: list[Row] = load.read_hourly(out, table).to_pylist()
+        return rows
 
-    latency = load.read_overall(spark, out, "latency").where(
-        F.col("measure").isin(ENQUEUED, PUBLISHED, "queue_depth", "queue_lifetime")
-    )
-    hourly_latency = spark.read.parquet(uri(out / load.HOURLY / "latency")).where(
-        (F.col("dimension") == "all") & (F.col("measure") == ENQUEUED)
-    )
+    wanted = (ENQUEUED, PUBLISHED, "queue_depth", "queue_lifetime")
+    latency = [r for r in overall("latency") if r["measure"] in wanted]
+    hourly_latency = [
+        {"date": r["date"], "hour": r["hour"], "p50": r["p50"], "p95": r["p95"], "p99": r["p99"]}
+        for r in hourly("latency")
+        if r["dimension"] == "all" and r["measure"] == ENQUEUED
+    ]
     return {
         "polls": overall("poll_outcomes"),
         "lifecycle": overall("queue_lifecycle"),
         "imbalance": overall("shard_imbalance"),
-        "shards": overall("shard_load", "shard"),
-        "latency": _rows(latency.orderBy("measure", "dimension", "key")),
-        "volumes": overall("volumes", "dimension", F.col("deliveries").desc(), "key"),
-        "users": overall("busiest_users", "rank"),
-        "queues": overall("busiest_queues", "rank"),
-        "hourly_shards": hourly("shard_load", "shard"),
-        "hourly_latency": _rows(
-            hourly_latency.select(
-                F.col("date").cast("string"), F.col("hour").cast("int"), "p50", "p95", "p99"
-            ).orderBy("date", "hour")
+        "shards": _sorted(overall("shard_load"), "shard"),
+        "latency": _sorted(latency, "measure", "dimension", "key"),
+        "volumes": _sorted(
+            overall("volumes"), "dimension", "deliveries", "key", descending=["deliveries"]
         ),
+        "users": _sorted(overall("busiest_users"), "rank"),
+        "queues": _sorted(overall("busiest_queues"), "rank"),
+        "hourly_shards": _sorted(hourly("shard_load"), "date", "hour", "shard"),
+        "hourly_latency": _sorted(hourly_latency, "date", "hour"),
     }
 
 
@@ -330,9 +336,9 @@ def render(data: dict[str, list[Row]], summary: Summary, images: list[tuple[str,
     return "".join(parts)
 
 
-def write_report(spark: SparkSession, out: Path) -> Summary:
+def write_report(out: Path) -> Summary:
     """Render `<out>/report/` from the stored tables; returns the summary."""
-    data = collect(spark, out)
+    data = collect(out)
     summary = summarize(data)
     scratch = out / load.TMP / f"report-{uuid.uuid4().hex}"
     scratch.mkdir(parents=True)

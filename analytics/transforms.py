@@ -1,408 +1,214 @@
-"""Pure transforms: DataFrame -> DataFrame, no I/O, no Python UDFs.
+"""The one pass over the log: records -> the pre-aggregate every table is built from.
 
-Two layers (this is what makes `--incremental` exact):
+This is the only transform that reads records, so a run reads each hour of
+the log once. Every record becomes up to five rows, each of one *piece*, and
+one aggregation folds them all, per hour and piece and the piece's keys:
 
-- hourly transforms turn the records of some hours (extract.read_records)
-  into per-hour aggregates that are *mergeable*: integer counts and sums,
-  maxima, bucket counts (histogram.py). Each keeps `date`, `hour` first.
-- merge transforms sum those aggregates over all hours into the overall
-  tables; ranking and percentile transforms derive the readable tables from
-  either layer.
+- HISTOGRAM, one row per measure of a delivery (`enqueued_latency` = time -
+  enqueued_at and `published_latency` = time - published_at, in seconds;
+  `queue_depth`, in events) and per ended queue's lifetime
+  (`queue_lifetime`, seconds); a null value gives no row. Keys: `measure`
+  (its index in MEASURES), `bucket` (histogram.py), s1 the event type (the
+  end reason for a lifetime), s2 the client, s3 the shard (deliveries).
+  Sums: `records`, `sum_micro` (exact fixed-point sum), `max_value`.
+- ACTIVITY, one row per delivery, poll, register or end. Keys: s1 queue_id,
+  s2 client (null as "(none)"), l1 realm_id, l2 user_id. Sums:
+  `deliveries`, `polls`, `answered` (polls not refused), `registers`,
+  `queue_records` (what counts for the queue itself: deliveries, answered
+  polls, ends) and `max_depth`, the deepest backlog among those.
+- COUNT, one row per record. Keys: s1 kind, s2 shard, s3 the event type (a
+  delivery's), outcome (a poll's) or reason (an end's), s4 the client (a
+  delivery's) or error code (a poll's), l1 realm_id (a delivery's). Sums:
+  `records`, and `amount`: the response bytes of polls, the backlog of
+  ended queues.
 
-A full run and an incremental one both compute the overall tables from the
-stored hourly ones, so they agree row for row. Keys that are null in a record
-(a client the server could not name, ...) are grouped under "(none)".
+Keys are generic columns (s1..s4 strings, l1, l2 longs) shared by the
+pieces rather than one column per name: a narrower grouping key is a
+faster aggregation (over 2.9 million records, 14 s cold instead of 17 s).
+A key a piece does not use is null; tables.py names them again.
+
+Every row keeps `date`, `hour`. The result's size follows the queues, keys
+and buckets of the hours read, not their records (about 60,000 rows an
+hour for the benchmark's 400,000 records), so the driver collects it and
+builds the tables (tables.py). No Python UDFs: everything runs in the JVM.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from analytics import histogram, schema
 
 HOUR = ["date", "hour"]
+
+# Pieces (column `piece`).
+HISTOGRAM, ACTIVITY, COUNT = 0, 1, 2
+
+# Measures (column `measure` of histogram rows is the index here).
+DELIVERY_MEASURES = ("enqueued_latency", "published_latency", "queue_depth")
+LIFETIME = "queue_lifetime"
+MEASURES = (*DELIVERY_MEASURES, LIFETIME)
+
+# A key that is null in a record (a client the server could not name, ...)
+# is grouped under this name in the tables.
 NONE_KEY = "(none)"
 
-# Delivery measures: seconds from enqueue / publish to delivery, and the
-# queue's depth in events when the response went out.
-DELIVERY_MEASURES = ("enqueued_latency", "published_latency", "queue_depth")
+KEYS = ("measure", "bucket", "s1", "s2", "s3", "s4", "l1", "l2")
+SUMS = ("deliveries", "polls", "answered", "registers", "queue_records")
+AGGREGATES = ("records", "sum_micro", "max_value", *SUMS, "max_depth", "amount")
+
+# A row of a piece before the aggregation: the keys (bucket aside: it is
+# computed from `value`) and the per-record inputs of the sums and maxima.
+_ROW = {
+    "piece": "int", "measure": "int", "value": "double", "s1": "string", "s2": "string",
+    "s3": "string", "s4": "string", "l1": "long", "l2": "long", "deliveries": "int",
+    "polls": "int", "answered": "int", "registers": "int", "queue_records": "int",
+    "depth": "int", "amount": "long",
+}  # fmt: skip
 
 
-def _delivery_measure(name: str) -> Column:
-    if name == "enqueued_latency":
-        return F.col("time") - F.col("enqueued_at")
-    if name == "published_latency":
-        return F.col("time") - F.col("published_at")
-    assert name == "queue_depth", name
-    return F.col("queue_depth").cast("double")
+def _inputs(records: DataFrame) -> DataFrame:
+    """Per record, once, every value the pieces' rows refer to."""
+    kind = F.col("kind")
+    is_delivery, is_poll, is_end = (kind == k for k in (schema.DELIVERY, schema.POLL, schema.END))
+    # A refused poll names whatever queue id the client sent, often one that
+    # no longer exists: it counts for its user, never for a queue.
+    answered = is_poll & ~F.coalesce(F.col("outcome") == "error", F.lit(False))
+    for_queue = is_delivery | answered | is_end
 
+    def flag(condition: Column) -> Column:
+        return F.when(condition, 1).otherwise(0)
 
-# Dimensions a delivery measure is broken down by ("all": one key, "all").
-DELIVERY_DIMENSIONS = ("all", "event_type", "client", "shard")
-END_DIMENSIONS = ("all", "reason", "client")
-
-HISTOGRAM_COLUMNS = ["measure", "dimension", "key", "bucket", "count", "sum_micro", "max_value"]
-
-
-def _key(column: str) -> Column:
-    if column == "all":
-        return F.lit("all")
-    return F.coalesce(F.col(column).cast("string"), F.lit(NONE_KEY))
-
-
-def _count_if(condition: Column) -> Column:
-    return F.sum(F.when(condition, 1).otherwise(0)).cast("long")
-
-
-def _by_dimension(frame: DataFrame, dimensions: tuple[str, ...], keep: list[str]) -> DataFrame:
-    """One row per input row and dimension: `keep` columns, `dimension`, `key`."""
-    pairs = F.array(
-        *(F.struct(F.lit(d).alias("dimension"), _key(d).alias("key")) for d in dimensions)
-    )
-    return frame.select(*keep, F.explode(pairs).alias("d")).select(
-        *keep, F.col("d.dimension").alias("dimension"), F.col("d.key").alias("key")
-    )
-
-
-def histograms(records: DataFrame) -> DataFrame:
-    """Per hour, bucket counts of each measure by dimension and key.
-
-    Measures: `enqueued_latency` (time - enqueued_at) and `published_latency`
-    (time - published_at) in seconds and `queue_depth` in events, of delivery
-    records, by all / event_type / client / shard; `queue_lifetime` in seconds
-    of end records, by all / reason / client. Null values are not counted.
-    """
-    observations = F.array(
-        *(F.struct(F.lit(name).alias("measure"), _delivery_measure(name).alias("value"))
-          for name in DELIVERY_MEASURES)
-    )  # fmt: skip
-    deliveries = (
-        records.where(F.col("kind") == schema.DELIVERY)
-        .select(*HOUR, "event_type", "client", "shard", F.explode(observations).alias("o"))
-        .where(F.col("o.value").isNotNull())
-    )
-    # First fold rows per (hour, event_type, client, shard, measure, bucket):
-    # the dimension fan-out below then works on thousands of rows, not
-    # millions. One aggregation over the three measures, not one per measure:
-    # in a job that runs each query once, every distinct query pays for its
-    # generated code to warm up in the JVM, and that costs more than the
-    # explode (over 10 million records, cold: 22-25 s against 30-34 s).
-    fine = deliveries.groupBy(
+    return records.select(
         *HOUR,
+        "kind",
+        "shard",
         "event_type",
         "client",
-        "shard",
-        F.col("o.measure").alias("measure"),
-        histogram.bucket_of(F.col("o.value")).alias("bucket"),
-    ).agg(
-        F.count(F.lit(1)).alias("count"),
-        F.sum(histogram.micros(F.col("o.value"))).alias("sum_micro"),
-        F.max("o.value").alias("max_value"),
-    )
-    stats = ["measure", "bucket", "count", "sum_micro", "max_value"]
-    delivery_rows = _by_dimension(fine, DELIVERY_DIMENSIONS, [*HOUR, *stats])
-    ends = records.where((F.col("kind") == schema.END) & F.col("lifetime_secs").isNotNull()).select(
-        *HOUR,
         "reason",
-        "client",
-        F.lit("queue_lifetime").alias("measure"),
-        histogram.bucket_of(F.col("lifetime_secs")).alias("bucket"),
-        F.lit(1).cast("long").alias("count"),
-        histogram.micros(F.col("lifetime_secs")).alias("sum_micro"),
-        F.col("lifetime_secs").alias("max_value"),
+        "queue_id",
+        "realm_id",
+        "user_id",
+        "lifetime_secs",
+        is_delivery.alias("is_delivery"),
+        is_end.alias("is_end"),
+        (F.col("time") - F.col("enqueued_at")).alias("enqueued_latency"),
+        (F.col("time") - F.col("published_at")).alias("published_latency"),
+        F.col("queue_depth").cast("double").alias("depth_value"),
+        kind.isin(schema.DELIVERY, schema.POLL, schema.REGISTER, schema.END).alias("is_queue"),
+        F.coalesce(F.col("client"), F.lit(NONE_KEY)).alias("queue_client"),
+        flag(is_delivery).alias("deliveries"),
+        flag(is_poll).alias("polls"),
+        flag(answered).alias("answered"),
+        flag(kind == schema.REGISTER).alias("registers"),
+        flag(for_queue).alias("queue_records"),
+        F.when(for_queue, F.col("queue_depth")).alias("depth"),
+        # The count piece keeps only the keys its kind's tables group by, so
+        # that it stays small.
+        F.when(is_delivery, F.col("event_type"))
+        .when(is_poll, F.col("outcome"))
+        .when(is_end, F.col("reason"))
+        .alias("count_s3"),
+        F.when(is_delivery, F.col("client")).when(is_poll, F.col("code")).alias("count_s4"),
+        F.when(is_delivery, F.col("realm_id")).alias("count_l1"),
+        F.when(is_poll, F.col("response_bytes")).when(is_end, F.col("queue_depth")).alias("amount"),
     )
-    end_rows = _by_dimension(ends, END_DIMENSIONS, [*HOUR, *stats])
-    return _fold_histogram(delivery_rows.unionByName(end_rows), HOUR)
 
 
-def _fold_histogram(rows: DataFrame, scope: list[str]) -> DataFrame:
-    folded = rows.groupBy(*scope, "measure", "dimension", "key", "bucket").agg(
-        F.sum("count").alias("count"),
-        F.sum("sum_micro").alias("sum_micro"),
-        F.max("max_value").alias("max_value"),
+def _row(piece: Column, **fields: Column) -> list[Column]:
+    """The stack() arguments of one row: `piece` (null: no row), `fields`,
+    null elsewhere, each in _ROW's type."""
+    assert set(fields) <= set(_ROW) - {"piece"}, set(fields) - set(_ROW)
+    values = {"piece": piece, **fields}
+    return [values.get(name, F.lit(None)).cast(kind) for name, kind in _ROW.items()]
+
+
+def _rows() -> list[list[Column]]:
+    col = F.col
+    deliveries = [
+        _row(
+            F.when(col("is_delivery") & col(name).isNotNull(), HISTOGRAM),
+            measure=F.lit(MEASURES.index(measure)),
+            value=col(name),
+            s1=col("event_type"),
+            s2=col("client"),
+            s3=col("shard"),
+        )
+        for measure, name in zip(
+            DELIVERY_MEASURES, ("enqueued_latency", "published_latency", "depth_value"), strict=True
+        )
+    ]
+    lifetime = _row(
+        F.when(col("is_end") & col("lifetime_secs").isNotNull(), HISTOGRAM),
+        measure=F.lit(MEASURES.index(LIFETIME)),
+        value=col("lifetime_secs"),
+        s1=col("reason"),
+        s2=col("client"),
     )
-    return folded.select(
-        *scope,
-        F.col("measure").cast("string"),
-        F.col("dimension").cast("string"),
-        F.col("key").cast("string"),
-        F.col("bucket").cast("int"),
-        F.col("count").cast("long"),
-        F.col("sum_micro").cast("long"),
-        F.col("max_value").cast("double"),
+    # Owner and client are the queue's own, the same in each of its records:
+    # keys, not aggregates (a max() of a string makes Spark sort every record
+    # instead of hashing them: 10 s instead of 2 s over 10 million).
+    activity = _row(
+        F.when(col("is_queue"), ACTIVITY),
+        s1=col("queue_id"),
+        s2=col("queue_client"),
+        l1=col("realm_id"),
+        l2=col("user_id"),
+        **{name: col(name) for name in (*SUMS, "depth")},
     )
+    count = _row(
+        F.lit(COUNT),
+        s1=col("kind"),
+        s2=col("shard"),
+        s3=col("count_s3"),
+        s4=col("count_s4"),
+        l1=col("count_l1"),
+        amount=col("amount"),
+    )
+    return [*deliveries, lifetime, activity, count]
 
 
-def merge_histograms(hourly: DataFrame) -> DataFrame:
-    """The hourly histograms summed over all their hours."""
-    return _fold_histogram(hourly.select(*HISTOGRAM_COLUMNS), [])
+def preaggregate(records: DataFrame) -> DataFrame:
+    """Every piece of every record of `records` (extract.read_records), folded
+    per (hour, piece, keys): columns `date`, `hour`, `piece`, KEYS, AGGREGATES.
 
-
-def distributions(histograms: DataFrame) -> DataFrame:
-    """Count, mean, max, p50/p95/p99 per (scope, measure, dimension, key).
-
-    The scope is `date`, `hour` for hourly histograms and nothing for merged
-    ones. Percentiles are bucket upper bounds (histogram.py: at most 4.7 %
-    above the exact value).
+    Sums over no value (an `amount` of records without one) are null; counts
+    are never null.
     """
-    scope = [c for c in HOUR if c in histograms.columns]
-    return histogram.percentiles(
-        histograms.select(*scope, *HISTOGRAM_COLUMNS),
-        [*scope, "measure", "dimension", "key"],
+    rows = _rows()
+    # stack() over columns computed once per record: an array of structs
+    # (inline) built per record cost 2.5 s more per 2.9 million records.
+    generated = _inputs(records).select(
+        *HOUR, F.stack(F.lit(len(rows)), *(c for row in rows for c in row)).alias(*_ROW)
     )
-
-
-def volumes(records: DataFrame) -> DataFrame:
-    """Per hour, deliveries by event_type, realm (realm_id as text) and client."""
-    deliveries = records.where(F.col("kind") == schema.DELIVERY).select(
-        *HOUR, "event_type", F.col("realm_id").alias("realm"), "client"
-    )
-    rows = _by_dimension(deliveries, ("event_type", "realm", "client"), HOUR)
-    return (
-        rows.groupBy(*HOUR, "dimension", "key")
-        .agg(F.count(F.lit(1)).alias("deliveries"))
-        .select(*HOUR, "dimension", "key", F.col("deliveries").cast("long"))
-    )
-
-
-def merge_volumes(hourly: DataFrame) -> DataFrame:
-    """Deliveries by dimension and key over all hours."""
-    return (
-        hourly.groupBy("dimension", "key")
-        .agg(F.sum("deliveries").alias("deliveries"))
-        .select("dimension", "key", F.col("deliveries").cast("long"))
-    )
-
-
-def user_activity(records: DataFrame) -> DataFrame:
-    """Per hour and user: deliveries, polls and registers."""
-    kind = F.col("kind")
-    return (
-        records.where(kind.isin(schema.DELIVERY, schema.POLL, schema.REGISTER))
-        .groupBy(*HOUR, "realm_id", "user_id")
-        .agg(
-            _count_if(kind == schema.DELIVERY).alias("deliveries"),
-            _count_if(kind == schema.POLL).alias("polls"),
-            _count_if(kind == schema.REGISTER).alias("registers"),
-        )
-        .select(*HOUR, "realm_id", "user_id", "deliveries", "polls", "registers")
-    )
-
-
-def merge_user_activity(hourly: DataFrame) -> DataFrame:
-    """Deliveries, polls and registers per user over all hours."""
-    return (
-        hourly.groupBy("realm_id", "user_id")
-        .agg(*(F.sum(c).cast("long").alias(c) for c in ("deliveries", "polls", "registers")))
-        .select("realm_id", "user_id", "deliveries", "polls", "registers")
-    )
-
-
-# What identifies a row of queue activity: the queue, with its owner and
-# client (the same in every record of a real queue).
-QUEUE_KEYS = ["queue_id", "realm_id", "user_id", "client"]
-
-
-def queue_activity(records: DataFrame) -> DataFrame:
-    """Per hour and queue: its owner and client, deliveries, polls, deepest backlog.
-
-    `max_depth` is the most events the queue held when a response went out or
-    when it ended: a queue whose client reads slowly keeps a deep backlog. A
-    refused poll does not count: its queue id is whatever the client sent,
-    often a queue that no longer exists.
-    """
-    kind = F.col("kind")
-    answered = (kind == schema.POLL) & ~F.coalesce(F.col("outcome") == "error", F.lit(False))
-    return (
-        records.where(
-            ((kind == schema.DELIVERY) | answered | (kind == schema.END))
-            & F.col("queue_id").isNotNull()
-        )
-        # Owner and client are the queue's own, the same in each of its
-        # records: keys, not aggregates. (A max() of the client string would
-        # make Spark sort all records instead of hashing them: 10 s instead
-        # of 2 s over 10 million.)
-        .groupBy(*HOUR, "queue_id", "realm_id", "user_id", _key("client").alias("client"))
-        .agg(
-            _count_if(kind == schema.DELIVERY).alias("deliveries"),
-            _count_if(kind == schema.POLL).alias("polls"),
-            F.max("queue_depth").alias("max_depth"),
-        )
-        .select(
+    value = F.col("value")
+    grouped = (
+        generated.where(F.col("piece").isNotNull())
+        .groupBy(
             *HOUR,
-            "queue_id",
-            "realm_id",
-            "user_id",
-            "client",
-            "deliveries",
-            "polls",
-            F.col("max_depth").cast("int"),
+            "piece",
+            "measure",
+            histogram.bucket_of(value).alias("bucket"),
+            *(key for key in KEYS if key not in ("measure", "bucket")),
         )
-    )
-
-
-def merge_queue_activity(hourly: DataFrame) -> DataFrame:
-    """Per queue over all hours."""
-    return (
-        hourly.groupBy(*QUEUE_KEYS)
         .agg(
-            F.sum("deliveries").cast("long").alias("deliveries"),
-            F.sum("polls").cast("long").alias("polls"),
-            F.max("max_depth").cast("int").alias("max_depth"),
-        )
-        .select("queue_id", "realm_id", "user_id", "client", "deliveries", "polls", "max_depth")
-    )
-
-
-def busiest(activity: DataFrame, keys: list[str], top: int) -> DataFrame:
-    """The `top` rows by deliveries, then polls (per hour if `activity` is hourly).
-
-    Ties are broken by `keys` ascending, so the ranking is total. Output: the
-    scope, `rank` (1 = busiest), then `activity`'s other columns.
-    """
-    scope = [c for c in HOUR if c in activity.columns]
-    others = [c for c in activity.columns if c not in scope]
-    order = [F.col("deliveries").desc(), F.col("polls").desc(), *(F.col(k).asc() for k in keys)]
-    window = (
-        Window.partitionBy(*scope)
-        .orderBy(*order)
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
-    ranked = activity.select(*scope, F.row_number().over(window).alias("rank"), *others)
-    return ranked.where(F.col("rank") <= top).select(*scope, F.col("rank").cast("int"), *others)
-
-
-POLL_COUNTS = ["polls", *schema.OUTCOMES, "bad_event_queue_id"]
-
-
-def poll_outcomes(records: DataFrame) -> DataFrame:
-    """Per hour, long polls by outcome and BAD_EVENT_QUEUE_ID errors, with shares."""
-    outcome = F.col("outcome")
-    counts = (
-        records.where(F.col("kind") == schema.POLL)
-        .groupBy(*HOUR)
-        .agg(
-            F.count(F.lit(1)).cast("long").alias("polls"),
-            *(_count_if(outcome == o).alias(o) for o in schema.OUTCOMES),
-            _count_if((outcome == "error") & (F.col("code") == schema.BAD_EVENT_QUEUE_ID)).alias(
-                "bad_event_queue_id"
-            ),
+            F.count(F.lit(1)).alias("records"),
+            F.sum(histogram.micros(value)).alias("sum_micro"),
+            F.max(value).alias("max_value"),
+            *(F.sum(name).alias(name) for name in SUMS),
+            F.max("depth").alias("max_depth"),
+            F.sum("amount").alias("amount"),
         )
     )
-    return _with_poll_shares(counts, HOUR)
-
-
-def merge_poll_outcomes(hourly: DataFrame) -> DataFrame:
-    """Long-poll outcomes over all hours."""
-    counts = hourly.agg(*(F.sum(c).cast("long").alias(c) for c in POLL_COUNTS))
-    return _with_poll_shares(counts, [])
-
-
-def _with_poll_shares(counts: DataFrame, scope: list[str]) -> DataFrame:
-    polls = F.col("polls")
-    return counts.select(
-        *scope,
-        *POLL_COUNTS,
-        *((F.col(o) / polls).alias(f"{o}_share") for o in schema.OUTCOMES),
-        (F.col("bad_event_queue_id") / polls).alias("bad_event_queue_id_rate"),
-    )
-
-
-LIFECYCLE_COUNTS = ["registers", "ended", *schema.END_REASONS, "events_unacked", "dead_letters"]
-
-
-def queue_lifecycle(records: DataFrame) -> DataFrame:
-    """Per hour: queues registered, ended (by reason), their unacknowledged
-    events, dead letters.
-
-    `events_unacked` sums the depth of queues when they ended: events the
-    client never acknowledged, whether never sent or sent in a response whose
-    next GET did not come (and for an overflow, the event that overflowed
-    it). An unknown end reason counts in `ended` only.
-    """
-    kind, reason = F.col("kind"), F.col("reason")
-    is_end = kind == schema.END
-    return (
-        records.where(kind.isin(schema.REGISTER, schema.END, schema.DEAD_LETTER))
-        .groupBy(*HOUR)
-        .agg(
-            _count_if(kind == schema.REGISTER).alias("registers"),
-            _count_if(is_end).alias("ended"),
-            *(_count_if(is_end & (reason == r)).alias(r) for r in schema.END_REASONS),
-            F.coalesce(F.sum(F.when(is_end, F.col("queue_depth"))), F.lit(0))
-            .cast("long")
-            .alias("events_unacked"),
-            _count_if(kind == schema.DEAD_LETTER).alias("dead_letters"),
-        )
-        .select(*HOUR, *LIFECYCLE_COUNTS)
-    )
-
-
-def merge_queue_lifecycle(hourly: DataFrame) -> DataFrame:
-    """Queue lifecycle counts over all hours."""
-    return hourly.agg(*(F.sum(c).cast("long").alias(c) for c in LIFECYCLE_COUNTS)).select(
-        *LIFECYCLE_COUNTS
-    )
-
-
-SHARD_COUNTS = ["records", "deliveries", "polls", "response_bytes", "registers"]
-
-
-def shard_load(records: DataFrame) -> DataFrame:
-    """Per hour and shard: records, deliveries, polls, response bytes, registers.
-
-    `response_bytes` sums poll records only: each HTTP response has one poll
-    record, while its size is repeated on each delivery it carried.
-    """
-    kind = F.col("kind")
-    return (
-        records.groupBy(*HOUR, "shard")
-        .agg(
-            F.count(F.lit(1)).cast("long").alias("records"),
-            _count_if(kind == schema.DELIVERY).alias("deliveries"),
-            _count_if(kind == schema.POLL).alias("polls"),
-            F.coalesce(F.sum(F.when(kind == schema.POLL, F.col("response_bytes"))), F.lit(0))
-            .cast("long")
-            .alias("response_bytes"),
-            _count_if(kind == schema.REGISTER).alias("registers"),
-        )
-        .select(*HOUR, "shard", *SHARD_COUNTS)
-    )
-
-
-def merge_shard_load(hourly: DataFrame) -> DataFrame:
-    """Load per shard over all hours."""
-    return (
-        hourly.groupBy("shard")
-        .agg(*(F.sum(c).cast("long").alias(c) for c in SHARD_COUNTS))
-        .select("shard", *SHARD_COUNTS)
-    )
-
-
-def shard_imbalance(load: DataFrame) -> DataFrame:
-    """Imbalance of deliveries between shards (per hour if `load` is hourly).
-
-    `imbalance` = busiest shard's deliveries / mean per shard: 1.0 is even,
-    N with N shards means one shard did everything. `busiest_shard` breaks
-    ties by name.
-    """
-    scope = [c for c in HOUR if c in load.columns]
-    summary = load.groupBy(*scope).agg(
-        F.count(F.lit(1)).alias("shards"),
-        F.sum("deliveries").alias("deliveries"),
-        F.max("deliveries").alias("max_deliveries"),
-        F.min(F.struct((-F.col("deliveries")).alias("minus"), F.col("shard").alias("shard"))).alias(
-            "top"
-        ),
-    )
-    mean = F.col("deliveries") / F.col("shards")
-    return summary.select(
-        *scope,
-        F.col("shards").cast("int"),
-        F.col("deliveries").cast("long"),
-        F.col("max_deliveries").cast("long"),
-        mean.alias("mean_deliveries"),
-        F.when(F.col("deliveries") > 0, F.col("max_deliveries") / mean).alias("imbalance"),
-        F.col("top.shard").alias("busiest_shard"),
+    return grouped.select(
+        F.col("date").cast("string"),
+        F.col("hour").cast("int"),
+        *(F.col(c).cast("int") for c in ("piece", "measure", "bucket")),
+        *(F.col(c).cast("string") for c in ("s1", "s2", "s3", "s4")),
+        *(F.col(c).cast("long") for c in ("l1", "l2", "records", "sum_micro")),
+        F.col("max_value").cast("double"),
+        *(F.col(c).cast("long") for c in SUMS),
+        F.col("max_depth").cast("int"),
+        F.col("amount").cast("long"),
     )

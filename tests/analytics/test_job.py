@@ -8,7 +8,9 @@ through `python -m analytics` (another JVM) the same rows and report.
 
 from __future__ import annotations
 
+import io
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +19,7 @@ import pyarrow.parquet as pq
 
 from analytics import job
 from analytics.extract import Hour
+from analytics.progress import Progress
 from tests.analytics import logdata
 from tests.analytics.logdata import at, delivery, end, poll, register
 
@@ -182,3 +185,26 @@ def test_top_must_be_positive(tmp_path):
     )  # fmt: skip
     assert completed.returncode == 2
     assert "argument --top: must be 1 or more, got 0" in completed.stderr
+
+
+def test_a_run_in_chunks_reports_progress_and_gives_the_same_tables(spark, tmp_path):
+    logs, whole, chunked = tmp_path / "logs", tmp_path / "whole", tmp_path / "chunked"
+    for hour in (3, 4, 5):
+        write_hour(logs, hour)
+    quiet = io.StringIO()
+    job.run(spark, job.Options(logs=logs, out=whole), progress=Progress(quiet))
+    assert quiet.getvalue() == ""  # one chunk: over soon after Spark started
+
+    stream = io.StringIO()
+    # Any hour is more than a byte: a chunk per hour.
+    job.run(spark, job.Options(logs=logs, out=chunked, chunk_bytes=1), progress=Progress(stream))
+    lines = stream.getvalue().splitlines()
+    records = [len(hour_rows(h)) - (h == 3) for h in (3, 4, 5)]  # the v=2 record is skipped
+    rate = r"in [0-9.]+ s \([0-9,]+ records/s\)"
+    expected = [
+        rf"analytics: {done}/3 hours, {sum(records[:done])} records {rate}" for done in (1, 2, 3)
+    ]
+    assert len(lines) == 3, lines
+    for line, pattern in zip(lines, expected, strict=True):
+        assert re.fullmatch(pattern, line), (line, pattern)
+    assert files(chunked) == files(whole)

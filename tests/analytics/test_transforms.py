@@ -1,10 +1,15 @@
-"""Each transform on a tiny hand-built frame, against rows computed by hand."""
+"""Each transform on a tiny hand-built frame, against rows computed by hand.
+
+The transforms are the per-table Spark ones the job used until its one-pass
+rewrite, kept in tests/analytics/reference.py as the specification the
+driver-built tables are checked against (test_tables.py)."""
 
 from __future__ import annotations
 
 from pyspark.testing import assertDataFrameEqual
 
-from analytics import histogram, transforms
+from analytics import histogram
+from tests.analytics import reference as transforms
 from tests.analytics.frames import DATE, records
 
 HIST = (
