@@ -132,13 +132,13 @@ def summarize(data: dict[str, list[Row]]) -> Summary:
         hours=len(hours),
         records=sum(r["records"] for r in data["shards"]),
         deliveries=sum(r["deliveries"] for r in data["shards"]),
-        polls=int(polls.get("polls", 0)),
+        polls=int(polls.get("polls") or 0),
         outcome_shares={o: polls.get(f"{o}_share") or 0.0 for o in schema.OUTCOMES},
-        bad_event_queue_id=int(polls.get("bad_event_queue_id", 0)),
+        bad_event_queue_id=int(polls.get("bad_event_queue_id") or 0),
         bad_event_queue_id_rate=polls.get("bad_event_queue_id_rate") or 0.0,
-        registers=int(lifecycle.get("registers", 0)),
-        ends={r: int(lifecycle.get(r, 0)) for r in schema.END_REASONS},
-        events_unacked=int(lifecycle.get("events_unacked", 0)),
+        registers=int(lifecycle.get("registers") or 0),
+        ends={r: int(lifecycle.get(r) or 0) for r in schema.END_REASONS},
+        events_unacked=int(lifecycle.get("events_unacked") or 0),
         latency=latency,
         shards=len(data["shards"]),
         imbalance=imbalance.get("imbalance"),
@@ -179,6 +179,12 @@ def _save(figure: Figure, path: Path) -> None:
     figure.savefig(path, format="png", dpi=80, metadata={"Software": None})
 
 
+def _legend(axes: Axes) -> None:
+    """A legend, if the chart has anything labelled (a log of no shard has not)."""
+    if axes.get_legend_handles_labels()[0]:
+        axes.legend(fontsize=7)
+
+
 def _bar(path: Path, title: str, labels: Sequence[str], values: Sequence[float], unit: str) -> None:
     figure, axes = _figure(8)
     axes.bar(list(labels), list(values), color="#4878a8")
@@ -207,7 +213,7 @@ def charts(data: dict[str, list[Row]], directory: Path) -> list[tuple[str, str]]
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     axes.set_xticks(range(len(hours)), labels, rotation=60, fontsize=7)
     axes.set_title("Deliveries per hour, by shard")
-    axes.legend(fontsize=7)
+    _legend(axes)
     _save(figure, directory / "deliveries_per_hour.png")
     made.append(("deliveries_per_hour.png", "Deliveries per hour, by shard"))
 
@@ -224,7 +230,7 @@ def charts(data: dict[str, list[Row]], directory: Path) -> list[tuple[str, str]]
     axes.set_yscale("log")
     axes.set_ylabel("ms")
     axes.set_title("Delivery latency (enqueued to delivered) per hour")
-    axes.legend(fontsize=7)
+    _legend(axes)
     _save(figure, directory / "latency_per_hour.png")
     made.append(("latency_per_hour.png", "Delivery latency per hour, p50/p95/p99"))
 
@@ -244,7 +250,7 @@ def charts(data: dict[str, list[Row]], directory: Path) -> list[tuple[str, str]]
     axes.set_yscale("log")
     axes.set_ylabel("ms")
     axes.set_title("Delivery latency by event type")
-    axes.legend(fontsize=7)
+    _legend(axes)
     _save(figure, directory / "latency_by_event_type.png")
     made.append(("latency_by_event_type.png", "Delivery latency by event type, p50/p95/p99"))
 
@@ -263,7 +269,7 @@ def charts(data: dict[str, list[Row]], directory: Path) -> list[tuple[str, str]]
         directory / "queue_ends.png",
         "Queue ends by reason",
         schema.END_REASONS,
-        [float(lifecycle.get(r, 0)) for r in schema.END_REASONS],
+        [float(lifecycle.get(r) or 0) for r in schema.END_REASONS],
         "queues",
     )
     made.append(("queue_ends.png", "Queue ends by reason"))

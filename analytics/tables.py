@@ -16,8 +16,10 @@ once, the way Spark divides them (IEEE double division, as Python's `/`).
 
 The tables are small (per hour and key, not per record), so plain pyarrow
 and Python on the driver build them in a fraction of the time one Spark
-job takes to start. Keys that are null in a record are grouped under
-"(none)" (transforms.NONE_KEY).
+job takes to start. A dimension's key that is null in a record (an
+unnamed client, event type, shard) is grouped under "(none)"
+(transforms.NONE_KEY), as is a queue's client; realm, user and shard
+columns keep their nulls.
 """
 
 from __future__ import annotations
@@ -495,9 +497,12 @@ def busiest(activity: Table, keys: Sequence[str], top: int, name: str) -> Table:
     """
     scope = _scope(activity)
     ordered = sort(activity, [*scope, "deliveries", "polls", *keys], ("deliveries", "polls"))
-    # Rows come hour by hour (or all in one scope): a rank restarts at 1
-    # where the scope changes.
-    scopes = ordered.select(scope).to_pylist() if scope else [{}] * ordered.num_rows
+    if not scope:  # overall: the first `top` rows
+        top_rows = ordered.slice(0, top)
+        first = pa.array(range(1, top_rows.num_rows + 1), pa.int32())
+        return _shaped(top_rows.append_column("rank", first), name, scope)
+    # Rows come hour by hour: a rank restarts at 1 where the hour changes.
+    scopes = ordered.select(scope).to_pylist()
     ranks: list[int] = []
     for index, row in enumerate(scopes):
         ranks.append(ranks[-1] + 1 if index and scopes[index - 1] == row else 1)
@@ -535,6 +540,9 @@ def shard_imbalance(load: Table) -> Table:
                 "busiest_shard": top["shard"],
             }
         )
+    if not scope and not rows:
+        # As Spark's global aggregation over no rows: one row, of no shards.
+        rows.append(dict.fromkeys(f.name for f in SHAPES["shard_imbalance"].fields) | {"shards": 0})
     return _rows(rows, "shard_imbalance", scope)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -208,3 +209,29 @@ def test_a_run_in_chunks_reports_progress_and_gives_the_same_tables(spark, tmp_p
     for line, pattern in zip(lines, expected, strict=True):
         assert re.fullmatch(pattern, line), (line, pattern)
     assert files(chunked) == files(whole)
+
+
+def test_a_log_without_polls_or_readable_records_still_gives_tables_and_a_report(spark, tmp_path):
+    logs = tmp_path / "logs"
+    # Hour 03: deliveries only (no poll, register or end). Hour 04: only
+    # records of a future format version, which the job does not read.
+    logdata.write_partition(logs, DATE, 3, [delivery(at(DATE, 3, 60 + i), 0.01) for i in range(3)])
+    logdata.write_partition(logs, DATE, 4, [delivery(at(DATE, 4, 60), 0.01, v=2)])
+    result = job.run(spark, job.Options(logs=logs, out=tmp_path / "deliveries-only"))
+    assert result.summary.polls == 0
+    assert result.summary.registers == 0
+    assert result.summary.deliveries == 3
+    assert result.summary.lines[0] == "hours: 1  records: 3  deliveries: 3  polls: 0"
+
+    unread = tmp_path / "unread"
+    shutil.rmtree(logs / "deliveries" / f"date={DATE}" / "hour=03")
+    result = job.run(spark, job.Options(logs=logs, out=unread))
+    assert result.summary.records == 0
+    assert result.summary.polls == 0
+    [imbalance] = pq.read_table(
+        unread / "overall" / "shard_imbalance" / "part-00000.parquet"
+    ).to_pylist()
+    assert imbalance == {
+        "shards": 0, "deliveries": None, "max_deliveries": None, "mean_deliveries": None,
+        "imbalance": None, "busiest_shard": None,
+    }  # fmt: skip
