@@ -176,7 +176,7 @@ def run(
     for stage in stages.values():
         stage.commit(scope)
 
-    merged = {name: tables.merge(name, load.read_hourly(out, name)) for name in tables.BASE}
+    merged = {name: tables.merge_parts(name, load.hourly_parts(out, name)) for name in tables.BASE}
     for name in tables.OVERALL_BASE:
         load.write_overall(merged[name], out, name)
     for name, table in tables.DERIVED.items():

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -118,9 +118,10 @@ def _clean(out: Path) -> None:
         scratch.rmdir()
 
 
-def read_hourly(out: Path, name: str) -> Table:
-    """Every stored hour of hourly table `name`: `date`, `hour` (from the
-    directory names), then its columns; rows in no particular order."""
+def read_hourly(out: Path, name: str, where: Any = None) -> Table:
+    """Every stored hour of hourly table `name` (`where`: only rows matching
+    this pyarrow.compute expression): `date`, `hour` (from the directory
+    names), then its columns; rows in no particular order."""
     target = SHAPES[name].schema([])
     full = pa.schema([*HOUR_FIELDS, *target])
     path = out / HOURLY / name
@@ -128,7 +129,17 @@ def read_hourly(out: Path, name: str) -> Table:
         return full.empty_table()
     partitioning = ds.partitioning(pa.schema(HOUR_FIELDS), flavor="hive")
     dataset = ds.dataset(path, schema=full, format="parquet", partitioning=partitioning)
-    return dataset.to_table(columns=full.names)
+    return dataset.to_table(columns=full.names, filter=where)
+
+
+def hourly_parts(out: Path, name: str) -> Iterator[Table]:
+    """The stored hours of hourly table `name`, one table per hour, in its
+    columns (without `date` and `hour`): for merging them a few at a time."""
+    target = SHAPES[name].schema([])
+    for part in sorted((out / HOURLY / name).glob(f"date=*/hour=*/{PART}")):
+        # cast: files an earlier (Spark) version of the job wrote declare
+        # some columns not null.
+        yield pq.read_table(part, columns=target.names).cast(target)
 
 
 def read_overall(out: Path, name: str) -> Table:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -94,10 +95,10 @@ def collect(out: Path) -> dict[str, list[Row]]:
 
     wanted = (ENQUEUED, PUBLISHED, "queue_depth", "queue_lifetime")
     latency = [r for r in overall("latency") if r["measure"] in wanted]
+    overall_enqueued = (pc.field("dimension") == "all") & (pc.field("measure") == ENQUEUED)
     hourly_latency = [
         {"date": r["date"], "hour": r["hour"], "p50": r["p50"], "p95": r["p95"], "p99": r["p99"]}
-        for r in hourly("latency")
-        if r["dimension"] == "all" and r["measure"] == ENQUEUED
+        for r in load.read_hourly(out, "latency", overall_enqueued).to_pylist()
     ]
     return {
         "polls": overall("poll_outcomes"),

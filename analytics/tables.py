@@ -24,7 +24,7 @@ columns keep their nulls.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -417,13 +417,17 @@ BASE = {
 }
 
 
+# Base tables whose merge is one row of totals (and shares), not a row per key.
+ONE_ROW = ("poll_outcomes", "queue_lifecycle")
+
+
 def merge(name: str, hourly: Table) -> Table:
     """Base table `name`'s hourly rows (of any hours) summed over their hours.
 
     For poll_outcomes and queue_lifecycle, one row of totals (of nulls when
     `hourly` has no row, as Spark's global aggregation gives).
     """
-    if name in ("poll_outcomes", "queue_lifecycle"):
+    if name in ONE_ROW:
         counts = POLL_COUNTS if name == "poll_outcomes" else LIFECYCLE_COUNTS
         totals = {c: pc.sum(hourly.column(c)).as_py() for c in counts}
         row = _with_poll_shares(totals) if name == "poll_outcomes" else totals
@@ -442,6 +446,30 @@ def merge(name: str, hourly: Table) -> Table:
         if f.name not in keys
     }
     return _shaped(_group(hourly, keys, aggregates), name, [])
+
+
+# Unmerged rows the driver gathers before folding them into the running
+# merge (merge_parts): memory follows the merged keys, not the hours stored.
+FOLD_ROWS = 1_000_000
+
+
+def merge_parts(name: str, parts: Iterable[Table], fold_rows: int = FOLD_ROWS) -> Table:
+    """`merge(name, ...)` of base table `name`'s parts (hourly tables, of any
+    hours, without `date` and `hour`), folded every `fold_rows` rows: sums
+    and maxima of integers fold in any grouping to the same result."""
+    merged: Table | None = None
+    pending: list[Table] = []
+    size = 0
+    for part in parts:
+        pending.append(part)
+        size += part.num_rows
+        if size >= fold_rows and name not in ONE_ROW:
+            merged = merge(
+                name, pa.concat_tables([m for m in (merged,) if m is not None] + pending)
+            )
+            pending, size = [], 0
+    rest = [m for m in (merged,) if m is not None] + pending
+    return merge(name, pa.concat_tables(rest) if rest else SHAPES[name].schema([]).empty_table())
 
 
 def distributions(histograms: Table, bound: Bound) -> Table:

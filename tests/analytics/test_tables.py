@@ -11,6 +11,7 @@ import random
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from pyspark.sql import functions as F
 
@@ -273,3 +274,25 @@ def test_a_merge_of_no_hours_is_one_row_of_nulls(name):
 def test_records_counts_every_record_once(spark):
     rows = [{"kind": k} for k in ("delivery", "poll", "register", "end", "dead_letter", "x")]
     assert tables.records(pieces_of(spark, rows)) == 6
+
+
+@pytest.mark.parametrize("fold_rows", [1, 50, 10**9])
+def test_merging_stored_hours_a_few_at_a_time_gives_the_one_merge(spark, fold_rows):
+    pieces = pieces_of(spark, varied_rows(800, seed=11))
+    for name, build in tables.BASE.items():
+        built = build(pieces)
+        hours = sorted({(r["date"], r["hour"]) for r in built.select(tables.HOUR).to_pylist()})
+        parts = [
+            built.filter(
+                pc.and_(pc.equal(built.column("date"), date), pc.equal(built.column("hour"), hour))
+            ).drop_columns(tables.HOUR)
+            for date, hour in hours
+        ]
+        assert len(parts) == 4, name
+        expected = tables.merge(name, built).to_pylist()
+        assert tables.merge_parts(name, parts, fold_rows).to_pylist() == expected, name
+    for name in tables.BASE:
+        assert (
+            tables.merge_parts(name, []).to_pylist()
+            == tables.merge(name, tables.SHAPES[name].schema(tables.HOUR).empty_table()).to_pylist()
+        )
