@@ -35,8 +35,9 @@ from analytics.errors import NoDeliveryLogs
 from analytics.progress import Progress
 
 # Parquet bytes per chunk of hours (at least one hour per chunk). A chunk is
-# one Spark query; per chunk the driver holds its pre-aggregate, whose size
-# follows the queues and keys of its hours, not their records.
+# one Spark query; the driver holds the pre-aggregates of two chunks (the one
+# it builds tables from, the next one arriving), whose size follows the
+# queues and keys of their hours, not their records.
 CHUNK_BYTES = 64 * 2**20
 
 
@@ -153,26 +154,32 @@ def run(
     # Spark pre-aggregates the next chunk while the driver builds the tables
     # of this one (the driver's thread only waits on Spark's socket).
     with ThreadPoolExecutor(1, thread_name_prefix="analytics-preaggregate") as spark_side:
-        ahead = spark_side.submit(preaggregate, pending[0]) if pending else None
-        for index, chunk in enumerate(pending):
-            assert ahead is not None
-            pieces = ahead.result()
-            ahead = (
-                spark_side.submit(preaggregate, pending[index + 1])
-                if index + 1 < len(pending)
-                else None
-            )
-            lap("read and pre-aggregate")
-            base = {name: build(pieces) for name, build in tables.BASE.items()}
-            derived = {
-                name: table.derive(base[table.source], options.top, bound)
-                for name, table in tables.DERIVED.items()
-            }
-            for name, table in {**base, **derived}.items():
-                stages[name].add(table)
-            lap("hourly tables")
-            if progress is not None:
-                progress.chunk_done(len(chunk), tables.records(pieces))
+        try:
+            ahead = spark_side.submit(preaggregate, pending[0]) if pending else None
+            for index, chunk in enumerate(pending):
+                assert ahead is not None
+                pieces = ahead.result()
+                ahead = (
+                    spark_side.submit(preaggregate, pending[index + 1])
+                    if index + 1 < len(pending)
+                    else None
+                )
+                lap("read and pre-aggregate")
+                base = {name: build(pieces) for name, build in tables.BASE.items()}
+                derived = {
+                    name: table.derive(base[table.source], options.top, bound)
+                    for name, table in tables.DERIVED.items()
+                }
+                for name, table in {**base, **derived}.items():
+                    stages[name].add(table)
+                lap("hourly tables")
+                if progress is not None:
+                    progress.chunk_done(len(chunk), tables.records(pieces))
+        except BaseException:
+            # A failure here, or ^C: do not wait for the next chunk's query
+            # to finish before saying so (the executor's exit waits for it).
+            spark.sparkContext.cancelAllJobs()
+            raise
     for stage in stages.values():
         stage.commit(scope)
 

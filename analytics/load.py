@@ -23,16 +23,14 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from analytics.extract import Hour
-from analytics.tables import HOUR, HOUR_FIELDS, SHAPES
+from analytics.tables import HOUR, HOUR_FIELDS, SHAPES, Table
 
 HOURLY = "hourly"
 OVERALL = "overall"
 TMP = ".tmp"
 PART = "part-00000.parquet"
-# The codec Spark was configured with (session.COMMON_CONFIG) when it wrote them.
+# The codec of the files Spark wrote before the tables were written from the driver.
 COMPRESSION = "zstd"
-
-Table = Any  # pyarrow.Table
 
 
 def _scratch(out: Path, name: str) -> Path:

@@ -4,6 +4,7 @@ Without a master URL (and outside spark-submit) the jobs run embedded
 (`local[*]`) with settings for a short job on a small machine; measurements.md:
 on 2 cores, 4 shuffle partitions, no UI and a 4 GiB driver took the five
 reference queries from 18.3 s to 15.0 s, and LOCAL_CONFIG's further settings
+(with ANSI mode off then, since left on: off, a sum overflows silently)
 took them (warm, 10 million records) from 5.3 s to 4.9 s and the operator's
 run from 40 s to 36 s (tests/benchmarks/README.md). With `--master`, or under
 spark-submit, the cluster's own defaults apply, except the settings the
@@ -23,20 +24,15 @@ COMMON_CONFIG = {
     "spark.sql.session.timeZone": "UTC",
     # The hourly aggregates are small; the job's shuffles are few and narrow.
     "spark.sql.shuffle.partitions": "4",
-    # Our own output tables are read back with their partition values as
-    # strings and cast by us, never guessed (a date=... directory would
-    # otherwise become a DateType).
+    # Partition directories (date=..., hour=...) are never typed by guess
+    # (a date=... directory would become a DateType): the log is read with
+    # its own schema (extract.py), and anything else as strings.
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
-    "spark.sql.parquet.compression.codec": "zstd",
     # Adaptive execution re-plans after each shuffle stage: worth it for big
     # skewed joins, which this job has none of. Off, a small aggregate query
     # took 1.2 s instead of 2.5 s here, and the plan no longer depends on
     # runtime statistics.
     "spark.sql.adaptive.enabled": "false",
-    # ANSI mode (Spark 4's default) checks every cast and sum for overflow;
-    # the job's values cannot overflow (seconds, counts), and a query that
-    # did would fail where non-ANSI gives null. Off, as in Spark 3.
-    "spark.sql.ansi.enabled": "false",
 }
 
 # Embedded only: one JVM on the operator's machine.

@@ -56,7 +56,6 @@ NONE_KEY = "(none)"
 
 KEYS = ("measure", "bucket", "s1", "s2", "s3", "s4", "l1", "l2")
 SUMS = ("deliveries", "polls", "answered", "registers", "queue_records")
-AGGREGATES = ("records", "sum_micro", "max_value", *SUMS, "max_depth", "amount")
 
 # A row of a piece before the aggregation: the keys (bucket aside: it is
 # computed from `value`) and the per-record inputs of the sums and maxima.
@@ -171,7 +170,8 @@ def _rows() -> list[list[Column]]:
 
 def preaggregate(records: DataFrame) -> DataFrame:
     """Every piece of every record of `records` (extract.read_records), folded
-    per (hour, piece, keys): columns `date`, `hour`, `piece`, KEYS, AGGREGATES.
+    per (hour, piece, keys): columns `date`, `hour`, `piece`, KEYS,
+    `records`, `sum_micro`, `max_value`, SUMS, `max_depth`, `amount`.
 
     Sums over no value (an `amount` of records without one) are null; counts
     are never null.
