@@ -45,7 +45,9 @@ def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float
     return value
 
 
-def _integer(env: Mapping[str, str], name: str, default: int, *, minimum: int = 1) -> int:
+def _integer(
+    env: Mapping[str, str], name: str, default: int, *, minimum: int = 1, maximum: int | None = None
+) -> int:
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -55,6 +57,8 @@ def _integer(env: Mapping[str, str], name: str, default: int, *, minimum: int = 
         raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
     if value < minimum:
         raise ConfigError(f"{name} must be >= {minimum}, got {raw!r}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be <= {maximum}, got {raw!r}")
     return value
 
 
@@ -222,7 +226,13 @@ class Settings:
                 env, "EVENTQ_MAX_INTERNAL_REQUEST_BYTES", cls.max_internal_request_bytes
             ),
             max_header_bytes=_integer(
-                env, "EVENTQ_MAX_HEADER_BYTES", cls.max_header_bytes, minimum=1024
+                env,
+                "EVENTQ_MAX_HEADER_BYTES",
+                cls.max_header_bytes,
+                minimum=1024,
+                # Near Tornado's read buffer (100 MiB) a head past the limit
+                # fills the buffer first, and is closed without an answer.
+                maximum=2**20,
             ),
             auth_cache_secs=_number(env, "EVENTQ_AUTH_CACHE_SECS", 60.0),
             rate_limit_requests=_integer(

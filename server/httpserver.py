@@ -104,9 +104,13 @@ class Refusals:
         why = f"request head (request line and headers) over {limit} bytes"
         return 431, refusal(431, "HEADERS_TOO_LARGE", f"Request headers too large: {why}"), why
 
-    def bad_request(self) -> tuple[int, bytes, str]:
-        """The answer to a head that does not parse."""
-        why = "not an HTTP/1.x request (request line or headers do not parse)"
+    def bad_request(self, head: bool = True) -> tuple[int, bytes, str]:
+        """The answer to a head (or, `head` False, a body's framing: chunk
+        sizes, Content-Length) that does not parse or is over Tornado's limit."""
+        if head:
+            why = "not an HTTP/1.x request (request line or headers do not parse)"
+        else:
+            why = "request body framing does not parse or is over the size limit"
         return 400, refusal(400, "BAD_REQUEST", f"Malformed HTTP request: {why}"), why
 
     def bad_body(self) -> tuple[int, bytes, str]:
@@ -126,9 +130,15 @@ class Refusals:
                     sock.send(answer)
             sock.close()
             return
-        task = asyncio.get_running_loop().create_task(_linger(sock, answer))
+        try:
+            task = asyncio.get_running_loop().create_task(_linger(sock, answer))
+        except BaseException:
+            sock.close()
+            raise
         self._lingering.add(task)
         task.add_done_callback(self._lingering.discard)
+        # A drain cancelled before it started never reaches its `finally`.
+        task.add_done_callback(lambda _task: sock.close())
 
     async def close(self) -> None:
         """Stop every drain in progress (at shutdown); their sockets close."""
@@ -197,11 +207,14 @@ class _AnsweringStream(tornado.iostream.IOStream):
         return super().read_bytes(num_bytes, partial)
 
     def write(self, data: bytes | memoryview) -> asyncio.Future[None]:
-        if self._refused is None and data == _TORNADO_BAD_REQUEST:
-            status, answer, why = self._refusals.bad_request()
+        if self._refused is None and not self._answering and data == _TORNADO_BAD_REQUEST:
+            status, answer, why = self._refusals.bad_request(head=self._reading_head)
             self._refused = (status, why)
             data = answer
-        self._answering = True
+        # An interim answer (100 Continue, before a body is read) is not the
+        # request's answer: a refusal of the body can still follow it.
+        if not bytes(data[:10]).startswith(b"HTTP/1.1 1"):
+            self._answering = True
         return super().write(data)
 
     def close_fd(self) -> None:
@@ -231,6 +244,9 @@ class EventHTTPServer(tornado.httpserver.HTTPServer):
     (request line and headers)."""
 
     def initialize(self, *args: Any, refusals: Refusals, **kwargs: Any) -> None:  # type: ignore[override]
+        if kwargs.get("ssl_options") is not None:
+            # handle_stream serves every socket as a plain IOStream.
+            raise ValueError("EventHTTPServer does not serve TLS: terminate it in nginx")
         kwargs["max_header_size"] = refusals.max_header_bytes
         super().initialize(*args, **kwargs)
         self.refusals = refusals

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import tornado.web
 
-from server.handlers.base import NotFoundHandler
+from server.handlers.base import NotFoundHandler, logged_uri
 from server.handlers.domain import ROUTES as DOMAIN_ROUTES
 from server.handlers.events import EventsHandler
 from server.handlers.internal import NotifyHandler, StatsHandler
@@ -21,17 +21,6 @@ if TYPE_CHECKING:
     from server.app import EventServer
 
 access_log = logging.getLogger("eventq.access")
-
-# A URL in the access log is cut here: a request head may be 64 KiB, and a
-# log line that long is noise an operator scrolls past (and can hide the next).
-LOGGED_URI_CHARS = 300
-
-
-def logged_uri(uri: str) -> str:
-    """`uri` as the access log shows it: cut at LOGGED_URI_CHARS, saying so."""
-    if len(uri) <= LOGGED_URI_CHARS:
-        return uri
-    return f"{uri[:LOGGED_URI_CHARS]}... ({len(uri)} characters)"
 
 
 def _log_request(handler: tornado.web.RequestHandler) -> None:

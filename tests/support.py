@@ -68,10 +68,18 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "c
         time.sleep(0.01)
 
 
-def raw_exchange(port: int, data: bytes) -> tuple[int, dict[str, str], bytes]:
+def raw_exchange(
+    port: int, data: bytes, send_buffer: int | None = None
+) -> tuple[int, dict[str, str], bytes]:
     """Send `data` as it is on a new connection to 127.0.0.1:`port` and read
-    until the server closes it: (status, headers by lowercase name, body)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+    until the server closes it: (status, headers by lowercase name, body).
+    `send_buffer`: the socket's SO_SNDBUF, small to still be sending when
+    the server answers (a reset then fails the send or the read)."""
+    with socket.socket() as conn:
+        if send_buffer is not None:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
+        conn.settimeout(10)
+        conn.connect(("127.0.0.1", port))
         conn.sendall(data)
         received = b""
         while chunk := conn.recv(65536):

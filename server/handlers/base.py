@@ -35,6 +35,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("eventq.http")
 
+# A URL in a log line is cut here: a request head may be 64 KiB, and a
+# log line that long is noise an operator scrolls past (and can hide the next).
+LOGGED_URI_CHARS = 300
+
+
+def logged_uri(uri: str) -> str:
+    """`uri` as the access log shows it: cut at LOGGED_URI_CHARS, saying so."""
+    if len(uri) <= LOGGED_URI_CHARS:
+        return uri
+    return f"{uri[:LOGGED_URI_CHARS]}... ({len(uri)} characters)"
+
+
 _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 _DIGITS = re.compile(r"[0-9]{1,18}")
 
@@ -111,7 +123,8 @@ class BaseHandler(tornado.web.RequestHandler):
         caller = self.request.remote_ip or ""
         internal = shard_map.is_internal(caller) if shard_map is not None else False
         if not hmac.compare_digest(secret.encode(), expected) or not internal:
-            log.warning("forwarded request to %s from %s refused", self.request.path, caller)
+            path = logged_uri(self.request.path)
+            log.warning("forwarded request to %s from %s refused", path, caller)
             raise ApiError("Access denied", "BAD_REQUEST", 403, headers={REFUSED_HEADER: "1"})
         self.forwarded = True
 

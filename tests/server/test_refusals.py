@@ -174,6 +174,10 @@ def small_head_server():
             refusals = Refusals(2048)
             server = EventHTTPServer(tornado.web.Application([(r"/.*", _Ok)]), refusals=refusals)
             sock = socket.socket()
+            # Small receive buffers (accepted sockets inherit them): a large
+            # refused head cannot sit in the kernel unread, so a close
+            # without draining would reset the client mid-send.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
             sock.bind(("127.0.0.1", 0))
             sock.listen()
             sock.setblocking(False)
@@ -252,3 +256,52 @@ def test_past_the_lingering_limit_a_refusal_is_still_sent(small_head_server, mon
     assert status == 414
     assert headers["connection"] == "close"
     assert refusals.counts[414] == 1
+
+
+def test_a_large_refused_head_sent_whole_before_reading_still_gets_its_answer(
+    small_head_server,
+):
+    # 500 KB against a 2 KiB limit: the server answers after 2 KiB, then
+    # reads and drops the rest. Closing at once would reset the connection
+    # under the client's send, and the answer with it.
+    port, refusals = small_head_server["port"], small_head_server["refusals"]
+    # A small send buffer too: the client is still sending when the server
+    # answers.
+    status, headers, body = raw_exchange(port, request_head(500_000, 10), send_buffer=16384)
+    assert status == 414
+    assert headers["connection"] == "close"
+    assert json.loads(body)["code"] == "URI_TOO_LONG"
+    wait_for(lambda: not refusals._lingering or None, what="the drain to end")
+
+
+def test_a_broken_chunked_body_after_100_continue_is_still_answered(small_head_server):
+    port, refusals = small_head_server["port"], small_head_server["refusals"]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(
+            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+            b"Expect: 100-continue\r\n\r\n"
+        )
+        interim = b""
+        while b"\r\n\r\n" not in interim:
+            interim += conn.recv(1024)
+        assert interim.startswith(b"HTTP/1.1 100 ")
+        conn.sendall(b"f" * 200 + b"\r\n")
+        received = interim.partition(b"\r\n\r\n")[2]
+        while chunk := conn.recv(65536):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ")
+    assert json.loads(body)["code"] == "BAD_REQUEST"
+    assert refusals.counts == {400: 1, 414: 0, 431: 0}
+
+
+def test_a_chunk_size_that_is_not_hex_is_400_about_the_body(small_head_server):
+    port, refusals = small_head_server["port"], small_head_server["refusals"]
+    status, _, body = raw_exchange(
+        port, b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n"
+    )
+    assert status == 400
+    assert json.loads(body)["msg"] == (
+        "Malformed HTTP request: request body framing does not parse or is over the size limit"
+    )
+    assert refusals.counts == {400: 1, 414: 0, 431: 0}
