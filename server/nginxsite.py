@@ -38,10 +38,15 @@ REFUSED_PREFIX = "/eventq-refused/"
 # 404: an internal location (X-Accel-Redirect's, these) asked for from outside.
 REFUSALS = {
     400: (400, "BAD_REQUEST", "Malformed HTTP request"),
+    # deny: /api/internal/ and /metrics from outside (a shard's own 403s
+    # pass through as they are: error_page covers nginx's answers only).
+    403: (403, "BAD_REQUEST", "Access denied"),
     404: (404, "NOT_FOUND", "Invalid API path"),
     413: (413, "REQUEST_TOO_LARGE", "Request body too large"),
     414: (414, "URI_TOO_LONG", "Request URI too long"),
     494: (431, "HEADERS_TOO_LARGE", "Request headers too large"),
+    # 501: a Transfer-Encoding nginx does not know.
+    501: (501, "BAD_REQUEST", "Transfer-Encoding not supported"),
     505: (505, "BAD_REQUEST", "HTTP version not supported"),
 }
 

@@ -413,8 +413,11 @@ def test_a_forwarded_post_with_expect_100_continue(cluster: Cluster, realms: Rea
          b"Content-Length: 5000000\r\n\r\n", 413, "REQUEST_TOO_LARGE"),
         (b"GET /internal/eventq/a/api/v1/events HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
          404, "NOT_FOUND"),
+        (b"POST /api/v1/register HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+         b"Transfer-Encoding: gzip\r\n\r\n", 501, "BAD_REQUEST"),
     ],
-    ids=["long-url", "long-header", "not-http", "large-body", "internal-location"],
+    ids=["long-url", "long-header", "not-http", "large-body", "internal-location",
+         "unknown-transfer-encoding"],
 )  # fmt: skip
 def test_what_nginx_refuses_itself_is_the_api_json_error(
     cluster: Cluster, request_bytes: bytes, status: int, code: str
