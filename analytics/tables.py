@@ -432,13 +432,8 @@ def merge(name: str, hourly: Table) -> Table:
         totals = {c: pc.sum(hourly.column(c)).as_py() for c in counts}
         row = _with_poll_shares(totals) if name == "poll_outcomes" else totals
         return _rows([row], name, [])
-    keys = {
-        "histograms": ["measure", "dimension", "key", "bucket"],
-        "volumes": ["dimension", "key"],
-        "user_activity": USER_KEYS,
-        "queue_activity": QUEUE_KEYS,
-        "shard_load": ["shard"],
-    }[name]
+    # A keyed base table is stored sorted by its keys: they are its order.
+    keys = SHAPES[name].order
     maxima = ("max_value", "max_depth")
     aggregates = {
         f.name: (f.name, "max" if f.name in maxima else "sum")
