@@ -251,6 +251,24 @@ ensure_nginx() {
     command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || die "nginx: not installed"
 }
 
+# --- nchan (tests/benchmarks/fanout.py measures nginx + nchan beside eventq) --
+
+ensure_nchan() {
+    ensure_nginx
+    local module
+    for module in /usr/lib/nginx/modules/ngx_nchan_module.so \
+        /usr/share/nginx/modules/ngx_nchan_module.so; do
+        if [[ -f $module ]]; then
+            say "nchan: installed ($module)"
+            return
+        fi
+    done
+    # The module only: the benchmark writes its own nginx config that loads
+    # it, so the distro's site (if nginx was installed with one) is not used.
+    apt_install libnginx-mod-nchan
+    [[ -f /usr/lib/nginx/modules/ngx_nchan_module.so ]] || die "nchan: not installed"
+}
+
 # --- systemd-analyze (the tests verify the units in deploy/systemd) ----------
 
 ensure_systemd_analyze() {

@@ -7,6 +7,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 bootstrap
 ensure_nginx
+ensure_nchan
 ensure_systemd_analyze
 cd "$EVENTQ_REPO"
 exec .venv/bin/pytest "$@"
