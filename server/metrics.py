@@ -16,7 +16,6 @@ Each server has its own `CollectorRegistry`, so several servers in one process
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -25,10 +24,8 @@ from prometheus_client.registry import Collector
 from queues.client import ClientDescriptor
 from queues.event_queue import Item
 from queues.registry import DeliveryReport, EndReason
+from server.interface import ServerApi
 from server.observe import Observer, PollOutcome
-
-if TYPE_CHECKING:
-    from server.app import EventServer
 
 # Producers may send any event type; past this many distinct ones, the rest are
 # counted under "other" so that a buggy producer cannot grow the label set
@@ -162,7 +159,7 @@ class Metrics(Observer):
 class ServerState(Collector):
     """What the server holds right now, read at scrape time."""
 
-    def __init__(self, server: EventServer):
+    def __init__(self, server: ServerApi):
         self.server = server
 
     def collect(self) -> Iterator[Metric]:
@@ -258,7 +255,7 @@ class ServerState(Collector):
         )
 
 
-def make_metrics(server: EventServer) -> tuple[Metrics, CollectorRegistry]:
+def make_metrics(server: ServerApi) -> tuple[Metrics, CollectorRegistry]:
     registry = CollectorRegistry()
     metrics = Metrics(registry)
     registry.register(ServerState(server))

@@ -4,7 +4,6 @@ sessions; until those exist, Basic credentials are accepted there too)."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import tornado.web
 
@@ -16,9 +15,7 @@ from server.handlers.metrics import MetricsHandler
 from server.handlers.openapi import OpenApiHandler
 from server.handlers.register import RegisterHandler
 from server.handlers.settings import ServerSettingsHandler
-
-if TYPE_CHECKING:
-    from server.app import EventServer
+from server.interface import ServerApi
 
 access_log = logging.getLogger("eventq.access")
 
@@ -41,7 +38,7 @@ def _log_request(handler: tornado.web.RequestHandler) -> None:
         )
 
 
-def make_application(server: EventServer) -> tornado.web.Application:
+def make_application(server: ServerApi) -> tornado.web.Application:
     api = {"server": server}
     json = {"server": server, "json_api": True}
     domain = [

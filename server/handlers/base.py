@@ -8,7 +8,7 @@ import ipaddress
 import logging
 import re
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 import tornado.httputil
@@ -27,11 +27,9 @@ from server.forward import (
     accel_redirect,
     forward,
 )
+from server.interface import ServerApi
 from server.params import Params
 from server.responses import success_body
-
-if TYPE_CHECKING:
-    from server.app import EventServer
 
 log = logging.getLogger("eventq.http")
 
@@ -56,7 +54,7 @@ class BaseHandler(tornado.web.RequestHandler):
     """Bodies are streamed so that an oversized one is refused (413, JSON)
     before it is read."""
 
-    server: EventServer
+    server: ServerApi
     json_api: bool
     internal: bool = False
     # Sharding (server/forward.py): the request came from another shard; the
@@ -65,7 +63,7 @@ class BaseHandler(tornado.web.RequestHandler):
     upstream: tornado.iostream.IOStream | None = None
     client_gone = False
 
-    def initialize(self, server: EventServer, json_api: bool = False) -> None:
+    def initialize(self, server: ServerApi, json_api: bool = False) -> None:
         self.server = server
         self.json_api = json_api
         self._chunks: list[bytes] = []

@@ -1,0 +1,128 @@
+"""What the HTTP layer (server/handlers/, server/routes.py, server/metrics.py)
+may use of the server: a `Protocol` that `server.app.EventServer` satisfies
+structurally.
+
+It lives below the handlers so that imports run one way: handlers and routes
+import this module, app imports them and this module, and nothing here imports
+app, routes or a handler (tests/test_layout.py checks that no import circle
+comes back). A member belongs here only while one of those modules uses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry
+
+from generation.notice import Notice
+from queues.client import ClientDescriptor
+from queues.event_queue import Item
+from queues.registry import DeliveryReport, QueueRegistry
+from server.auth import Authenticator
+from server.config import Settings
+from server.consumer import NoticeConsumer
+from server.db import Database
+from server.deliverylog import DeliveryLog
+from server.httpserver import Refusals
+from server.looplag import LoopLagMonitor
+from server.ratelimit import RateLimiter
+
+
+class ServerApi(Protocol):
+    """One server process, as its request handlers and metrics see it. Every
+    member is used on the IO loop only. The attributes are read-only here:
+    the server changes them, the HTTP layer reads them."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def registry(self) -> QueueRegistry: ...
+
+    @property
+    def db(self) -> Database: ...
+
+    @property
+    def auth(self) -> Authenticator: ...
+
+    @property
+    def rate_limiter(self) -> RateLimiter | None:
+        """Requests per user; None when rate limiting is off."""
+
+    @property
+    def auth_failures(self) -> RateLimiter | None:
+        """Failed authentications per address; None when not limited."""
+
+    @property
+    def shared_secret(self) -> str:
+        """What internal callers and other shards prove themselves with."""
+
+    @property
+    def server_generation(self) -> int:
+        """Identifies this run of the server to clients."""
+
+    @property
+    def stopping(self) -> bool:
+        """True once shutdown has begun: new requests are refused."""
+
+    @property
+    def in_flight(self) -> int:
+        """Requests being served, parked long-polls included."""
+
+    @property
+    def loop_lag(self) -> LoopLagMonitor: ...
+
+    @property
+    def refusals(self) -> Refusals: ...
+
+    @property
+    def consumer(self) -> NoticeConsumer | None:
+        """None when the server consumes no RabbitMQ queue."""
+
+    @property
+    def delivery_log(self) -> DeliveryLog | None:
+        """None when there is no delivery log (no EVENTQ_LOG_DIR)."""
+
+    @property
+    def metrics_registry(self) -> CollectorRegistry: ...
+
+    def clock(self) -> float:
+        """The registry's clock: seconds, never going back."""
+
+    def request_started(self) -> None:
+        """Called once per request as it starts; `request_finished` once as it
+        ends, whatever the outcome (shutdown waits for every one)."""
+
+    def request_finished(self) -> None: ...
+
+    def heartbeat_delay(self) -> float:
+        """Seconds a parked long-poll waits before `heartbeat`, jittered."""
+
+    def heartbeat(self, client: ClientDescriptor) -> None:
+        """Timer callback: the client's parked request has waited long enough."""
+
+    def observe_response(
+        self,
+        client: ClientDescriptor,
+        items: Sequence[Item],
+        response_bytes: int,
+        outcome: str,
+        waited_secs: float,
+    ) -> None: ...
+
+    def observe_registered(self, client: ClientDescriptor, latency_secs: float) -> None: ...
+
+    def observe_poll_failed(
+        self, user_id: int, realm_id: int, queue_id: str | None, code: str
+    ) -> None: ...
+
+    async def sink(self, notice: Notice) -> None:
+        """Where this process's own actions send their committed events."""
+
+    def deliver(self, notice: Notice, encoded_size: int) -> DeliveryReport:
+        """Deliver a validated notice whose wire form is `encoded_size` bytes.
+        Raises `BadNotice` for an event no queue could hold."""
+
+    def stats(self, user_id: int | None) -> dict[str, Any]:
+        """The internal stats body; with `user_id`, that user's queues too."""
