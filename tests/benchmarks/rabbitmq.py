@@ -94,6 +94,7 @@ from fanout import (
     Bench,
     BenchError,
     Database,
+    ServerGroup,
     ServerProcess,
     User,
     die_with_parent,
@@ -421,7 +422,7 @@ def spread(values: Sequence[float]) -> dict[str, float] | None:
 class CpuMeter:
     """CPU seconds of the server, the broker and this process over a window."""
 
-    def __init__(self, server: ServerProcess, broker: int | None):
+    def __init__(self, server: ServerGroup, broker: int | None):
         self.server = server
         self.broker = broker
         self.started = time.monotonic()
@@ -465,7 +466,9 @@ class RabbitBench(Bench):
         realm_id: int,
         amqp_url: str,
     ):
-        super().__init__(args, server, users)
+        # fanout.py's Bench drives a group of server processes (its shards);
+        # here the group is the one server, which is also the one frozen.
+        super().__init__(args, ServerGroup([server]), users)
         self.freezable = server
         self.realm_id = realm_id
         self.amqp_url = amqp_url
@@ -475,7 +478,7 @@ class RabbitBench(Bench):
         self.tracker: Tracker | None = None
         self.last_read = 0.0  # time.time() of the last bench event read
         self.published = 0  # every notice published to the queue so far
-        self.next_seq = 1
+        self.plan_seq = 1  # the first seq of the next publishers' notices
         # What a phase's checks found wrong (the figures may not mean much).
         self.problems: list[str] = []
 
@@ -515,8 +518,8 @@ class RabbitBench(Bench):
     def plans(
         self, users: Sequence[int], publishers: int, rate: float, count: int, max_secs: float
     ) -> list[PublishPlan]:
-        first = self.next_seq
-        self.next_seq += count * publishers + publishers
+        first = self.plan_seq
+        self.plan_seq += count * publishers + publishers
         return [
             PublishPlan(
                 url=self.amqp_url,
@@ -713,7 +716,7 @@ class RabbitBench(Bench):
                 f" (the rest is the consumer's prefetch); resuming the server"
             )
             if profile is not None:
-                spy = start_py_spy(self.server.pid, profile, None, self.args.py_spy_native)
+                spy = start_py_spy(self.freezable.pid, profile, None, self.args.py_spy_native)
                 await asyncio.sleep(1.0)  # let py-spy attach
             frozen_secs = time.monotonic() - frozen_at
             cpu = CpuMeter(self.server, self.broker)
