@@ -38,14 +38,14 @@ from server.consumer import NoticeConsumer
 from server.db import Database
 from server.deliverylog import DeliveryLog
 from server.httpserver import EventHTTPServer, Refusals
-from server.longpoll import heartbeat_delay
+from server.longpoll import AnswerSlices, heartbeat_delay
 from server.looplag import LoopLagMonitor
 from server.metrics import make_metrics
 from server.migrate import latest_migration
 from server.observe import Observer, Origin
 from server.ratelimit import RateLimiter
 from server.responses import encode
-from server.routes import make_application
+from server.routes import make_dispatcher
 from server.version import ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION
 
 log = logging.getLogger("eventq.server")
@@ -89,6 +89,8 @@ class EventServer:
         self.server_generation = int(time.time())
         self.started_at = time.monotonic()
         self.loop_lag = LoopLagMonitor()
+        # Woken parked requests are answered a slice per loop iteration.
+        self.answer_slices = AnswerSlices()
         self.stopping = False
         # Requests being served (including parked ones); shutdown waits for 0.
         self.in_flight = 0
@@ -186,7 +188,7 @@ class EventServer:
         self._gc = PeriodicCallback(self.collect_garbage, self.settings.gc_interval_secs * 1000)
         self._gc.start()
         self._http = EventHTTPServer(
-            make_application(self),
+            make_dispatcher(self),
             # The handlers enforce their own (smaller) limits with a JSON 413;
             # this is the hard cap for a body without a Content-Length.
             max_body_size=self.settings.max_internal_request_bytes,

@@ -126,21 +126,31 @@ class Authenticator:
         database outage shorter than `stale_secs` does not cut clients off.
         """
         if header is not None:
-            cached = self._cache.get(header)
-            if cached is not None:
-                user, fresh_until = cached
-                now = self._clock()
-                if now < fresh_until:
-                    self._cache.move_to_end(header)
-                    return user
-                if now < fresh_until + self._stale:
-                    self._cache.move_to_end(header)
-                    self._refresh_later(header)
-                    return user
-                del self._cache[header]
+            user = self.cached(header)
+            if user is not None:
+                return user
         email, api_key = parse_basic(header)
         assert header is not None
         return await self._check_once(header, email, api_key)
+
+    def cached(self, header: str) -> AuthUser | None:
+        """The user of `header` if its credentials were checked recently
+        (see `authenticate`), without waiting: None means ask `authenticate`.
+        A stale entry is served and checked again in the background."""
+        cached = self._cache.get(header)
+        if cached is None:
+            return None
+        user, fresh_until = cached
+        now = self._clock()
+        if now < fresh_until:
+            self._cache.move_to_end(header)
+            return user
+        if now < fresh_until + self._stale:
+            self._cache.move_to_end(header)
+            self._refresh_later(header)
+            return user
+        del self._cache[header]
+        return None
 
     async def _check_once(self, header: str, email: str, api_key: str) -> AuthUser:
         """Check credentials, sharing one query among concurrent requests."""

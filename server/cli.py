@@ -120,7 +120,14 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         )
         return 2
     _raise_fd_limit()
-    return asyncio.run(_serve(settings, args.port, args.host))
+    loop_factory = None
+    if settings.event_loop == "uvloop":
+        import uvloop  # noqa: PLC0415 (only when serving)
+
+        loop_factory = uvloop.new_event_loop
+    log.info("event loop: %s", settings.event_loop)
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(_serve(settings, args.port, args.host))
 
 
 def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:

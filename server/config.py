@@ -23,6 +23,7 @@ from generation.config import (
 from queues.registry import QueueLimits
 
 _LIMITS = QueueLimits()
+EVENT_LOOPS = ("uvloop", "asyncio")
 # A shard's name goes into file names (saved queues, delivery log).
 _SHARD_NAME = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -132,6 +133,9 @@ class Settings:
     log_roll_secs: float = 600.0
     log_retention_days: int = 30
     log_max_pending: int = 500_000
+    # The asyncio event loop `eventq serve` runs on: "uvloop" (libuv, the
+    # default) or "asyncio" (the standard library's).
+    event_loop: str = "uvloop"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -165,6 +169,11 @@ class Settings:
         if pool_min > pool_max:
             raise ConfigError("EVENTQ_DB_POOL_MIN must not be larger than EVENTQ_DB_POOL_MAX")
         log_dir = env.get("EVENTQ_LOG_DIR", "").strip()
+        event_loop = env.get("EVENTQ_EVENT_LOOP", "").strip() or cls.event_loop
+        if event_loop not in EVENT_LOOPS:
+            raise ConfigError(
+                f"EVENTQ_EVENT_LOOP must be one of {', '.join(EVENT_LOOPS)}, got {event_loop!r}"
+            )
         shard = env.get("EVENTQ_SHARD", "").strip()
         if shard and not _SHARD_NAME.fullmatch(shard):
             raise ConfigError(
@@ -255,6 +264,7 @@ class Settings:
             log_roll_secs=_number(env, "EVENTQ_LOG_ROLL_SECS", 600.0, minimum=0.001),
             log_retention_days=_integer(env, "EVENTQ_LOG_RETENTION_DAYS", 30, minimum=0),
             log_max_pending=_integer(env, "EVENTQ_LOG_MAX_PENDING", cls.log_max_pending),
+            event_loop=event_loop,
         )
 
     @property

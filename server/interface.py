@@ -25,6 +25,7 @@ from server.consumer import NoticeConsumer
 from server.db import Database
 from server.deliverylog import DeliveryLog
 from server.httpserver import Refusals
+from server.longpoll import AnswerSlices
 from server.looplag import LoopLagMonitor
 from server.ratelimit import RateLimiter
 
@@ -72,6 +73,10 @@ class ServerApi(Protocol):
 
     @property
     def loop_lag(self) -> LoopLagMonitor: ...
+
+    @property
+    def answer_slices(self) -> AnswerSlices:
+        """Where a woken parked request waits for its answer's turn."""
 
     @property
     def refusals(self) -> Refusals: ...

@@ -59,6 +59,14 @@ class RateLimiter:
         self._refuse(key)
         return self._wait(start, current, previous, now)
 
+    def blocked(self, key: object, now: float) -> bool:
+        """Whether `wait` would refuse `key` now; counts and logs nothing."""
+        entry = self._windows.get(key)
+        if entry is None:
+            return False
+        start, current, previous = self._current(key, now)
+        return previous * (1.0 - (now - start) / self.window_secs) + current >= self.limit
+
     def hit(self, key: object, now: float) -> float:
         """Count a request; 0.0 if it may go on, else the seconds until one may."""
         entry = self._current(key, now)

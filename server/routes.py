@@ -3,39 +3,35 @@ sessions; until those exist, Basic credentials are accepted there too)."""
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Awaitable
 
+import tornado.escape
+import tornado.http1connection
+import tornado.httputil
 import tornado.web
 
-from server.handlers.base import NotFoundHandler, logged_uri
+from server.forward import FORWARDED_HEADER
+from server.handlers.base import NotFoundHandler, client_address, log_access
 from server.handlers.domain import ROUTES as DOMAIN_ROUTES
 from server.handlers.events import EventsHandler
 from server.handlers.internal import NotifyHandler, StatsHandler
 from server.handlers.metrics import MetricsHandler
 from server.handlers.openapi import OpenApiHandler
+from server.handlers.poll import LeanPoll
 from server.handlers.register import RegisterHandler
 from server.handlers.settings import ServerSettingsHandler
 from server.interface import ServerApi
 
-access_log = logging.getLogger("eventq.access")
-
 
 def _log_request(handler: tornado.web.RequestHandler) -> None:
-    """Successes at DEBUG (a busy shard answers hundreds of polls a second),
-    client errors at INFO, server errors at ERROR."""
-    status = handler.get_status()
-    level = logging.DEBUG if status < 400 else logging.INFO if status < 500 else logging.ERROR
-    if access_log.isEnabledFor(level):
-        request = handler.request
-        access_log.log(
-            level,
-            "%d %s %s (%s) %.1fms",
-            status,
-            request.method,
-            logged_uri(request.uri or ""),
-            request.remote_ip,
-            1000.0 * request.request_time(),
-        )
+    request = handler.request
+    log_access(
+        handler.get_status(),
+        request.method or "",
+        request.uri or "",
+        request.remote_ip,
+        request.request_time(),
+    )
 
 
 def make_application(server: ServerApi) -> tornado.web.Application:
@@ -65,3 +61,125 @@ def make_application(server: ServerApi) -> tornado.web.Application:
         log_function=_log_request,
         compress_response=False,
     )
+
+
+# The long poll's paths, and whether each allows cross-origin API clients.
+_POLL_PATHS = {"/api/v1/events": True, "/json/events": False}
+
+
+class Dispatcher(tornado.httputil.HTTPServerConnectionDelegate):
+    """What the HTTP server hands each request to: the long poll's common
+    case to `handlers.poll.LeanPoll`, every other request to `application`
+    (the full handlers). The choice is made from the request head before
+    anything is done for the request, so a request the lean path does not
+    take is served exactly as if it did not exist."""
+
+    def __init__(self, application: tornado.web.Application, server: ServerApi):
+        self.application = application
+        self.server = server
+
+    def start_request(
+        self,
+        server_conn: object,
+        request_conn: tornado.httputil.HTTPConnection,
+    ) -> tornado.httputil.HTTPMessageDelegate:
+        return _Route(self, server_conn, request_conn)
+
+    def on_close(self, server_conn: object) -> None:
+        self.application.on_close(server_conn)
+
+    def lean_poll(
+        self,
+        start_line: tornado.httputil.RequestStartLine,
+        headers: tornado.httputil.HTTPHeaders,
+        conn: tornado.httputil.HTTPConnection,
+    ) -> LeanPoll | None:
+        """A `LeanPoll` for a poll of an existing queue by a user whose
+        credentials are cached, of this shard, without a body; else None."""
+        if start_line.method != "GET" or not isinstance(
+            conn, tornado.http1connection.HTTP1Connection
+        ):
+            return None
+        path, _, query = start_line.path.partition("?")
+        api = _POLL_PATHS.get(path)
+        server = self.server
+        if (
+            api is None
+            or server.stopping
+            or "Authorization" not in headers
+            or "Content-Length" in headers
+            or "Transfer-Encoding" in headers
+            or FORWARDED_HEADER in headers
+        ):
+            return None
+        user = server.auth.cached(headers["Authorization"])
+        if user is None:
+            return None
+        settings = server.settings
+        shard_map = settings.sharding
+        if (
+            shard_map is not None
+            and shard_map.shard_for(user.realm_id, user.user_id) != settings.shard
+        ):
+            return None  # forwarded to its shard by the full handler
+        arguments = tornado.escape.parse_qs_bytes(query, keep_blank_values=True)
+        if "queue_id" not in arguments:
+            return None  # a new queue (or the error of a missing id)
+        failures = server.auth_failures
+        if failures is not None:
+            # As the full handler checks: an address guessing keys is
+            # refused even with valid credentials. The full handler answers.
+            context = getattr(conn, "context", None)
+            peer = getattr(context, "remote_ip", None) or ""
+            address = client_address(peer, headers.get("X-Real-IP"), shard_map)
+            if failures.blocked(address, server.clock()):
+                return None
+        return LeanPoll(server, conn, start_line.path, arguments, user, api)
+
+
+class _Route(tornado.httputil.HTTPMessageDelegate):
+    """One request on its way to the lean poll or the application."""
+
+    __slots__ = ("dispatcher", "request_conn", "server_conn", "target")
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        server_conn: object,
+        request_conn: tornado.httputil.HTTPConnection,
+    ):
+        self.dispatcher = dispatcher
+        self.server_conn = server_conn
+        self.request_conn = request_conn
+        self.target: tornado.httputil.HTTPMessageDelegate | None = None
+
+    def headers_received(
+        self,
+        start_line: tornado.httputil.RequestStartLine | tornado.httputil.ResponseStartLine,
+        headers: tornado.httputil.HTTPHeaders,
+    ) -> Awaitable[None] | None:
+        assert isinstance(start_line, tornado.httputil.RequestStartLine)
+        dispatcher = self.dispatcher
+        lean = dispatcher.lean_poll(start_line, headers, self.request_conn)
+        if lean is not None:
+            self.target = lean
+            return None
+        target = dispatcher.application.start_request(self.server_conn, self.request_conn)
+        self.target = target
+        return target.headers_received(start_line, headers)
+
+    def data_received(self, chunk: bytes) -> Awaitable[None] | None:
+        assert self.target is not None
+        return self.target.data_received(chunk)
+
+    def finish(self) -> None:
+        assert self.target is not None
+        self.target.finish()
+
+    def on_connection_close(self) -> None:
+        if self.target is not None:
+            self.target.on_connection_close()
+
+
+def make_dispatcher(server: ServerApi) -> Dispatcher:
+    return Dispatcher(make_application(server), server)

@@ -21,7 +21,7 @@ ALLOWED = {
     "server": {
         "server", "queues", "generation", "apply_events",
         "tornado", "pika", "psycopg", "psycopg_pool", "orjson",
-        "pyarrow", "prometheus_client",
+        "pyarrow", "prometheus_client", "uvloop",
     },
     # design.md: stdlib, pyspark, plotting; nothing of ours. Plus pyarrow,
     # the format Spark hands results to the driver in (DataFrame.toArrow):

@@ -15,6 +15,7 @@ import tornado.httputil
 import tornado.iostream
 import tornado.web
 
+from generation.sharding import ShardMap
 from queues.client import ClientDescriptor
 from queues.errors import BadQueueId, QueueError
 from server.auth import AuthUser, not_logged_in
@@ -38,11 +39,61 @@ log = logging.getLogger("eventq.http")
 LOGGED_URI_CHARS = 300
 
 
+access_log = logging.getLogger("eventq.access")
+
+
 def logged_uri(uri: str) -> str:
     """`uri` as the access log shows it: cut at LOGGED_URI_CHARS, saying so."""
     if len(uri) <= LOGGED_URI_CHARS:
         return uri
     return f"{uri[:LOGGED_URI_CHARS]}... ({len(uri)} characters)"
+
+
+def log_access(
+    status: int, method: str, uri: str, remote_ip: str | None, request_secs: float
+) -> None:
+    """The access log's line for an answered request: successes at DEBUG (a
+    busy shard answers hundreds of polls a second), client errors at INFO,
+    server errors at ERROR."""
+    level = logging.DEBUG if status < 400 else logging.INFO if status < 500 else logging.ERROR
+    if access_log.isEnabledFor(level):
+        access_log.log(
+            level,
+            "%d %s %s (%s) %.1fms",
+            status,
+            method,
+            logged_uri(uri),
+            remote_ip,
+            1000.0 * request_secs,
+        )
+
+
+def client_address(peer: str, forwarded: str | None, shard_map: ShardMap | None) -> str:
+    """Who is calling: the peer, or behind our own proxy (a loopback or
+    internal peer) the address nginx puts in X-Real-IP (`forwarded`)."""
+    if forwarded:
+        try:
+            trusted = (
+                shard_map.is_internal(peer)
+                if shard_map is not None
+                else ipaddress.ip_address(peer).is_loopback
+            )
+        except ValueError:
+            trusted = False
+        if trusted:
+            return forwarded
+    return peer
+
+
+def owned_queue(server: ServerApi, queue_id: str, user: AuthUser) -> ClientDescriptor:
+    """The user's queue `queue_id`; another user's id fails exactly like an
+    unknown one (and is logged)."""
+    try:
+        return server.registry.get(queue_id, user.user_id)
+    except BadQueueId as exc:
+        if exc.wrong_owner:
+            log.warning("User %d is not authorized for queue %s", user.user_id, queue_id)
+        raise
 
 
 _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -185,21 +236,11 @@ class BaseHandler(tornado.web.RequestHandler):
     def client_address(self) -> str:
         """Who is calling: the peer, or behind our own proxy (a loopback or
         internal peer) the address nginx puts in X-Real-IP."""
-        peer = self.request.remote_ip or ""
-        forwarded = self.request.headers.get("X-Real-IP")
-        if forwarded:
-            shard_map = self.server.settings.sharding
-            try:
-                trusted = (
-                    shard_map.is_internal(peer)
-                    if shard_map is not None
-                    else ipaddress.ip_address(peer).is_loopback
-                )
-            except ValueError:
-                trusted = False
-            if trusted:
-                return forwarded
-        return peer
+        return client_address(
+            self.request.remote_ip or "",
+            self.request.headers.get("X-Real-IP"),
+            self.server.settings.sharding,
+        )
 
     async def authenticate(self) -> AuthUser:
         header = self.request.headers.get("Authorization")
@@ -273,12 +314,7 @@ class BaseHandler(tornado.web.RequestHandler):
     def queue_for(self, queue_id: str, user: AuthUser) -> ClientDescriptor:
         """The user's queue `queue_id`; another user's id fails exactly like
         an unknown one (and is logged)."""
-        try:
-            return self.server.registry.get(queue_id, user.user_id)
-        except BadQueueId as exc:
-            if exc.wrong_owner:
-                log.warning("User %d is not authorized for queue %s", user.user_id, queue_id)
-            raise
+        return owned_queue(self.server, queue_id, user)
 
     def client_name(self, params: Params | None = None) -> str:
         """Zulip's client name: the `client` parameter, else the User-Agent's

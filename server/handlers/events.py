@@ -10,25 +10,14 @@ from queues.event_queue import Item
 from server.auth import AuthUser
 from server.errors import ApiError, bad_queue_id, from_queue_error
 from server.handlers.base import BaseHandler
+from server.handlers.poll import MAX_QUEUE_ID, begin_poll, poll_failed, poll_outcome
 from server.longpoll import ParkedRequest
 from server.options import implicit_options
 from server.responses import events_body
 
-# Longer than any id we issue, yet short enough for a log line.
-MAX_QUEUE_ID = 1000
-
 log = logging.getLogger("eventq.events")
 
 _ALLOW = "OPTIONS, GET, DELETE"
-
-
-def _outcome(items: list[Item]) -> str:
-    """How a poll that answered `items` ended, for the log and the metrics."""
-    if not items:
-        return "empty"
-    if all(payload.event.get("type") == "heartbeat" for _, payload in items):
-        return "heartbeat"
-    return "events"
 
 
 class EventsHandler(BaseHandler):
@@ -59,12 +48,7 @@ class EventsHandler(BaseHandler):
             await self._get(user)
         except (ApiError, QueueError) as exc:
             code = exc.code if isinstance(exc, ApiError) else from_queue_error(exc).code
-            # As sent, so that the log shows what clients ask for; cut at the
-            # longest a queue id may be.
-            queue_id = self.request.query_arguments.get("queue_id", [b""])[-1][:MAX_QUEUE_ID]
-            self.server.observe_poll_failed(
-                user.user_id, user.realm_id, queue_id.decode("utf-8", "replace") or None, code
-            )
+            poll_failed(self.server, user, self.request.query_arguments, code)
             raise
 
     async def _get(self, user: AuthUser) -> None:
@@ -86,16 +70,10 @@ class EventsHandler(BaseHandler):
             server.observe_registered(client, 0.0)
             self._respond(client, [], "empty", 0.0, client.queue_id)
             return
-        if last_event_id is None:
-            raise ApiError("Missing 'last_event_id' argument")
-        client = self.queue_for(queue_id, user)
-        client.event_queue.prune(last_event_id)
-        now = server.clock()
-        registry.touch(client, now)
-        registry.displace(client, now)
+        client = begin_poll(server, user, queue_id, last_event_id)
         if dont_block or not client.event_queue.empty():
             items = client.event_queue.contents()
-            self._respond(client, items, _outcome(items), 0.0)
+            self._respond(client, items, poll_outcome(items), 0.0)
             return
         await self._long_poll(client)
 
@@ -125,7 +103,7 @@ class EventsHandler(BaseHandler):
                 503,
                 headers={"Retry-After": "1"},
             )
-        waiter = ParkedRequest()
+        waiter = ParkedRequest(server.answer_slices)
         parked_at = server.clock()
         server.registry.park(client, waiter, parked_at)
         waiter.timer = waiter.outcome.get_loop().call_later(
@@ -144,7 +122,7 @@ class EventsHandler(BaseHandler):
             return
         # "events" (a heartbeat is an event) or "deleted": whatever is held.
         items = client.event_queue.contents()
-        kind = "deleted" if outcome == "deleted" else _outcome(items)
+        kind = "deleted" if outcome == "deleted" else poll_outcome(items)
         self._respond(client, items, kind, waited, client.queue_id)
 
     def on_connection_close(self) -> None:

@@ -1,0 +1,308 @@
+"""The long poll's hot path: `GET /api/v1/events` (and `/json/events`) for a
+queue that exists, served by a lean `tornado.httputil.HTTPMessageDelegate`
+instead of a `RequestHandler`.
+
+A busy server answers a parked request and takes the client's next poll
+thousands of times per event it fans out. Tornado's `RequestHandler` costs
+more per request than everything this server does for it (building the
+handler, routing, default headers, a coroutine per request); here a poll is
+one object, run from `finish` to its answer or its parking without a
+coroutine, and its answer is written with precomputed headers.
+
+Only the common case is served here: an authenticated user whose
+credentials are cached, a `queue_id`, no body, this shard's user, a server
+not shutting down. `routes.Dispatcher` decides before anything happens
+and hands every other request (including anything unusual about a poll)
+to the full `handlers.events.EventsHandler`; both share the functions
+below, so the answers, errors, logs, metrics and delivery log are the same
+whichever path served a poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import logging
+import time
+from collections.abc import Mapping
+
+import orjson
+import tornado
+import tornado.http1connection
+import tornado.httputil
+
+from queues.client import ClientDescriptor, WakeReason
+from queues.errors import QueueError
+from queues.event_queue import Item
+from server.auth import AuthUser
+from server.errors import ApiError, bad_queue_id, from_queue_error, rate_limited
+from server.handlers.base import log_access, owned_queue
+from server.interface import ServerApi
+from server.params import Params
+from server.responses import events_body
+
+log = logging.getLogger("eventq.events")
+# Tornado's logger for uncaught exceptions, as a RequestHandler logs them.
+app_log = logging.getLogger("tornado.application")
+
+_SERVER = f"TornadoServer/{tornado.version}"
+_INTERNAL_ERROR = b'{"result":"error","msg":"Internal server error","code":"INTERNAL_ERROR"}'
+
+# Longer than any id we issue, yet short enough for a log line.
+MAX_QUEUE_ID = 1000
+
+
+def poll_outcome(items: list[Item]) -> str:
+    """How a poll that answered `items` ended, for the log and the metrics."""
+    if not items:
+        return "empty"
+    if all(payload.event.get("type") == "heartbeat" for _, payload in items):
+        return "heartbeat"
+    return "events"
+
+
+def begin_poll(
+    server: ServerApi, user: AuthUser, queue_id: str, last_event_id: int | None
+) -> ClientDescriptor:
+    """A poll of an existing queue: acknowledge what the client has, restart
+    the queue's idle clock and answer a request still parked on it (which
+    is told it was displaced)."""
+    if last_event_id is None:
+        raise ApiError("Missing 'last_event_id' argument")
+    client = owned_queue(server, queue_id, user)
+    client.event_queue.prune(last_event_id)
+    registry = server.registry
+    now = server.clock()
+    registry.touch(client, now)
+    registry.displace(client, now)
+    return client
+
+
+def poll_failed(
+    server: ServerApi, user: AuthUser, query: Mapping[str, list[bytes]], code: str
+) -> None:
+    """Tell the observers of a poll refused with `code`, naming the queue id
+    as sent (cut at the longest an id may be), so that the log shows what
+    clients ask for."""
+    queue_id = query.get("queue_id", [b""])[-1][:MAX_QUEUE_ID]
+    server.observe_poll_failed(
+        user.user_id, user.realm_id, queue_id.decode("utf-8", "replace") or None, code
+    )
+
+
+class _DateHeader:
+    """The `Date` header's value, formatted once per second."""
+
+    __slots__ = ("_second", "_value")
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._value = ""
+
+    def __call__(self) -> str:
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._value = tornado.httputil.format_timestamp(now)
+        return self._value
+
+
+http_date = _DateHeader()
+
+
+class LeanPoll(tornado.httputil.HTTPMessageDelegate):
+    """One `GET /events` for an existing queue (see the module's docstring).
+
+    Runs when its request has been read (`finish`): answers at once or parks
+    itself on the queue as its `Waiter`; a wake-up answers it in the server's
+    next answer slice. Its connection closing detaches it.
+    """
+
+    __slots__ = (
+        "_answered",
+        "_client",
+        "_closed",
+        "_parked_at",
+        "_timer",
+        "api",
+        "conn",
+        "query",
+        "server",
+        "started",
+        "uri",
+        "user",
+    )
+
+    def __init__(
+        self,
+        server: ServerApi,
+        conn: tornado.http1connection.HTTP1Connection,
+        uri: str,
+        query: dict[str, list[bytes]],
+        user: AuthUser,
+        api: bool,
+    ):
+        self.server = server
+        self.conn = conn
+        self.uri = uri
+        self.query = query
+        self.user = user
+        # /api/ paths allow browsers' cross-origin API clients; /json/ not.
+        self.api = api
+        self.started = time.time()
+        self._client: ClientDescriptor | None = None
+        self._parked_at = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._answered = False
+        self._closed = False
+
+    # -- tornado's side -------------------------------------------------------
+
+    def finish(self) -> None:
+        server = self.server
+        server.request_started()
+        try:
+            self._limit()
+            self._serve()
+        except (ApiError, QueueError) as exc:
+            self._fail(exc)
+        except Exception:
+            app_log.error("Uncaught exception GET %s", self.uri, exc_info=True)
+            self._error(500, _INTERNAL_ERROR)
+
+    def on_connection_close(self) -> None:
+        self._closed = True
+        client = self._client
+        if client is not None and client.waiter is self:
+            server = self.server
+            if server.registry.unpark(client, self, server.clock()):
+                log.debug("client disconnected from queue %s", client.queue_id)
+        self._cancel_timer()
+        if not self._answered:
+            self._answered = True
+            self.server.request_finished()
+
+    # -- serving ----------------------------------------------------------------
+
+    def _limit(self) -> None:
+        """The per-user rate limit (not an observed poll failure, as in the
+        full handler: it comes before the poll is looked at)."""
+        limiter = self.server.rate_limiter
+        if limiter is not None:
+            wait = limiter.hit(self.user.user_id, self.server.clock())
+            if wait > 0.0:
+                raise rate_limited(wait)
+
+    def _serve(self) -> None:
+        server = self.server
+        try:
+            params = Params(self.query)
+            queue_id = params.string("queue_id", max_length=MAX_QUEUE_ID)
+            dont_block = params.boolean("dont_block", False)
+            last_event_id = params.integer("last_event_id")
+            assert queue_id is not None  # routes.Dispatcher sends the others on
+            client = begin_poll(server, self.user, queue_id, last_event_id)
+        except (ApiError, QueueError) as exc:
+            code = exc.code if isinstance(exc, ApiError) else from_queue_error(exc).code
+            poll_failed(server, self.user, self.query, code)
+            raise
+        if dont_block or not client.event_queue.empty():
+            items = client.event_queue.contents()
+            self._respond(client, items, poll_outcome(items), 0.0, None, None)
+            return
+        self._client = client
+        self._parked_at = server.clock()
+        server.registry.park(client, self, self._parked_at)
+        self.conn.set_close_callback(self.on_connection_close)
+        self._timer = asyncio.get_running_loop().call_later(
+            server.heartbeat_delay(), server.heartbeat, client
+        )
+
+    def wake(self, reason: WakeReason) -> None:
+        """`queues.client.Waiter`: the registry detached this request."""
+        self._cancel_timer()
+        self.server.answer_slices.add(self._answer_parked, reason)
+
+    def _answer_parked(self, reason: WakeReason) -> None:
+        if self._closed or self._answered:
+            return
+        client = self._client
+        assert client is not None
+        server = self.server
+        try:
+            if reason == "overflow":
+                error = bad_queue_id(client.queue_id, "overflow")
+                poll_failed(server, self.user, self.query, error.code)
+                self._fail(error)
+                return
+            waited = server.clock() - self._parked_at
+            if reason == "displaced":
+                self._respond(client, [], "displaced", waited, client.queue_id, {"displaced": True})
+                return
+            items = client.event_queue.contents()
+            kind = "deleted" if reason == "deleted" else poll_outcome(items)
+            self._respond(client, items, kind, waited, client.queue_id, None)
+        except Exception:
+            app_log.error("Uncaught exception GET %s", self.uri, exc_info=True)
+            self._error(500, _INTERNAL_ERROR)
+
+    def _cancel_timer(self) -> None:
+        timer = self._timer
+        if timer is not None:
+            self._timer = None
+            timer.cancel()
+
+    # -- answering --------------------------------------------------------------
+
+    def _respond(
+        self,
+        client: ClientDescriptor,
+        items: list[Item],
+        outcome: str,
+        waited_secs: float,
+        queue_id: str | None,
+        extra: dict[str, bool] | None,
+    ) -> None:
+        """As `handlers.events.EventsHandler` answers: the queue id only in
+        the answer to a request that was parked."""
+        body = events_body(items, queue_id, extra)
+        self._write(200, body, None)
+        self.server.observe_response(client, items, len(body), outcome, waited_secs)
+
+    def _fail(self, exc: ApiError | QueueError) -> None:
+        error = exc if isinstance(exc, ApiError) else from_queue_error(exc)
+        self._write(error.status_code, orjson.dumps(error.body()), error.headers)
+
+    def _error(self, status: int, body: bytes) -> None:
+        if not self._answered and not self._closed:
+            self._write(status, body, None)
+
+    def _write(self, status: int, body: bytes, extra: Mapping[str, str] | None) -> None:
+        """The answer, with the headers `handlers.base.BaseHandler` sends."""
+        self._answered = True
+        conn = self.conn
+        conn.set_close_callback(None)
+        headers = tornado.httputil.HTTPHeaders()
+        headers["Server"] = _SERVER
+        headers["Content-Type"] = "application/json"
+        headers["Date"] = http_date()
+        headers["Vary"] = "Accept-Language, Cookie"
+        headers["Cache-Control"] = "no-store"
+        if self.api:
+            headers["Access-Control-Allow-Origin"] = "*"
+        if extra:
+            for name, value in extra.items():
+                headers[name] = value
+        headers["Content-Length"] = str(len(body))
+        reason = http.client.responses.get(status, "Unknown")
+        conn.write_headers(
+            tornado.httputil.ResponseStartLine("HTTP/1.1", status, reason), headers, body
+        )
+        conn.finish()
+        self.server.request_finished()
+        log_access(status, "GET", self.uri, self.remote_ip(), time.time() - self.started)
+
+    def remote_ip(self) -> str | None:
+        context = getattr(self.conn, "context", None)
+        return getattr(context, "remote_ip", None)
