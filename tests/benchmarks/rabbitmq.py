@@ -1174,6 +1174,18 @@ def realm_of(database_url: str) -> int:
 
 
 DEFAULT_LATENCY = "one@50,one@max,all@2,all@10,all@50,all@max"
+# --quick: every phase kind (paced and flat-out latency, both drains) on 20
+# clients for about a second each, to check the script (a test runs it);
+# options given beside --quick still win.
+QUICK = {
+    "clients": 20,
+    "latency": "one@50,all@20,all@max",
+    "duration": 1.0,
+    "max_duration": 1.0,
+    "drain_one": 1500,  # past the consumer's prefetch (1,000): some wait in the queue
+    "drain_all": 50,
+    "drain_timeout": 60.0,
+}
 
 
 def latency_phases(text: str) -> list[tuple[str, float]]:
@@ -1267,7 +1279,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="with --py-spy: native stacks too (GC, syscalls; slows the server)",
     )
     parser.add_argument("--no-uvloop", action="store_true", help="never use uvloop here")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a check of the script, in seconds: "
+        + ", ".join(f"--{key.replace('_', '-')} {value}" for key, value in QUICK.items()),
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        parser.set_defaults(**QUICK)
+        args = parser.parse_args(argv)
     if not 1 <= args.clients_per_user <= 100:
         parser.error("--clients-per-user must be 1..100 (the server's queues-per-user limit)")
     if args.clients < 1 or args.duration <= 0 or args.max_duration <= 0:
@@ -1327,7 +1348,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "python": sys.version.split()[0],
             "source": source_state(),
             "auth_cache_secs": args.auth_cache_secs,
+            "quick": args.quick,
             "vhost": vhost.name,
+            "database": database.name,
         },
         "latency": {},
         "drain": {},
