@@ -25,7 +25,10 @@ Phases:
    arrive during its fetch and applied by apply_events.
 
 Each phase reports p50 / p99 / max latency (request sent to response read),
-the response size, and the server's IO-loop lag. The number of queries a
+the response size, and the server's IO-loop lag. `--quick` runs the three
+phases on a realm of 30 users, in seconds, to check the script (a test runs
+it). Whatever happens (error, Ctrl-C, SIGTERM) the server is stopped and the
+database dropped. The number of queries a
 register makes is bounded whatever the realm's size; tests/domain/
 test_fetch_queries.py proves that, so it is not measured here.
 """
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import sys
 import tempfile
@@ -60,6 +64,17 @@ from fanout import (
 )
 
 SECRET = "register-benchmark-secret"
+# --quick: the three phases on a small realm, in seconds, to check the script
+# (a test runs it); options given beside --quick still win.
+QUICK = {
+    "users": 30,
+    "streams": 10,
+    "subs_per_user": 3,
+    "messages": 200,
+    "registers": 10,
+    "concurrency": 2,
+    "event_rate": 200.0,
+}
 
 
 def populate_domain(
@@ -102,10 +117,15 @@ def populate_domain(
             "   WHERE stream_id = (%s::bigint[])[1 + n %% %s] LIMIT 1) AS s",
             (realm, messages, stream_ids, len(stream_ids)),
         )
+        # About a tenth unread and 1% starred for every user, drawn by a hash
+        # of (message, user): the ids of one stream's messages share their
+        # residue modulo the stream count, so `(id + user) % 10` made a user's
+        # streams all read or all unread, and most users had none unread.
         conn.execute(
             "INSERT INTO user_messages (user_id, message_id, read, starred)"
-            " SELECT s.user_id, m.id, (m.id + s.user_id) % 10 <> 0, (m.id + s.user_id) % 97 = 0"
+            " SELECT s.user_id, m.id, h.v % 10 <> 0, h.v % 100 = 0"
             " FROM messages AS m JOIN subscriptions AS s ON s.stream_id = m.stream_id"
+            " CROSS JOIN LATERAL (SELECT hashint8(m.id * 1000003 + s.user_id) AS v) AS h"
         )
         conn.execute(
             "INSERT INTO presences (user_id, realm_id, last_active_time, last_connected_time)"
@@ -137,6 +157,7 @@ class Injector:
         self.users = list(user_ids)
         self.rate = rate
         self.sent = 0
+        self.error: str | None = None  # what stopped the thread early, raised by __exit__
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="injector", daemon=True)
 
@@ -147,8 +168,16 @@ class Injector:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(10)
+        if self.error is not None:
+            raise BenchError(f"the injector stopped after {self.sent} notices: {self.error}")
 
     def _run(self) -> None:
+        try:
+            self._send()
+        except (BenchError, requests.RequestException) as exc:
+            self.error = str(exc)
+
+    def _send(self) -> None:
         session = requests.Session()
         interval = 1.0 / self.rate
         next_at = time.monotonic()
@@ -161,7 +190,9 @@ class Injector:
                 self.url, data={"secret": SECRET, "data": json.dumps(notice)}, timeout=10
             )
             if response.status_code != 200:
-                raise BenchError(f"notify_tornado answered {response.status_code}")
+                raise BenchError(
+                    f"notify_tornado answered {response.status_code}: {response.text[:200]}"
+                )
             self.sent += 1
             next_at += interval
             self._stop.wait(max(0.0, next_at - time.monotonic()))
@@ -272,14 +303,28 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--event-rate", type=float, default=50.0)
     parser.add_argument("--json", action="store_true", help="JSON on stdout, table on stderr")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a check of the script, in seconds: "
+        + ", ".join(f"--{key.replace('_', '-')} {value}" for key, value in QUICK.items()),
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        parser.set_defaults(**QUICK)
+        args = parser.parse_args(argv)
     if args.registers > args.users:
         parser.error("--registers must not exceed --users (each register is another user)")
     return args
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
     database = Database(args.database_url)
     server: ServerProcess | None = None
     try:
@@ -307,6 +352,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 phases[f"under {args.event_rate:g} notices/s"] = run_phase(server, measured, 1)
             results = {
                 "source": source_state(),
+                "database": database.name,
+                "config": {key: getattr(args, key) for key in (*QUICK, "quick")},
                 "rows": rows,
                 "phases": phases,
                 "injected": injector.sent,
@@ -315,10 +362,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BenchError as exc:
         log(f"benchmark failed: {exc}")
         return 1
+    except KeyboardInterrupt:
+        log("interrupted")
+        return 130
     finally:
         if server is not None:
             server.stop()
-        database.drop()
+        try:
+            database.drop()
+        except psycopg.Error as exc:
+            log(f"could not drop database {database.name}: {exc}")
     table = render(results)
     if args.json:
         print(table, file=sys.stderr)
