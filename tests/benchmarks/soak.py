@@ -14,14 +14,18 @@ as a closed browser tab's is) and as many new ones connect and register;
 `EVENTQ_QUEUE_IDLE_TIMEOUT_SECS=--idle-secs` and a GC sweep every second, so
 queues are created and collected all along.
 
-Every 10 s it records the server's RSS, queues, parked requests and IO-loop
-lag. The report compares the RSS once warm (after the first third of the run)
+Every --sample-secs (10) s it records the server's RSS, queues, parked
+requests and IO-loop lag. The report compares the RSS once warm (after the first third of the run)
 with the RSS at the end, per minute and per collected queue (a leak per
 registered-and-collected queue shows there), the worst loop lag against the
 bound (--lag-bound-ms), and the GC sweep times the server logged (it logs
 the sweeps that collected queues). It exits 1 if the loop lag bound or the
 memory bound (--growth-bound-mb) was broken, or a client saw a duplicate, a
 gap, an error response or a lost connection.
+
+`--quick` soaks 40 clients for 12 s with 2 s idle timeouts, to check the
+script (a test runs it). Whatever happens (error, Ctrl-C, SIGTERM) the server
+is stopped and the database dropped.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import random
 import re
 import secrets
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -41,6 +46,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO))
@@ -57,8 +64,18 @@ from tests.benchmarks.fanout import (  # noqa: E402
     raise_fd_limit,
 )
 
-SAMPLE_SECS = 10.0
 USERS_PER_NOTICE = 20
+# --quick: a short soak, to check the script (a test runs it): queues idle out
+# after 2 s, so some are collected while warm (after the first third, 4 s);
+# options given beside --quick still win.
+QUICK = {
+    "clients": 40,
+    "minutes": 0.2,
+    "churn": 4,
+    "notices": 10,
+    "idle_secs": 2.0,
+    "sample_secs": 2.0,
+}
 GC_LINE = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ INFO eventq.server: collected (\d+) idle queues"
     r" in ([\d.]+) ms",
@@ -81,10 +98,11 @@ async def soak(args: argparse.Namespace, server: ServerGroup, users: list[Any]) 
     started = time.monotonic()
     end = started + args.minutes * 60
     next_sample = started
-    left = joined = notices = 0
+    left = joined = notices = deliveries = ticks = 0
     try:
         while time.monotonic() < end:
             tick = time.monotonic()
+            ticks += 1
             # Churn: some clients leave (queue left to the GC), others arrive.
             for _ in range(min(args.churn, len(bench.clients))):
                 client = bench.clients.pop(random.randrange(len(bench.clients)))
@@ -112,6 +130,7 @@ async def soak(args: argparse.Namespace, server: ServerGroup, users: list[Any]) 
                 if status != 200:
                     raise BenchError(f"notify_tornado answered {status}: {body[:200]!r}")
                 notices += 1
+                deliveries += json.loads(body)["queues"]
             if tick >= next_sample:
                 stats = await bench.stats()
                 samples.append(
@@ -131,7 +150,7 @@ async def soak(args: argparse.Namespace, server: ServerGroup, users: list[Any]) 
                     f" queues {row['queues']:>6} parked {row['parked']:>5}"
                     f" lag p99 {row['lag_p99_ms']:.1f} / max {row['lag_window_max_ms']:.1f} ms"
                 )
-                next_sample += SAMPLE_SECS
+                next_sample += args.sample_secs
             await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
     finally:
         injector.close()
@@ -146,9 +165,11 @@ async def soak(args: argparse.Namespace, server: ServerGroup, users: list[Any]) 
         await asyncio.sleep(0.2)
     return {
         "samples": samples,
+        "seconds": ticks,
         "clients_left": left,
         "clients_joined": joined,
         "notices": notices,
+        "queue_deliveries_reported_by_server": deliveries,
         "events_received": bench.bench_events,
         "counters": counters,
     }
@@ -202,16 +223,35 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--growth-bound-mb", type=float, default=10.0, help="RSS growth allowed once warm"
     )
+    parser.add_argument(
+        "--sample-secs", type=float, default=10.0, help="seconds between RSS/lag samples"
+    )
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a check of the script, in seconds: "
+        + ", ".join(f"--{key.replace('_', '-')} {value}" for key, value in QUICK.items()),
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        parser.set_defaults(**QUICK)
+        args = parser.parse_args(argv)
     args.batch = 500  # Bench's ramp batch
     if args.clients < 1 or args.minutes <= 0 or args.churn < 0 or args.notices < 0:
         parser.error("--clients and --minutes must be positive, --churn and --notices >= 0")
+    if args.sample_secs <= 0 or args.sample_secs * 3 > args.minutes * 60:
+        parser.error("--sample-secs must be positive and fit three times in the run")
     return args
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
     raise_fd_limit()
     database = Database(os.environ.get("EVENTQ_DATABASE_URL") or DEFAULT_BASE_URL)
     workdir = Path(tempfile.mkdtemp(prefix="eventq-soak-"))
@@ -241,7 +281,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         run = asyncio.run(soak(args, server, users))
         log_text = server.members[0].log_path.read_text(errors="replace")
         summary = summarize(args, run, log_text)
-        result = {"config": vars(args), "run": run, "summary": summary}
+        result = {
+            "config": vars(args),
+            "database": database.name,
+            "run": run,
+            "summary": summary,
+        }
         if args.json:
             print(json.dumps(result, indent=2))
         else:
@@ -259,9 +304,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = 1 if broken else 0
     except BenchError as exc:
         log(f"FAILED: {exc}")
+    except KeyboardInterrupt:
+        log("interrupted")
+        status = 130
     finally:
         server.stop()
-        database.drop()
+        try:
+            database.drop()
+        except psycopg.Error as exc:
+            log(f"could not drop database {database.name}: {exc}")
         shutil.rmtree(workdir, ignore_errors=True)
     return status
 
