@@ -29,6 +29,10 @@ Phases:
    server's full cost per recipient is in fanout.py's report); and with the
    writer thread's encoding of those records added, in the same thread: it
    runs off the loop but holds the GIL.
+
+`--quick` runs the three phases at a hundredth of their size or less, in
+seconds, to check the script (a test runs it). The temporary directory is
+removed at the end, whatever happens.
 """
 
 from __future__ import annotations
@@ -42,8 +46,11 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import pyarrow.parquet as pq
 
 from queues.client import ClientDescriptor, QueueOptions
 from queues.event_queue import EventQueue, Item
@@ -53,6 +60,13 @@ from server.deliverylog import ENCODE_CHUNK, DeliveryLog
 from server.logfiles import encode_records
 from server.observe import Observer, Origin
 from server.responses import encode, events_body
+
+# --quick: every phase, small, to check the script (a test runs it); options
+# given beside --quick still win.
+QUICK = {"loop_records": 5_000, "records": 5_000, "clients": 50, "rounds": 10}
+# How long the writer may take to write the records of the writer phase
+# before the run gives up (it writes 65,000-123,000 records/s here).
+WRITER_LIMIT_SECS = 300.0
 
 MESSAGE = {
     "type": "message",
@@ -114,8 +128,10 @@ def per_call_us(
     return best / calls * 1e6
 
 
-def loop_cost() -> list[dict[str, Any]]:
-    log = DeliveryLog(Path(tempfile.mkdtemp()), "bench", max_pending=10**9)
+def loop_cost(directory: Path, budget: int) -> list[dict[str, Any]]:
+    """`budget` records' worth of calls per response size (at least a
+    hundredth of it in calls for the largest)."""
+    log = DeliveryLog(directory, "bench", max_pending=10**9)
     nothing = Observer()
     results = []
     heartbeat = Payload.build({"type": "heartbeat"}, encode)
@@ -126,7 +142,7 @@ def loop_cost() -> list[dict[str, Any]]:
     client, _ = client_with(0)
     cases.append(("heartbeat", client, [(0, heartbeat)]))
     for name, client, items in cases:
-        calls = max(2000, 200_000 // max(len(items), 1))
+        calls = max(budget // 100, budget // max(len(items), 1))
         base = per_call_us(nothing, client, items, calls)
         cost = per_call_us(log, client, items, calls) - base
         deliveries = sum(1 for _, p in items if p.event["type"] != "heartbeat")
@@ -152,8 +168,7 @@ def fill(log: DeliveryLog, records: int) -> None:
         log.responded(client, items, 7000, "events", now % 1, now)
 
 
-def writer_throughput(records: int) -> dict[str, Any]:
-    directory = Path(tempfile.mkdtemp())
+def writer_throughput(directory: Path, records: int) -> dict[str, Any]:
     log = DeliveryLog(directory, "bench", flush_secs=0.001, max_pending=records + 100)
     fill(log, records)
     total = log.pending
@@ -161,7 +176,12 @@ def writer_throughput(records: int) -> dict[str, Any]:
     # The writer's CPU: the process's, this thread only polls.
     process_started = time.process_time()
     log.start()
-    while log.written < total:
+    while log.written + log.dropped < total:
+        if time.perf_counter() - started > WRITER_LIMIT_SECS:
+            asyncio.run(log.stop())
+            raise RuntimeError(
+                f"the writer wrote {log.written} of {total} records in {WRITER_LIMIT_SECS:.0f} s"
+            )
         time.sleep(0.005)  # a benchmark waits for the thread; tests never sleep-wait
     written = time.perf_counter() - started
     write_cpu = time.process_time() - process_started
@@ -169,10 +189,13 @@ def writer_throughput(records: int) -> dict[str, Any]:
     started = time.perf_counter()
     asyncio.run(log.stop())
     compacted = time.perf_counter() - started
-    parquet_bytes = sum(p.stat().st_size for p in (directory / "deliveries").rglob("*.parquet"))
+    parquet = list((directory / "deliveries").rglob("*.parquet"))
+    parquet_bytes = sum(path.stat().st_size for path in parquet)
     return {
         "records": total,
+        "written": log.written,
         "dropped": log.dropped,
+        "parquet_rows": sum(pq.ParquetFile(path).metadata.num_rows for path in parquet),
         "write_secs": round(written, 3),
         "write_records_per_sec": round(total / written),
         "write_cpu_us_per_record": round(write_cpu / total * 1e6, 3),
@@ -188,7 +211,7 @@ class Waiter:
         pass
 
 
-def fanout(clients: int, rounds: int) -> dict[str, Any]:
+def fanout(directory: Path, clients: int, rounds: int) -> dict[str, Any]:
     def run(log: DeliveryLog | None, with_encoding: bool = False) -> float:
         """Median CPU µs per recipient of a round; `with_encoding`: plus the
         writer's encoding of the round's records, in this thread."""
@@ -221,7 +244,7 @@ def fanout(clients: int, rounds: int) -> dict[str, Any]:
                 log._pending.clear()
         return statistics.median(samples) / clients * 1e6
 
-    log = DeliveryLog(Path(tempfile.mkdtemp()), "bench", max_pending=10**9)
+    log = DeliveryLog(directory, "bench", max_pending=10**9)
     off = run(None)
     on = run(log)
     encoded = run(log, with_encoding=True)
@@ -235,19 +258,44 @@ def fanout(clients: int, rounds: int) -> dict[str, Any]:
     }
 
 
-def main() -> int:
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--loop-records",
+        type=int,
+        default=200_000,
+        help="loop cost phase: records' worth of calls per response size",
+    )
     parser.add_argument("--records", type=int, default=500_000, help="writer phase records")
     parser.add_argument("--clients", type=int, default=1000, help="fan-out phase queues")
     parser.add_argument("--rounds", type=int, default=200, help="fan-out phase rounds")
     parser.add_argument("--json", action="store_true", help="results as JSON on stdout")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a check of the script, in seconds: "
+        + ", ".join(f"--{key.replace('_', '-')} {value}" for key, value in QUICK.items()),
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        parser.set_defaults(**QUICK)
+        args = parser.parse_args(argv)
+    if min(args.loop_records, args.records, args.clients, args.rounds) < 1:
+        parser.error("--loop-records, --records, --clients and --rounds must be positive")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
     gc.set_threshold(100_000, 50, 100)  # as `eventq serve` does
-    report = {
-        "loop_cost": loop_cost(),
-        "writer": writer_throughput(args.records),
-        "fanout": fanout(args.clients, args.rounds),
-    }
+    with tempfile.TemporaryDirectory(prefix="eventq-deliverylog-bench-") as scratch:
+        root = Path(scratch)
+        report = {
+            "config": {key: getattr(args, key) for key in (*QUICK, "quick")},
+            "loop_cost": loop_cost(root / "loop", args.loop_records),
+            "writer": writer_throughput(root / "writer", args.records),
+            "fanout": fanout(root / "fanout", args.clients, args.rounds),
+        }
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
