@@ -11,17 +11,32 @@ long-poll (most polls end on a heartbeat, as in Zulip), a register and a
 queue end per ~70 records, rare dead letters; latencies log-normal around a
 few milliseconds with a tail. Everything is drawn from a seeded generator,
 so the same arguments give the same rows.
+
+spark_job.py imports it. Run as a script, from the repository root, it
+generates a log, reads it back and reports (`--quick`: 20,000 records over
+2 hours, in seconds; a test runs it):
+
+    .venv/bin/python tests/benchmarks/logsynth.py [--records 1000000]
+        [--hours 24] [--shards 2] [--data DIR] [--json] [--quick]
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import functools
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from server.logfiles import FORMAT_VERSION, schema
@@ -162,3 +177,112 @@ def generate(directory: Path, shape: Shape) -> int:
             )
             written += 1
     return written
+
+
+# --quick: a small log, to check the generator (a test runs it); options
+# given beside --quick still win.
+QUICK = {"records": 20_000, "hours": 2}
+
+
+def read_back(directory: Path, shape: Shape) -> dict[str, Any]:
+    """What the files under `directory` hold: rows, files and bytes, whether
+    every file has the server's schema, the share of each kind, and whether
+    every record's time falls in the shape's hours."""
+    files = sorted((directory / "deliveries").rglob("*.parquet"))
+    kinds: dict[str, int] = dict.fromkeys(KINDS, 0)
+    rows = 0
+    same_schema = True
+    begin = shape.start.timestamp()
+    end = begin + shape.hours * 3600
+    in_hours = True
+    for path in files:
+        handle = pq.ParquetFile(path)
+        same_schema = same_schema and handle.schema_arrow.equals(schema())
+        columns = handle.read(columns=["kind", "time"])
+        rows += columns.num_rows
+        for entry in pc.value_counts(columns["kind"]).to_pylist():
+            kinds[entry["values"]] += entry["counts"]
+        bounds = pc.min_max(columns["time"]).as_py()
+        if columns.num_rows:
+            in_hours = in_hours and begin <= bounds["min"] and bounds["max"] < end
+    return {
+        "files": len(files),
+        "bytes": sum(path.stat().st_size for path in files),
+        "rows": rows,
+        "schema_is_the_servers": same_schema,
+        "times_in_hours": in_hours,
+        "kind_share": {kind: round(count / max(1, rows), 4) for kind, count in kinds.items()},
+        "kind_weight": dict(zip(KINDS, KIND_WEIGHTS, strict=True)),
+    }
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Generate a synthetic delivery log, read it back and report."
+    )
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--hours", type=int, default=24)
+    parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument(
+        "--data",
+        type=Path,
+        metavar="DIR",
+        help="write the log here and keep it (default: a temporary directory, removed)",
+    )
+    parser.add_argument("--json", action="store_true", help="results as JSON on stdout")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a check of the generator, in seconds: "
+        + ", ".join(f"--{key} {value}" for key, value in QUICK.items()),
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        parser.set_defaults(**QUICK)
+        args = parser.parse_args(argv)
+    if not 1 <= args.hours <= 24 * 366 or args.shards < 1:
+        parser.error("--hours must be 1..8784 and --shards positive")
+    if args.records < args.hours * 3600 // ROLL_SECS * args.shards:
+        parser.error("--records must give every file at least one record")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    shape = Shape(args.records, args.hours, args.shards)
+    with tempfile.TemporaryDirectory(prefix="eventq-logsynth-") as scratch:
+        directory = args.data or Path(scratch)
+        started = time.perf_counter()
+        written = generate(directory, shape)
+        seconds = time.perf_counter() - started
+        found = read_back(directory, shape)
+    report = {
+        "config": {"records": args.records, "hours": args.hours, "shards": args.shards},
+        "files_written": written,
+        "generate_secs": round(seconds, 3),
+        "records_per_sec": round(args.records / seconds),
+        "bytes_per_record": round(found["bytes"] / max(1, found["rows"]), 2),
+        **found,
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(
+        f"{report['rows']:,} records in {report['files']} files over {args.hours} hours and"
+        f" {args.shards} shards, {report['bytes'] / 1e6:.1f} MB ({report['bytes_per_record']}"
+        f" bytes per record), generated in {seconds:.2f} s ({report['records_per_sec']:,}/s)"
+    )
+    print(
+        "kinds: " + ", ".join(f"{kind} {share:.1%}" for kind, share in report["kind_share"].items())
+    )
+    print(
+        f"the server's schema in every file: {'yes' if found['schema_is_the_servers'] else 'NO'};"
+        f" every time in the hours generated: {'yes' if found['times_in_hours'] else 'NO'}"
+    )
+    if args.data:
+        print(f"kept in {args.data}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
