@@ -290,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     gc.set_threshold(100_000, 50, 100)  # as `eventq serve` does
     with tempfile.TemporaryDirectory(prefix="eventq-deliverylog-bench-") as scratch:
         root = Path(scratch)
-        report = {
+        report: dict[str, Any] = {
             "config": {key: getattr(args, key) for key in (*QUICK, "quick")},
             "loop_cost": loop_cost(root / "loop", args.loop_records),
             "writer": writer_throughput(root / "writer", args.records),
