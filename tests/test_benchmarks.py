@@ -1,0 +1,251 @@
+"""The benchmark scripts of tests/benchmarks, each in its `--quick` mode as
+tests/benchmarks/README.md runs it: the script must finish and report sane
+figures (every count what was sent, nothing lost or doubled, positive rates
+and sizes). No timing is checked. The scripts that build a world (database,
+RabbitMQ vhost) must leave none behind. fanout.py and spark_job.py have
+tests of their own (tests/test_fanout_benchmark.py,
+tests/analytics/test_benchmark_script.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from server.consumer import PREFETCH
+
+REPO = Path(__file__).resolve().parent.parent
+BENCHMARKS = REPO / "tests" / "benchmarks"
+# A quick run takes 1 to 15 s on the 2-core machine; the rest is headroom
+# for a loaded one.
+RUN_LIMIT_SECS = 150
+# After SIGTERM a script stops its server and drops what it created.
+CLEANUP_SECS = 60
+
+
+def run_quick(script: str) -> dict[str, Any]:
+    """`script --quick --json` from the repository root: its JSON figures.
+
+    Past RUN_LIMIT_SECS it gets SIGTERM, so that it still removes its
+    database and vhost, and the test fails with the end of its stderr."""
+    process = subprocess.Popen(
+        [sys.executable, str(BENCHMARKS / script), "--quick", "--json"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = process.communicate(timeout=RUN_LIMIT_SECS)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGTERM)
+        try:
+            out, err = process.communicate(timeout=CLEANUP_SECS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate()
+        pytest.fail(f"{script} --quick ran past {RUN_LIMIT_SECS} s; stderr ends:\n{err[-3000:]}")
+    assert process.returncode == 0, f"{script} --quick exited {process.returncode}:\n{err[-3000:]}"
+    figures: dict[str, Any] = json.loads(out)
+    return figures
+
+
+def database_exists(database_url: str, name: str) -> bool:
+    """Whether the PostgreSQL server of `database_url` (this session's, the
+    scripts' too) has a database `name`."""
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_database WHERE datname = %s", (name,))
+        found = row.fetchone()
+    assert found is not None
+    return bool(found[0])
+
+
+def vhosts() -> set[str]:
+    command = ["rabbitmqctl", "--quiet", "list_vhosts", "name"]
+    if os.geteuid() != 0 and shutil.which("sudo"):
+        command = ["sudo", "-n", *command]
+    listing = subprocess.run(command, check=True, capture_output=True, text=True, timeout=60)
+    return {line.strip() for line in listing.stdout.splitlines() if line.strip()}
+
+
+def assert_positive(figures: dict[str, Any], *keys: str) -> None:
+    for key in keys:
+        assert figures[key] > 0, (key, figures[key])
+
+
+def assert_spread(spread: dict[str, float] | None) -> None:
+    """A latency spread (ms): positive and ordered."""
+    assert spread is not None
+    assert 0 < spread["p50"] <= spread["p99"] <= spread["max"], spread
+
+
+@pytest.mark.timeout(RUN_LIMIT_SECS + CLEANUP_SECS + 30)
+def test_rabbitmq_quick_delivers_every_notice_once_and_removes_its_world(database_url):
+    figures = run_quick("rabbitmq.py")
+    config = figures["config"]
+    assert config["quick"]
+    assert figures["problems"] == []
+    counters = figures["counters"]
+    for key in (
+        "duplicate_ids",
+        "id_gaps",
+        "error_responses",
+        "re_registered",
+        "connections_lost",
+        "other_events",
+    ):
+        assert counters[key] == 0, counters
+
+    assert len(figures["latency"]) == len(config["latency"])
+    for label, phase in figures["latency"].items():
+        assert phase["notices"] > 0, label
+        # Every client of the phase read every notice, once.
+        assert phase["events"] == phase["notices"] * phase["clients"], label
+        assert phase["consumer_delta"] == {
+            "processed": phase["notices"],
+            "duplicates": 0,
+            "retried": 0,
+            "dead_lettered": 0,
+            "connections": 0,
+        }, label
+        assert_positive(phase, "notices_per_sec", "events_per_response")
+        assert_spread(phase["per_client_ms"])
+        assert_spread(phase["last_client_per_notice_ms"])
+        assert_spread(phase["send_event_ms"])
+
+    drains = figures["drain"]
+    assert {name: drain["notices"] for name, drain in drains.items()} == {
+        "one-user": config["drain_one"],
+        "all": config["drain_all"],
+    }
+    for name, drain in drains.items():
+        assert drain["events"] == drain["notices"] * drain["clients"], name
+        # Frozen, the server holds at most a prefetch window; the rest waits.
+        assert drain["depth_before_resume"] >= drain["notices"] - PREFETCH, name
+        # (Not the server's CPU: /proc counts it in 10 ms ticks, and a drain
+        # of 50 notices can take less than one.)
+        assert_positive(drain, "consume_secs", "deliver_secs")
+        assert_positive(drain["publisher"], "send_event_per_sec", "cpu_per_call_us")
+        assert_spread(drain["publisher"]["send_event_ms"])
+    consumer = figures["consumer"]
+    assert (consumer["duplicates"], consumer["retried"], consumer["dead_lettered"]) == (0, 0, 0)
+    assert consumer["connections"] == 1
+    assert len(figures["loop_lag"]) == len(figures["latency"]) + len(drains)
+
+    assert not database_exists(database_url, config["database"])
+    assert config["vhost"] not in vhosts()
+
+
+@pytest.mark.timeout(RUN_LIMIT_SECS + CLEANUP_SECS + 30)
+def test_register_quick_measures_every_phase_on_the_realm_it_built(database_url):
+    figures = run_quick("register.py")
+    config = figures["config"]
+    assert config["quick"]
+    users, streams, subs = config["users"], config["streams"], config["subs_per_user"]
+    assert figures["rows"] == {
+        "users": users,
+        "streams": streams,
+        "subscriptions": users * subs,
+        "messages": config["messages"],
+        # each message goes to every subscriber of its stream
+        "user_messages": config["messages"] * users * subs // streams,
+    }
+    assert len(figures["phases"]) == 3
+    for name, phase in figures["phases"].items():
+        assert phase["registers"] == config["registers"], name
+        assert 0 < phase["p50_ms"] <= phase["p99_ms"] <= phase["max_ms"], name
+        assert_positive(phase, "per_sec", "response_kb")
+        assert phase["subscriptions"] == subs, name
+        assert isinstance(phase["unread"], int), name
+        assert phase["loop_lag"]["window_max_ms"] >= 0, name
+    assert figures["injected"] > 0
+    assert not database_exists(database_url, figures["database"])
+
+
+@pytest.mark.timeout(RUN_LIMIT_SECS + CLEANUP_SECS + 30)
+def test_soak_quick_churns_collects_queues_and_loses_nothing(database_url):
+    figures = run_quick("soak.py")
+    config, run, summary = figures["config"], figures["run"], figures["summary"]
+    assert config["quick"]
+    seconds = run["seconds"]
+    assert seconds >= config["minutes"] * 60 - 1
+    assert run["clients_left"] == run["clients_joined"] == seconds * config["churn"]
+    assert run["notices"] == seconds * config["notices"]
+    # Queues of clients that left get events too, until they are collected.
+    assert 0 < run["events_received"] <= run["queue_deliveries_reported_by_server"]
+    counters = run["counters"]
+    assert (
+        counters["duplicate_ids"],
+        counters["id_gaps"],
+        counters["error_responses"],
+        counters["connections_lost"],
+    ) == (0, 0, 0, 0), counters
+    assert len(run["samples"]) >= 3
+    for sample in run["samples"]:
+        assert sample["rss_kb"] > 0
+        assert sample["queues"] >= config["clients"]
+    # The idle GC ran and its log lines were found (their format is parsed).
+    assert summary["queues_collected_total"] > 0
+    assert summary["gc_sweeps_logged"] > 0
+    assert summary["lag_ok"]
+    assert summary["memory_ok"]
+    assert_positive(summary, "rss_warm_mb", "rss_end_mb")
+    assert not database_exists(database_url, figures["database"])
+
+
+@pytest.mark.timeout(RUN_LIMIT_SECS + 30)
+def test_deliverylog_quick_writes_and_compacts_every_record():
+    figures = run_quick("deliverylog.py")
+    config = figures["config"]
+    assert config["quick"]
+    assert [row["response"] for row in figures["loop_cost"]] == [
+        "1 events",
+        "10 events",
+        "100 events",
+        "heartbeat",
+    ]
+    for row in figures["loop_cost"]:
+        assert row["us_per_call"] > 0, row
+    writer = figures["writer"]
+    # Whole responses are buffered: up to one response (10 records) past --records.
+    assert config["records"] <= writer["records"] < config["records"] + 11
+    assert writer["written"] == writer["parquet_rows"] == writer["records"]
+    assert writer["dropped"] == 0
+    assert_positive(
+        writer,
+        "write_records_per_sec",
+        "write_cpu_us_per_record",
+        "jsonl_bytes_per_record",
+        "compact_records_per_sec",
+        "parquet_bytes_per_record",
+    )
+    fanout = figures["fanout"]
+    assert (fanout["clients"], fanout["rounds"]) == (config["clients"], config["rounds"])
+    assert_positive(
+        fanout,
+        "loop_us_per_recipient_log_off",
+        "loop_us_per_recipient_log_on",
+        "with_encoding_us_per_recipient",
+    )
+
+
+@pytest.mark.timeout(RUN_LIMIT_SECS + 30)
+def test_logsynth_quick_writes_the_records_asked_in_the_servers_schema():
+    figures = run_quick("logsynth.py")
+    config = figures["config"]
+    assert figures["rows"] == config["records"]
+    # A file per shard and 10-minute roll.
+    assert figures["files"] == figures["files_written"] == config["hours"] * 6 * config["shards"]
+    assert figures["schema_is_the_servers"]
+    assert figures["times_in_hours"]
+    for kind, weight in figures["kind_weight"].items():
+        assert abs(figures["kind_share"][kind] - weight) < 0.01, kind
+    assert_positive(figures, "bytes", "bytes_per_record", "records_per_sec")
