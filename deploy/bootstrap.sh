@@ -253,8 +253,7 @@ ensure_nginx() {
 
 # --- nchan (tests/benchmarks/fanout.py measures nginx + nchan beside eventq) --
 
-ensure_nchan() {
-    ensure_nginx
+ensure_nchan() {  # after ensure_nginx
     local module
     for module in /usr/lib/nginx/modules/ngx_nchan_module.so \
         /usr/share/nginx/modules/ngx_nchan_module.so; do

@@ -1,48 +1,65 @@
-"""Fan-out, throughput and memory benchmark of the eventq server.
+"""eventq beside nginx + nchan: fan-out, throughput, memory and CPU, one run,
+one machine.
 
 Run from the repository root:
 
-    .venv/bin/python tests/benchmarks/fanout.py [--clients 10000] [--rounds 5]
-        [--duration 10] [--json] [--keep-db] [--py-spy profile.txt]
+    .venv/bin/python tests/benchmarks/fanout.py [--quick] [--back-to-back]
+        [--json] [--keep-db] [--py-spy profile.txt] [--shards N]
 
-It builds its own world and tears it down: a fresh PostgreSQL database
-`eventq_bench_<random>` (on the server of EVENTQ_DATABASE_URL, default
-`host=127.0.0.1 user=postgres`), migrated, with one realm and one user per
-`--clients-per-user` clients (bulk COPY); the real server as a subprocess
-(`python -m server serve`) on a free port, without a broker (EVENTQ_AMQP_URL
-empty: it must not consume the notify queue of the default vhost). Whatever
-happens (error, Ctrl-C, SIGTERM) the server is stopped and the database
-dropped (unless --keep-db).
+Two servers are measured in turn with the same load generator and the same
+scenarios, and every figure is printed for both with their ratio:
 
-The load generator runs in this process on raw asyncio protocols (no aiohttp
-or httpx: on 2 cores the generator's own CPU competes with the server, see
-shared/reference/measurements.md): one HTTP/1.1 keep-alive connection per
-client, which creates its queue with `GET /api/v1/events?dont_block=true` and
-then long-polls `GET /api/v1/events?queue_id=..&last_event_id=..` for ever,
-re-polling as soon as a Content-Length framed response is read. Events are
-injected with `POST /api/internal/notify_tornado` on separate keep-alive
-connections; each event carries its send time (`t`, time.time()).
+- eventq on the path a user pays for: the real server as a subprocess
+  (`python -m server serve`, free port, no broker) on a fresh PostgreSQL
+  database `eventq_bench_<random>` (on the server of EVENTQ_DATABASE_URL,
+  default `host=127.0.0.1 user=postgres`), migrated, with one realm and
+  --users users (API keys by COPY). Every request carries HTTP Basic auth;
+  each client creates its queue with `POST /api/v1/register`
+  (`event_types=["message"]`) and then long-polls
+  `GET /api/v1/events?queue_id=..&last_event_id=..`; the delivery log is on
+  (EVENTQ_LOG_DIR in the run's temporary directory) and the per-user rate
+  limiter is configured as in production with a limit no client reaches
+  (RATE_LIMIT below). Notices are `message` events of a stream message, with
+  per-user flags (the sender's ["read"], the others' []), injected with
+  `POST /api/internal/notify_tornado`. A client that leaves deletes its
+  queue (`DELETE /api/v1/events`), so that a smaller scenario does not also
+  feed the queues of a larger one.
+- nginx + nchan (tests/benchmarks/nchan.py, which describes its config): one
+  long-poll channel per user, a credential checked on every request, and
+  the same message as eventq delivers it, published once per flags variant
+  to the channels of the users that get it.
 
-Phases, in this order (the report is ordered by topic):
+Clients are spread over the --users users (client i is user i % users, so
+1,000 clients are 10 queues per user and 10,000 are 100, eventq's limit).
+Scenarios, in this order, each server alone on the machine:
 
-1. memory: server RSS with no client, then with 1,000 / 5,000 / --clients
-   parked clients; (RSS - RSS at 0) / clients.
-2. fan-out: for each of --fanout-sizes (largest first; extra clients are
-   disconnected), --warmup uncounted rounds then --rounds rounds of one event
-   to every parked client, each round started only once the server's stats
-   say every client has re-parked. Latency of a client = when it finished
-   reading its response - the event's send time. The server's CPU is read
-   at the last client's read and again once it is idle (after the re-polls).
-   Medians over the rounds.
-3. throughput: --throughput-clients clients; --injectors connections, each
-   with --pipeline notices in flight, send notices to all of them for
-   --duration s. Delivered events/s counts events read by clients inside the
-   window; server CPU (utime+stime of /proc/<pid>/stat) and this generator's
-   CPU (getrusage) over the same window are divided by those events. Afterwards
-   every client must have received every accepted notice exactly once.
+1. memory: RSS with no client, then with --clients (10,000) parked;
+   (RSS - RSS at 0) / clients.
+2. fan-out, for each of --fanout-sizes (5,000 then 1,000; the clients past
+   the size leave): one notice to every client, --warmup uncounted rounds
+   then --rounds rounds, each once every client has re-parked, started
+   --spacing seconds after the previous one (1 s at 1,000, 3 s at 5,000) or
+   at once with --back-to-back. The largest size goes on for at least
+   --lag-window seconds (the server's loop-lag window) so that the IO-loop
+   lag eventq reports right after it is that of the fan-out alone. Latency
+   of a client = when it finished reading its response - when the notice was
+   written. Server CPU (utime + stime from /proc) from the notice until the
+   server is idle again (the responses and every client's re-poll) is
+   divided by the clients reached, summed over the rounds.
+3. throughput: --throughput-clients (1,000) clients; --injectors
+   connections each keep --pipeline notices in flight for --duration s.
+   Events read by clients per second inside the window; server CPU over the
+   window per event.
 
-After each phase the server's IO-loop lag (`stats()["loop_lag"]`, last 60 s)
-is recorded.
+After every scenario that sends notices, every client's message ids are
+checked: each notice exactly once, none that was not sent (and for eventq,
+event ids without gap or repeat). A failed check fails the run (exit 1)
+after printing the figures.
+
+Whatever happens (error, Ctrl-C, SIGTERM) both servers are stopped and the
+database dropped (unless --keep-db). The load generator is this process on
+raw asyncio protocols (uvloop if installed): one HTTP/1.1 keep-alive
+connection per client, re-polling as soon as a response is read.
 """
 
 from __future__ import annotations
@@ -70,11 +87,12 @@ import sys
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
+import nchan  # beside this script
 import orjson
 import psycopg
 from psycopg import conninfo
@@ -88,16 +106,31 @@ API_KEY_SECRET = secrets.token_urlsafe(32)
 DEFAULT_BASE_URL = "host=127.0.0.1 user=postgres"
 HOST = "127.0.0.1"
 TICKS = os.sysconf("SC_CLK_TCK")
-
-# nginx 1.22 + nchan 1.3.6, one worker, same machine kind (measurements.md).
-REFERENCE = {
-    "fanout_1000_last_ms": 28.0,
-    "fanout_5000_p50_ms": 81.0,
-    "fanout_5000_p99_ms": 157.0,
-    "throughput_1000_events_per_sec": 33_600.0,
-    "memory_per_idle_client_kb": 11.4,
-    "server_cpu_per_event_us": "20-25",
-    "generator_cpu_per_request_us": "~14 (raw asyncio + uvloop), ~80 (aiohttp)",
+# Production's limiter, with a limit no benchmark user reaches in a 60 s
+# window (a user's 100 clients re-polling flat out make some 10^5 requests):
+# the limiter's bookkeeping is paid on every request, its refusals never.
+RATE_LIMIT = 1_000_000_000
+# The bars of issue 14: eventq against nchan measured in the same run.
+CPU_BAR = 3.0  # server CPU per delivered event <= 3x nchan's
+LAST_CLIENT_BAR = 3.0  # time to the last client <= 3x nchan's
+THROUGHPUT_BAR = 3.0  # delivered events/s >= 1/3 of nchan's
+LOOP_LAG_BAR_MS = 50.0  # eventq's IO-loop lag p99 during the largest fan-out
+MEMORY_BAR = 1.0  # memory per idle parked client <= nchan's
+GOAL = 2.0  # the long-term goal for the ratios
+# A server using less than this share of a core is idle (`until_idle`): an
+# idle eventq uses about 0.3 % (timers); a round's work is 100 % for a while.
+IDLE_SHARE = 0.02
+# --quick: every scenario for both servers at tiny sizes.
+QUICK = {
+    "users": 20,
+    "clients": 200,
+    "fanout_sizes": [50, 100],
+    "spacing": [0.2],
+    "warmup": 0,
+    "rounds": 2,
+    "lag_window": 0.0,
+    "throughput_clients": 100,
+    "duration": 2.0,
 }
 
 
@@ -390,11 +423,17 @@ class ServerGroup:
 
 
 def sharded_group(
-    database_url: str, workdir: Path, secret: str, shards: int, realm_id: int
+    database_url: str,
+    workdir: Path,
+    secret: str,
+    shards: int,
+    realm_id: int,
+    extra_env: dict[str, str] | None = None,
 ) -> ServerGroup:
     """`shards` shard processes with the benchmark realm spread over all of
     them (user u on shard u % shards), each consuming nothing (no broker: the
-    generator injects each shard's notices on its own internal endpoint)."""
+    generator injects each shard's notices on its own internal endpoint);
+    `extra_env` is added to each one's environment."""
     names = [f"s{i}" for i in range(shards)]
     ports = [free_port() for _ in names]
     lines = [f'default_shard = "{names[0]}"']
@@ -408,7 +447,7 @@ def sharded_group(
             database_url,
             workdir,
             secret,
-            {"EVENTQ_SHARDING": str(config), "EVENTQ_SHARD": name},
+            {**(extra_env or {}), "EVENTQ_SHARDING": str(config), "EVENTQ_SHARD": name},
             port=port,
             name=f"shard-{name}",
         )
@@ -467,8 +506,8 @@ class HttpConnection(asyncio.Protocol):
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, but behave as one.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
@@ -549,7 +588,8 @@ class RequestConnection(HttpConnection):
 
 
 class PollClient(HttpConnection):
-    """One client: implicit registration, then long-polls for ever."""
+    """One client: creates its queue (`Bench.register_request`), then
+    long-polls for ever, re-polling as soon as a response is read."""
 
     def __init__(self, bench: Bench, index: int, authorization: str, member: int = 0):
         super().__init__()
@@ -559,6 +599,7 @@ class PollClient(HttpConnection):
         self.queue_id: bytes | None = None
         self.last_id = -1
         self.got = 0  # bench events received since the last reset
+        self.seqs: list[int] = []  # message ids read, for `check_deliveries`
         self.request_tail = (
             f" HTTP/1.1\r\nHost: {HOST}\r\nUser-Agent: eventq-bench/1\r\n"
             f"Authorization: {authorization}\r\n\r\n"
@@ -572,7 +613,7 @@ class PollClient(HttpConnection):
         self.queue_id = None
         self.last_id = -1
         assert self.transport is not None
-        self.transport.write(b"GET /api/v1/events?dont_block=true" + self.request_tail)
+        self.transport.write(self.bench.register_request(self))
 
     def poll(self) -> None:
         if self.closed or self.transport is None:
@@ -592,25 +633,32 @@ class PollClient(HttpConnection):
             return
         data = orjson.loads(body)
         if self.queue_id is None:
+            # A register's answer names the queue's last event id; an implicit
+            # registration's (dont_block) brings the queue's events instead.
             self.queue_id = data["queue_id"].encode()
-        events = data["events"]
-        if events:
-            last = self.last_id
-            for event in events:
-                event_id = event["id"]
-                if event_id != last + 1:
-                    if event_id <= last:
-                        bench.duplicates += 1
-                    else:
-                        bench.gaps += event_id - last - 1
-                last = event_id
-                if event["type"] == "bench":
-                    self.got += 1
-                    bench.on_event(event, now)
+            self.last_id = data.get("last_event_id", -1)
+        events = data.get("events")
+        if not events:
+            self.poll()
+            return
+        last = self.last_id
+        for event in events:
+            event_id = event["id"]
+            if event_id != last + 1:
+                if event_id <= last:
+                    bench.duplicates += 1
                 else:
-                    bench.other_events += 1
-            self.last_id = last
+                    bench.gaps += event_id - last - 1
+            last = event_id
+        self.last_id = last
         self.poll()
+        wanted = bench.event_type
+        for event in events:
+            if event["type"] == wanted:
+                self.got += 1
+                bench.on_client_event(self, event, now)
+            else:
+                bench.other_events += 1
 
     def on_error(self, status: int, body: bytes) -> None:
         bench = self.bench
@@ -638,22 +686,22 @@ class PollClient(HttpConnection):
             self.bench.lost += 1
 
 
-@dataclass
-class FanoutRound:
-    seq: int
-    expected: int
-    latencies: list[float] = field(default_factory=list)
-
-
 class Bench:
-    """The load generator and the phases it runs against one server, or
-    against the shards of a `ServerGroup`."""
+    """The load generator against one eventq server, or the shards of a
+    `ServerGroup`: its clients, their counters, notices and the server's
+    stats. By default clients register implicitly (`dont_block`), client i is
+    user i // clients_per_user and notices are `bench` events; subclasses
+    (`EventqSubject`, rabbitmq.py's) change that by overriding
+    `register_request`, `user_for`, `event_type` and `on_client_event`."""
+
+    # The type of the events the clients count as the benchmark's.
+    event_type = "bench"
 
     def __init__(self, args: argparse.Namespace, server: ServerGroup, users: list[User]):
         self.args = args
         self.server = server
         self.users = users
-        self.per_user = args.clients_per_user
+        self.per_user: int = args.clients_per_user
         self.clients: list[PollClient] = []
         self._closing: set[int] = set()
         self.controls: dict[int, RequestConnection] = {}
@@ -661,7 +709,6 @@ class Bench:
             "/api/internal/stats", urllib.parse.urlencode({"secret": server.secret})
         )
         self.seq = 0
-        self.round: FanoutRound | None = None
         # counters, over the whole run unless reset
         self.responses = 0
         self.bench_events = 0
@@ -672,17 +719,24 @@ class Bench:
         self.reregistered = 0
         self.lost = 0
         self.last_error = ""
-        self.latency_samples: list[float] | None = None
 
     # -- plumbing -----------------------------------------------------------
 
+    def register_request(self, client: PollClient) -> bytes:
+        """What a client sends first to create its queue."""
+        return b"GET /api/v1/events?dont_block=true" + client.request_tail
+
+    def user_for(self, index: int) -> User:
+        """The user whose credentials client `index` uses."""
+        return self.users[index // self.per_user]
+
+    def on_client_event(self, client: PollClient, event: dict[str, Any], now: float) -> None:
+        """Called by `client` for each event of `event_type` it reads, `now`
+        being when it finished reading the response."""
+        self.on_event(event, now)
+
     def on_event(self, event: dict[str, Any], now: float) -> None:
         self.bench_events += 1
-        current = self.round
-        if current is not None and event["seq"] == current.seq:
-            current.latencies.append(now - event["t"])
-        elif self.latency_samples is not None:
-            self.latency_samples.append(now - event["t"])
 
     def closing_client(self, client: PollClient) -> bool:
         return client.index in self._closing
@@ -778,7 +832,7 @@ class Bench:
 
     async def _connect(self, index: int) -> PollClient:
         loop = asyncio.get_running_loop()
-        user = self.users[index // self.per_user]
+        user = self.user_for(index)
         member = self.server.member_of(user.user_id)
         _, protocol = await asyncio.wait_for(
             loop.create_connection(
@@ -869,240 +923,691 @@ class Bench:
 
         return build
 
-    # -- phases -------------------------------------------------------------
 
-    async def phase_memory(self, rss0: int) -> dict[str, Any]:
-        target = self.args.clients
-        checkpoints = sorted({n for n in (1000, 5000) if n < target} | {target})
-        rows = []
-        stopped: str | None = None
-        for checkpoint in checkpoints:
-            log(f"memory: ramping to {checkpoint} parked clients")
-            started = time.monotonic()
-            stopped = await self.ramp_to(checkpoint)
-            reached = len(self.clients)
-            await self.wait_parked(reached)
-            ramp_secs = time.monotonic() - started
-            await asyncio.sleep(1.0)
-            rss = self.server.rss_kb()
-            rows.append(
-                {
-                    "clients": reached,
-                    "rss_kb": rss,
-                    "per_client_kb": round((rss - rss0) / reached, 2),
-                    "ramp_secs": round(ramp_secs, 2),
-                }
-            )
-            per_client = rows[-1]["per_client_kb"]
-            log(f"  {reached} parked: RSS {rss / 1024:.1f} MiB, {per_client} KB each")
-            if stopped is not None:
-                log(f"  stopped short of {target}: {stopped}")
-                break
-        stats = await self.stats()
+# -- the message both servers deliver ------------------------------------------
+
+
+class Messages:
+    """The notice of each scenario: a new stream message from the realm's
+    first user, to every user, with Zulip's per-user flags (the sender's
+    ["read"], everyone else's []). `notice` is what a producer gives eventq;
+    `client_events` what a client receives (eventq's form for a client that
+    registered without `apply_markdown`), which nchan publishes as is."""
+
+    STREAM_ID = 1
+    RECIPIENT_ID = 11
+    CONTENT = (
+        "The deploy finished at 10:42; the **queue depth** graphs are back to"
+        " normal. Thanks @**Bench 3** for watching them during the window."
+    )
+    RENDERED = (
+        "<p>The deploy finished at 10:42; the <strong>queue depth</strong> graphs"
+        ' are back to normal. Thanks <span class="user-mention" data-user-id="3">'
+        "@Bench 3</span> for watching them during the window.</p>"
+    )
+
+    def __init__(self, realm_id: int, sender: User):
+        self.realm_id = realm_id
+        self.sender = sender
+
+    def message(self, seq: int) -> dict[str, Any]:
+        """Message `seq` as the producer sends it (Markdown and HTML)."""
         return {
-            "target": target,
-            "reached": len(self.clients),
-            "stopped_short": stopped,
-            "rss0_kb": rss0,
-            "checkpoints": rows,
-            "per_client_kb": rows[-1]["per_client_kb"] if rows else None,
-            "loop_lag": stats["loop_lag"],
+            "id": seq,
+            "type": "stream",
+            "sender_id": self.sender.user_id,
+            "sender_email": self.sender.email,
+            "sender_full_name": "Bench 0",
+            "sender_realm_str": "bench",
+            "avatar_url": None,
+            "client": "website",
+            "content": self.CONTENT,
+            "rendered_content": self.RENDERED,
+            "display_recipient": "general",
+            "stream_id": self.STREAM_ID,
+            "recipient_id": self.RECIPIENT_ID,
+            "subject": "deploys",
+            "topic_links": [],
+            "is_me_message": False,
+            "reactions": [],
+            "submessages": [],
+            "timestamp": int(time.time()),
         }
 
-    async def phase_fanout(self, size: int) -> dict[str, Any]:
-        await self.shrink_to(size)
-        users = self.users_of(size)
-        builders = self.notice_requests(users)
-        injectors = {member: await self.connect_internal(member) for member in builders}
-        rows = []
-        try:
-            for number in range(self.args.warmup + self.args.rounds):
-                await self.wait_parked(size)
-                await asyncio.sleep(0.2)  # let the loop-lag sampler and GC settle
-                seq = self.next_seq()
-                requests = {member: build(seq) for member, build in builders.items()}
-                current = FanoutRound(seq, size)
-                self.round = current
-                cpu0, own0 = self.server.cpu_secs(), own_cpu_secs()
-                sent = time.time()
-                answers = [injectors[member].send(request) for member, request in requests.items()]
-                queues = 0
-                for answer in answers:
-                    status, body = await self.await_future(answer, 30, "notify_tornado")
-                    if status != 200:
-                        raise BenchError(f"notify_tornado answered {status}: {body[:300]!r}")
-                    queues += orjson.loads(body)["queues"]
-                notify_ms = (time.time() - sent) * 1000
-                if queues != size:
-                    raise BenchError(f"the notice reached {queues} queues, not {size}")
+    def flags(self, user_id: int) -> list[str]:
+        return ["read"] if user_id == self.sender.user_id else []
 
-                def all_received(current: FanoutRound = current) -> bool:
-                    return len(current.latencies) >= current.expected
-
-                await self.wait_until(
-                    all_received, 30, f"{size} clients to receive event {current.seq}", step=0.001
-                )
-                cpu_read, own1 = self.server.cpu_secs(), own_cpu_secs()
-                # The round's work goes on after the last read: every client's
-                # re-poll is parsed, authenticated and parked.
-                cpu1 = await self.server_idle()
-                self.round = None
-                latencies = sorted(current.latencies)
-                row = {
-                    "first_ms": latencies[0] * 1000,
-                    "p50_ms": percentile(latencies, 0.50) * 1000,
-                    "p99_ms": percentile(latencies, 0.99) * 1000,
-                    "last_ms": latencies[-1] * 1000,
-                    "notify_ms": notify_ms,
-                    "server_cpu_ms": (cpu1 - cpu0) * 1000,
-                    "server_cpu_to_last_read_ms": (cpu_read - cpu0) * 1000,
-                    "generator_cpu_ms": (own1 - own0) * 1000,
-                }
-                kind = "warm-up" if number < self.args.warmup else "round"
-                log(
-                    f"  fan-out {size} {kind}: first {row['first_ms']:.1f} p50 {row['p50_ms']:.1f}"
-                    f" p99 {row['p99_ms']:.1f} last {row['last_ms']:.1f} ms"
-                    f" (notify answered in {notify_ms:.1f} ms; CPU server"
-                    f" {row['server_cpu_to_last_read_ms']:.0f} ms to the last read,"
-                    f" {row['server_cpu_ms']:.0f} ms until idle; generator"
-                    f" {row['generator_cpu_ms']:.0f} ms)"
-                )
-                if number >= self.args.warmup:
-                    rows.append(row)
-        finally:
-            self.round = None
-            for injector in injectors.values():
-                injector.close()
-        await self.wait_parked(size)
-        stats = await self.stats()
-        median = {key: round(median_of(rows, key), 2) for key in rows[0]}
-        return {"clients": size, "rounds": rows, "median": median, "loop_lag": stats["loop_lag"]}
-
-    async def phase_throughput(self, size: int, profile: Path | None) -> dict[str, Any]:
-        await self.shrink_to(size)
-        users = self.users_of(size)
-        builders = self.notice_requests(users)
-        # --injectors connections to each process, each pumping the notices
-        # of that process's users.
-        injectors = [
-            (member, await self.connect_internal(member))
-            for member in builders
-            for _ in range(self.args.injectors)
-        ]
-        for client in self.clients:
-            client.got = 0
-        accepted = dict.fromkeys(builders, 0)
-        delivered_by_server = 0
-        refused: list[str] = []
-        running = True
-
-        async def pump(member: int, connection: RequestConnection) -> None:
-            nonlocal delivered_by_server
-            build = builders[member]
-            pending: collections.deque[asyncio.Future[tuple[int, bytes]]] = collections.deque()
-            while running or pending:
-                while running and len(pending) < self.args.pipeline:
-                    pending.append(connection.send(build(self.next_seq())))
-                status, body = await pending.popleft()
-                if status == 200:
-                    accepted[member] += 1
-                    delivered_by_server += orjson.loads(body)["queues"]
-                elif len(refused) < 5:
-                    refused.append(f"{status} {body[:200]!r}")
-
-        await self.wait_parked(size)
-        await asyncio.sleep(0.2)
-        duration = self.args.duration
-        spy = (
-            start_py_spy(self.server.pid, profile, duration, self.args.py_spy_native)
-            if profile
-            else None
-        )
-        events0, responses0 = self.bench_events, self.responses
-        cpu0, own0, started = self.server.cpu_secs(), own_cpu_secs(), time.monotonic()
-        self.latency_samples = []
-        tasks = [asyncio.create_task(pump(member, connection)) for member, connection in injectors]
-        try:
-            deadline = started + duration
-            while time.monotonic() < deadline:
-                self.server.check()
-                for task in tasks:
-                    if task.done():
-                        task.result()  # raises what stopped it
-                        raise BenchError("an injector stopped early")
-                await asyncio.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
-            cpu1, own1, ended = self.server.cpu_secs(), own_cpu_secs(), time.monotonic()
-            events1, responses1 = self.bench_events, self.responses
-            running = False
-            samples = sorted(self.latency_samples)
-            self.latency_samples = None
-            await self.await_future(asyncio.gather(*tasks), 60, "the last notices to be answered")
-        finally:
-            running = False
-            self.latency_samples = None
-            for task in tasks:
-                task.cancel()
-            for _, connection in injectors:
-                connection.close()
-        elapsed = ended - started
-        events = events1 - events0
-        responses = responses1 - responses0
-        log(f"  window closed: {events} events in {elapsed:.2f} s; waiting for clients to drain")
-        drained = True
-        try:
-            await self.wait_until(
-                lambda: all(client.got >= accepted[client.member] for client in self.clients),
-                60,
-                "every client to receive every accepted notice",
-                step=0.05,
-            )
-        except BenchError as exc:
-            drained = False
-            log(f"  {exc}")
-        short = sum(max(0, accepted[client.member] - client.got) for client in self.clients)
-        extra = sum(max(0, client.got - accepted[client.member]) for client in self.clients)
-        stats = await self.wait_parked(size)
-        profile_top = (
-            finish_py_spy(spy, profile) if spy is not None and profile is not None else None
-        )
-        server_cpu = cpu1 - cpu0
-        own_cpu = own1 - own0
-        return {
-            "clients": size,
-            "injectors": self.args.injectors,
-            "pipeline": self.args.pipeline,
-            "elapsed_secs": round(elapsed, 3),
-            "processes": len(self.server.members),
-            "notices_accepted": sum(accepted.values()),
-            "notices_refused": refused,
-            "notices_per_sec": round(sum(accepted.values()) / elapsed, 1),
-            "queue_deliveries_reported_by_server": delivered_by_server,
-            "events_received_in_window": events,
-            "events_per_sec": round(events / elapsed, 1),
-            "responses_in_window": responses,
-            "events_per_response": round(events / responses, 2) if responses else None,
-            "latency_in_window_ms": {
-                "p50": round(percentile(samples, 0.5) * 1000, 2),
-                "p99": round(percentile(samples, 0.99) * 1000, 2),
-                "max": round(samples[-1] * 1000, 2),
+    def notice(self, seq: int, user_ids: Sequence[int]) -> bytes:
+        """The wire form of the notice of message `seq` to `user_ids`."""
+        return orjson.dumps(
+            {
+                "event": {"type": "message", "message": self.message(seq)},
+                "users": [{"id": user_id, "flags": self.flags(user_id)} for user_id in user_ids],
+                "realm_id": self.realm_id,
             }
-            if samples
-            else None,
-            "server_cpu_secs": round(server_cpu, 3),
-            "server_cpu_share": round(server_cpu / elapsed, 3),
-            "server_cpu_per_event_us": round(server_cpu / events * 1e6, 2) if events else None,
-            "generator_cpu_secs": round(own_cpu, 3),
-            "generator_cpu_share": round(own_cpu / elapsed, 3),
-            "generator_cpu_per_event_us": round(own_cpu / events * 1e6, 2) if events else None,
-            "generator_cpu_per_response_us": round(own_cpu / responses * 1e6, 2)
-            if responses
-            else None,
-            "all_delivered": drained and short == 0 and extra == 0,
-            "events_missing": short,
-            "events_extra": extra,
-            "loop_lag": stats["loop_lag"],
-            "profile_top": profile_top,
+        )
+
+    def client_events(self, seq: int, user_ids: Sequence[int]) -> list[tuple[list[int], bytes]]:
+        """The event each of `user_ids` receives, grouped by form: (users, JSON)."""
+        message = self.message(seq)
+        del message["rendered_content"]
+        message["content_type"] = "text/x-markdown"
+        groups: dict[tuple[str, ...], list[int]] = {}
+        for user_id in user_ids:
+            groups.setdefault(tuple(self.flags(user_id)), []).append(user_id)
+        return [
+            (users, orjson.dumps({"type": "message", "message": message, "flags": list(flags)}))
+            for flags, users in groups.items()
+        ]
+
+
+# -- what the scenarios measure: eventq, nchan --------------------------------
+
+
+class Client(Protocol):
+    index: int
+    seqs: list[int]
+
+
+class Publisher(Protocol):
+    def send(self, seq: int) -> asyncio.Future[int]:
+        """Write notice `seq` now; the future gives the number of clients
+        (eventq: queues; nchan: subscribers) the server says it reached."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Subject(Protocol):
+    """A server under measurement with its clients: `EventqSubject` and
+    nchan.py's `NchanPeer`. Clients report each message to a `Recorder`."""
+
+    name: str
+
+    @property
+    def clients(self) -> Sequence[Client]: ...
+
+    async def grow_to(self, count: int) -> None:
+        """Connect clients until `count` are parked."""
+        ...
+
+    async def shrink_to(self, count: int) -> None:
+        """Disconnect the clients past `count` (they leave for good)."""
+        ...
+
+    async def wait_parked(self, count: int, limit_secs: float = 60.0) -> Any: ...
+
+    async def publisher(self) -> Publisher: ...
+
+    def check(self) -> None:
+        """Raise if the server has died."""
+        ...
+
+    def cpu_secs(self) -> float: ...
+
+    def rss_kb(self) -> int: ...
+
+    async def loop_lag(self) -> dict[str, float] | None: ...
+
+    def problems(self) -> dict[str, Any]:
+        """Error responses, lost connections and such, over the run."""
+        ...
+
+    def close_all(self) -> None: ...
+
+
+@dataclass
+class FanoutRound:
+    seq: int
+    sent: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+
+
+class Recorder:
+    """Every message a client reads: appended to its `seqs`, and timed against
+    when its notice was written (`stamp`)."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.sent_at: dict[int, float] = {}  # seq -> time.time() its notice was written
+        self.events = 0  # messages read by clients, over the run
+        self.round: FanoutRound | None = None  # the fan-out round being timed
+        self.samples: list[float] | None = None  # latencies, while collected
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def stamp(self, seq: int) -> float:
+        """Call just before writing notice `seq`."""
+        now = self.sent_at[seq] = time.time()
+        return now
+
+    def on_message(self, client: Client, seq: int, now: float) -> None:
+        client.seqs.append(seq)
+        self.events += 1
+        current = self.round
+        if current is not None:
+            if seq == current.seq:
+                current.latencies.append(now - current.sent)
+        elif self.samples is not None:
+            self.samples.append(now - self.sent_at[seq])
+
+
+class EventqPublisher:
+    """notify_tornado on one connection per server process, each sent the
+    notice for the users it holds (as `send_event` splits a notice by shard)."""
+
+    def __init__(
+        self, connections: dict[int, RequestConnection], builders: dict[int, Callable[[int], bytes]]
+    ):
+        self.connections = connections
+        self.builders = builders
+
+    def send(self, seq: int) -> asyncio.Future[int]:
+        answers = [
+            self.connections[member].send(build(seq)) for member, build in self.builders.items()
+        ]
+        return asyncio.ensure_future(self._reached(answers))
+
+    @staticmethod
+    async def _reached(answers: list[asyncio.Future[tuple[int, bytes]]]) -> int:
+        reached = 0
+        for answer in answers:
+            status, body = await answer
+            if status != 200:
+                raise BenchError(f"notify_tornado answered {status}: {body[:300]!r}")
+            reached += int(orjson.loads(body)["queues"])
+        return reached
+
+    def close(self) -> None:
+        for connection in self.connections.values():
+            connection.close()
+
+
+class EventqSubject(Bench):
+    """eventq as a user pays for it: clients register with
+    `POST /api/v1/register` (`event_types=["message"]`), client i is user
+    i % users, notices are `Messages`' and a client that leaves deletes its
+    queue."""
+
+    name = "eventq"
+    event_type = "message"
+    REGISTER_BODY = urllib.parse.urlencode({"event_types": '["message"]'}).encode()
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        server: ServerGroup,
+        users: list[User],
+        recorder: Recorder,
+        messages: Messages,
+    ):
+        super().__init__(args, server, users)
+        self.recorder = recorder
+        self.messages = messages
+
+    def user_for(self, index: int) -> User:
+        return self.users[index % len(self.users)]
+
+    def register_request(self, client: PollClient) -> bytes:
+        headers = client.request_tail[:-2]  # without the blank line
+        return b"POST /api/v1/register%sContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (
+            headers,
+            b"application/x-www-form-urlencoded",
+            len(self.REGISTER_BODY),
+            self.REGISTER_BODY,
+        )
+
+    def on_client_event(self, client: PollClient, event: dict[str, Any], now: float) -> None:
+        self.bench_events += 1
+        self.recorder.on_message(client, event["message"]["id"], now)
+
+    def check(self) -> None:
+        self.server.check()
+
+    def cpu_secs(self) -> float:
+        """CPU time of the server's processes, measured as nchan's is."""
+        self.server.check()
+        return sum(nchan.process_cpu_secs(member.pid) for member in self.server.members)
+
+    def rss_kb(self) -> int:
+        return self.server.rss_kb()
+
+    async def loop_lag(self) -> dict[str, float]:
+        lag: dict[str, float] = (await self.stats())["loop_lag"]
+        return lag
+
+    def problems(self) -> dict[str, Any]:
+        found: dict[str, Any] = {
+            "error_responses": self.errors,
+            "connections_lost": self.lost,
+            "re_registered": self.reregistered,
+            "duplicate_event_ids": self.duplicates,
+            "event_id_gaps": self.gaps,
+            "other_events": self.other_events,
         }
+        if self.last_error:
+            found["last_error"] = self.last_error
+        return found
+
+    async def grow_to(self, count: int) -> None:
+        stopped = await self.ramp_to(count)
+        if stopped is not None:
+            raise BenchError(f"eventq took only {len(self.clients)} clients: {stopped}")
+        await self.wait_parked(count)
+
+    async def shrink_to(self, count: int) -> None:
+        """Disconnect the clients past `count`, then delete their queues, as a
+        client that quits does (`DELETE /api/v1/events`)."""
+        extra = self.clients[count:]
+        del self.clients[count:]
+        for client in extra:
+            self._closing.add(client.index)
+            client.close()
+        by_member: dict[int, list[PollClient]] = {}
+        for client in extra:
+            if client.queue_id is not None:
+                by_member.setdefault(client.member, []).append(client)
+        answers = []
+        connections = []
+        for member, leaving in by_member.items():
+            # A few connections per process, the deletes pipelined on each.
+            pool = [await self.connect_internal(member) for _ in range(4)]
+            connections += pool
+            for number, client in enumerate(leaving):
+                request = b"DELETE /api/v1/events?queue_id=%s%s" % (
+                    client.queue_id,
+                    client.request_tail,
+                )
+                answers.append(pool[number % len(pool)].send(request))
+        try:
+            for answer in answers:
+                status, body = await self.await_future(answer, 60, "DELETE /api/v1/events")
+                # 400: the queue had ended already (BAD_EVENT_QUEUE_ID).
+                if status not in (200, 400):
+                    raise BenchError(f"DELETE /api/v1/events answered {status}: {body[:300]!r}")
+        finally:
+            for connection in connections:
+                connection.close()
+        await self.wait_parked(count)
+
+    async def publisher(self) -> EventqPublisher:
+        split: dict[int, list[int]] = {}
+        for user in self.users:
+            split.setdefault(self.server.member_of(user.user_id), []).append(user.user_id)
+        builders = {member: self._notice_builder(ids) for member, ids in sorted(split.items())}
+        connections = {member: await self.connect_internal(member) for member in builders}
+        return EventqPublisher(connections, builders)
+
+    def _notice_builder(self, user_ids: list[int]) -> Callable[[int], bytes]:
+        secret = urllib.parse.quote(self.server.secret, safe="")
+        head = (
+            f"POST /api/internal/notify_tornado HTTP/1.1\r\nHost: {HOST}\r\n"
+            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: "
+        ).encode()
+        notice = self.messages.notice
+
+        def build(seq: int) -> bytes:
+            data = urllib.parse.quote_from_bytes(notice(seq, user_ids), safe="")
+            body = f"secret={secret}&data={data}".encode()
+            return b"%s%d\r\n\r\n%s" % (head, len(body), body)
+
+        return build
+
+
+# -- the scenarios ----------------------------------------------------------------
+
+
+async def wait_for(
+    subject: Subject, predicate: Callable[[], bool], limit_secs: float, what: str, step: float
+) -> None:
+    deadline = time.monotonic() + limit_secs
+    while not predicate():
+        subject.check()
+        if time.monotonic() > deadline:
+            raise BenchError(
+                f"{subject.name}: timed out after {limit_secs:.0f} s waiting for {what}"
+            )
+        await asyncio.sleep(step)
+
+
+async def result_of(
+    subject: Subject, awaitable: Awaitable[Any], limit_secs: float, what: str
+) -> Any:
+    future = asyncio.ensure_future(awaitable)
+    deadline = time.monotonic() + limit_secs
+    while True:
+        done, _ = await asyncio.wait([future], timeout=0.2)
+        if done:
+            return future.result()
+        subject.check()
+        if time.monotonic() > deadline:
+            future.cancel()
+            raise BenchError(
+                f"{subject.name}: timed out after {limit_secs:.0f} s waiting for {what}"
+            )
+
+
+async def until_idle(
+    subject: Subject, quiet_secs: float = 0.1, limit_secs: float = 10.0, step: float = 0.02
+) -> float:
+    """The server's CPU seconds once it has used less than IDLE_SHARE of a
+    core for `quiet_secs` (read from /proc, so without adding work to it). An
+    idle eventq still wakes up: its loop-lag sampler ten times a second, its
+    delivery log's flush every second; nginx does not."""
+    samples = collections.deque([(time.monotonic(), subject.cpu_secs())])
+    deadline = samples[0][0] + limit_secs
+    while True:
+        await asyncio.sleep(step)
+        now, cpu = time.monotonic(), subject.cpu_secs()
+        samples.append((now, cpu))
+        while len(samples) > 1 and now - samples[1][0] >= quiet_secs:
+            samples.popleft()
+        since, cpu_then = samples[0]
+        if now - since >= quiet_secs and cpu - cpu_then < IDLE_SHARE * (now - since):
+            return cpu
+        if now > deadline:
+            raise BenchError(f"{subject.name} was still busy {limit_secs:.0f} s after a round")
+
+
+async def resize(subject: Subject, count: int) -> None:
+    """Exactly `count` clients, parked, with nothing read yet."""
+    if len(subject.clients) < count:
+        await subject.grow_to(count)
+    elif len(subject.clients) > count:
+        await subject.shrink_to(count)
+    await subject.wait_parked(count)
+    for client in subject.clients:
+        client.seqs.clear()
+
+
+def check_deliveries(clients: Sequence[Client], published: Sequence[int]) -> dict[str, Any]:
+    """Whether every client read every published message exactly once and no
+    other: counts of what is missing, repeated or unknown."""
+    expected = sorted(published)
+    wanted = set(expected)
+    lost = duplicated = unexpected = 0
+    for client in clients:
+        if sorted(client.seqs) == expected:
+            continue
+        counts = collections.Counter(client.seqs)
+        lost += sum(1 for seq in wanted if seq not in counts)
+        duplicated += sum(n - 1 for seq, n in counts.items() if seq in wanted and n > 1)
+        unexpected += sum(n for seq, n in counts.items() if seq not in wanted)
+    return {
+        "clients": len(clients),
+        "notices": len(published),
+        "lost": lost,
+        "duplicated": duplicated,
+        "unexpected": unexpected,
+        "ok": lost == duplicated == unexpected == 0,
+    }
+
+
+async def measure_memory(subject: Subject, count: int) -> dict[str, Any]:
+    """RSS with no client, then with `count` parked."""
+    await asyncio.sleep(1.0)
+    rss0 = subject.rss_kb()
+    started = time.monotonic()
+    log(f"{subject.name}: memory, ramping to {count:,} parked clients")
+    await resize(subject, count)
+    ramp_secs = time.monotonic() - started
+    await asyncio.sleep(1.0)
+    rss = subject.rss_kb()
+    per_client = (rss - rss0) / count
+    log(f"  {count:,} parked: RSS {rss / 1024:.1f} MiB, {per_client:.2f} KB each")
+    return {
+        "clients": count,
+        "rss0_kb": rss0,
+        "rss_kb": rss,
+        "per_client_kb": round(per_client, 3),
+        "ramp_secs": round(ramp_secs, 2),
+    }
+
+
+async def measure_fanout(
+    subject: Subject,
+    recorder: Recorder,
+    size: int,
+    spacing: float,
+    warmup: int,
+    rounds: int,
+    min_secs: float,
+) -> dict[str, Any]:
+    """One notice to `size` parked clients, round after round (see the module
+    docstring); the last rounds' figures, and whether every client read every
+    notice once."""
+    await resize(subject, size)
+    publisher = await subject.publisher()
+    published: list[int] = []
+    rows: list[dict[str, float]] = []
+    latencies: list[float] = []
+    late = 0
+    number = 0
+    first_start = 0.0
+    try:
+        while number < warmup + rounds or time.monotonic() - first_start < min_secs:
+            await subject.wait_parked(size)
+            if number == 0:
+                await asyncio.sleep(0.2)  # let the server's GC and lag sampler settle
+                first_start = time.monotonic()
+            elif spacing > 0:
+                wait = first_start + number * spacing - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                else:
+                    late += 1
+            else:
+                await asyncio.sleep(0.2)
+            seq = recorder.next_seq()
+            current = recorder.round = FanoutRound(seq)
+            cpu0, own0 = subject.cpu_secs(), own_cpu_secs()
+            current.sent = recorder.stamp(seq)
+            reached = await result_of(subject, publisher.send(seq), 30, "the notice's answer")
+            notify_ms = (time.time() - current.sent) * 1000
+            published.append(seq)
+            if reached != size:
+                raise BenchError(
+                    f"{subject.name}: the notice reached {reached} clients, not {size}"
+                )
+
+            def all_read(current: FanoutRound = current) -> bool:
+                return len(current.latencies) >= size
+
+            await wait_for(subject, all_read, 30, f"{size} clients to read notice {seq}", 0.001)
+            cpu_read, own1 = subject.cpu_secs(), own_cpu_secs()
+            # The round's work goes on after the last read: every client's
+            # re-poll is parsed, authenticated and parked.
+            cpu1 = await until_idle(subject)
+            recorder.round = None
+            ordered = sorted(current.latencies)
+            row = {
+                "first_ms": ordered[0] * 1000,
+                "p50_ms": percentile(ordered, 0.50) * 1000,
+                "p99_ms": percentile(ordered, 0.99) * 1000,
+                "last_ms": ordered[-1] * 1000,
+                "notify_ms": notify_ms,
+                "server_cpu_ms": (cpu1 - cpu0) * 1000,
+                "server_cpu_to_last_read_ms": (cpu_read - cpu0) * 1000,
+                "generator_cpu_ms": (own1 - own0) * 1000,
+            }
+            counted = number >= warmup
+            if counted:
+                rows.append(row)
+                latencies += current.latencies
+            if number < warmup + rounds or number % 10 == 0:
+                log(
+                    f"  {subject.name} fan-out {size:,} {'round' if counted else 'warm-up'}"
+                    f" {number + 1}: p50 {row['p50_ms']:.1f} p99 {row['p99_ms']:.1f}"
+                    f" last {row['last_ms']:.1f} ms; server CPU {row['server_cpu_ms']:.0f} ms"
+                    f" until idle"
+                )
+            number += 1
+    finally:
+        recorder.round = None
+        publisher.close()
+    await subject.wait_parked(size)
+    latencies.sort()
+    cpu_ms = sum(row["server_cpu_ms"] for row in rows)
+    return {
+        "clients": size,
+        "spacing_secs": spacing,
+        "rounds": len(rows),
+        "late_rounds": late,
+        "secs": round(time.monotonic() - first_start, 1),
+        "last_client_p50_ms": round(median_of(rows, "last_ms"), 2),
+        "client_p50_ms": round(percentile(latencies, 0.50) * 1000, 2),
+        "client_p99_ms": round(percentile(latencies, 0.99) * 1000, 2),
+        "server_cpu_per_event_us": round(cpu_ms * 1000 / (size * len(rows)), 2),
+        "median": {key: round(median_of(rows, key), 2) for key in rows[0]},
+        "deliveries": check_deliveries(subject.clients, published),
+    }
+
+
+async def measure_throughput(
+    subject: Subject,
+    recorder: Recorder,
+    size: int,
+    args: argparse.Namespace,
+    spy: Callable[[], subprocess.Popen[bytes]] | None,
+) -> dict[str, Any]:
+    """`size` clients; --injectors publishers each keep --pipeline notices
+    in flight for --duration s. `spy` starts py-spy on the server for the
+    window (--py-spy, eventq only); its summary is in "profile_top"."""
+    await resize(subject, size)
+    publishers = [await subject.publisher() for _ in range(args.injectors)]
+    published: list[int] = []
+    running = True
+
+    async def pump(publisher: Publisher) -> None:
+        pending: collections.deque[tuple[int, asyncio.Future[int]]] = collections.deque()
+        while running or pending:
+            while running and len(pending) < args.pipeline:
+                seq = recorder.next_seq()
+                recorder.stamp(seq)
+                pending.append((seq, publisher.send(seq)))
+            seq, answer = pending.popleft()
+            await answer
+            published.append(seq)
+
+    await asyncio.sleep(0.2)
+    duration = args.duration
+    profiler = spy() if spy is not None else None
+    events0 = recorder.events
+    cpu0, own0, started = subject.cpu_secs(), own_cpu_secs(), time.monotonic()
+    recorder.samples = []
+    tasks = [asyncio.create_task(pump(publisher)) for publisher in publishers]
+    try:
+        deadline = started + duration
+        while time.monotonic() < deadline:
+            subject.check()
+            for task in tasks:
+                if task.done():
+                    task.result()  # raises what stopped it
+                    raise BenchError(f"{subject.name}: a publisher stopped early")
+            await asyncio.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        cpu1, own1, ended = subject.cpu_secs(), own_cpu_secs(), time.monotonic()
+        events = recorder.events - events0
+        running = False
+        samples = sorted(recorder.samples)
+        recorder.samples = None
+        await result_of(subject, asyncio.gather(*tasks), 60, "the last notices' answers")
+    finally:
+        running = False
+        recorder.samples = None
+        for task in tasks:
+            task.cancel()
+        for publisher in publishers:
+            publisher.close()
+    elapsed = ended - started
+    log(f"  {subject.name}: {events:,} events in {elapsed:.2f} s; waiting for clients to drain")
+    total = len(published)
+    with contextlib.suppress(BenchError):  # what is missing is counted below
+        await wait_for(
+            subject,
+            lambda: all(len(client.seqs) >= total for client in subject.clients),
+            60,
+            "every client to read every notice",
+            0.05,
+        )
+    await subject.wait_parked(size)
+    profile_top = (
+        finish_py_spy(profiler, args.py_spy) if profiler is not None and args.py_spy else None
+    )
+    server_cpu = cpu1 - cpu0
+    own_cpu = own1 - own0
+    return {
+        "clients": size,
+        "injectors": args.injectors,
+        "pipeline": args.pipeline,
+        "elapsed_secs": round(elapsed, 3),
+        "notices": total,
+        "events_in_window": events,
+        "events_per_sec": round(events / elapsed, 1),
+        "server_cpu_secs": round(server_cpu, 3),
+        "server_cpu_share": round(server_cpu / elapsed, 3),
+        "server_cpu_per_event_us": round(server_cpu / events * 1e6, 2) if events else None,
+        "generator_cpu_share": round(own_cpu / elapsed, 3),
+        "generator_cpu_per_event_us": round(own_cpu / events * 1e6, 2) if events else None,
+        "latency_ms": {
+            "p50": round(percentile(samples, 0.5) * 1000, 2),
+            "p99": round(percentile(samples, 0.99) * 1000, 2),
+        }
+        if samples
+        else None,
+        "deliveries": check_deliveries(subject.clients, published),
+        "profile_top": profile_top,
+    }
+
+
+async def run_subject(
+    subject: Subject,
+    recorder: Recorder,
+    args: argparse.Namespace,
+    into: dict[str, Any],
+    memory: bool = True,
+    spy: Callable[[], subprocess.Popen[bytes]] | None = None,
+) -> None:
+    """Every scenario against `subject`, each figure added to `into` as soon
+    as it is measured (so a failure still reports what came before)."""
+    into.setdefault("fanout", {})
+    try:
+        if memory:
+            into["memory"] = await measure_memory(subject, args.clients)
+        gc.collect()
+        gc.freeze()  # the generator's long-lived clients: no more GC scans of them
+        largest = max(args.fanout_sizes)
+        for size, spacing in sorted(
+            zip(args.fanout_sizes, args.spacing, strict=True), reverse=True
+        ):
+            rounds = args.rounds
+            min_secs = args.lag_window if size == largest else 0.0
+            log(
+                f"{subject.name}: fan-out to {size:,} clients, {args.warmup} warm-up +"
+                f" {rounds} rounds"
+                + (f", {spacing:g} s apart" if spacing else ", back to back")
+                + (f", for at least {min_secs:.0f} s" if min_secs else "")
+            )
+            into["fanout"][str(size)] = await measure_fanout(
+                subject, recorder, size, spacing, args.warmup, rounds, min_secs
+            )
+            if size == largest:
+                into["loop_lag_largest_fanout"] = await subject.loop_lag()
+        log(
+            f"{subject.name}: throughput, {args.throughput_clients:,} clients,"
+            f" {args.injectors} x {args.pipeline} notices in flight, {args.duration:g} s"
+        )
+        throughput = await measure_throughput(subject, recorder, args.throughput_clients, args, spy)
+        into["throughput"] = throughput
+        log(
+            f"  {throughput['events_per_sec']:,.0f} events/s,"
+            f" server {throughput['server_cpu_per_event_us']} us CPU per event"
+        )
+    finally:
+        into["problems"] = subject.problems()
+        subject.close_all()
+        await asyncio.sleep(0.2)  # let the closes go out before the server stops
 
 
 # -- py-spy ---------------------------------------------------------------
@@ -1217,228 +1722,342 @@ def finish_py_spy(spy: subprocess.Popen[bytes], output: Path) -> dict[str, Any]:
 # -- report -----------------------------------------------------------------
 
 
-def _fmt(value: Any, unit: str = "", digits: int = 1) -> str:
+@dataclass(frozen=True)
+class Figure:
+    """One line of the table: where its value is in a server's results."""
+
+    key: str
+    label: str
+    unit: str
+    digits: int
+    path: tuple[str, ...]
+    higher_is_better: bool = False  # the ratio is then nchan/eventq
+    peer: bool = True  # nchan has it too
+
+    def value(self, server: dict[str, Any]) -> float | None:
+        node: Any = server
+        for step in self.path:
+            if not isinstance(node, dict) or step not in node:
+                return None
+            node = node[step]
+        return float(node) if isinstance(node, int | float) else None
+
+
+def figures_of(config: dict[str, Any]) -> list[Figure]:
+    sizes = sorted(config["fanout_sizes"])
+    rows: list[Figure] = []
+    for size in sizes:
+        name = f"fan-out to {size:,}"
+        base = ("fanout", str(size))
+        rows += [
+            Figure(
+                f"fanout_{size}_last_client_p50_ms",
+                f"{name}: time to last client, p50 of rounds",
+                " ms",
+                1,
+                (*base, "last_client_p50_ms"),
+            ),
+            Figure(
+                f"fanout_{size}_client_p50_ms",
+                f"{name}: per-client latency p50",
+                " ms",
+                1,
+                (*base, "client_p50_ms"),
+            ),
+            Figure(
+                f"fanout_{size}_client_p99_ms",
+                f"{name}: per-client latency p99",
+                " ms",
+                1,
+                (*base, "client_p99_ms"),
+            ),
+            Figure(
+                f"fanout_{size}_cpu_per_event_us",
+                f"{name}: server CPU per delivered event",
+                " us",
+                1,
+                (*base, "server_cpu_per_event_us"),
+            ),
+        ]
+    active = config["throughput_clients"]
+    rows += [
+        Figure(
+            "throughput_events_per_sec",
+            f"{active:,} active clients: delivered events/s",
+            "/s",
+            0,
+            ("throughput", "events_per_sec"),
+            higher_is_better=True,
+        ),
+        Figure(
+            "throughput_cpu_per_event_us",
+            f"{active:,} active clients: server CPU per delivered event",
+            " us",
+            1,
+            ("throughput", "server_cpu_per_event_us"),
+        ),
+        Figure(
+            "memory_per_idle_client_kb",
+            f"memory per idle parked client ({config['clients']:,} parked)",
+            " KB",
+            2,
+            ("memory", "per_client_kb"),
+        ),
+        Figure(
+            "loop_lag_p99_ms",
+            f"IO-loop lag p99 during the fan-out to {sizes[-1]:,}",
+            " ms",
+            1,
+            ("loop_lag_largest_fanout", "p99_ms"),
+            peer=False,
+        ),
+    ]
+    return rows
+
+
+def compare(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each figure for both servers, and their ratio: eventq/nchan, or
+    nchan/eventq for a figure where higher is better; above 1, eventq is
+    behind either way."""
+    servers = results["servers"]
+    rows = []
+    for figure in figures_of(results["config"]):
+        ours = figure.value(servers.get("eventq", {}))
+        theirs = figure.value(servers.get("nchan", {})) if figure.peer else None
+        ratio = None
+        if ours and theirs:
+            ratio = round(theirs / ours if figure.higher_is_better else ours / theirs, 3)
+        rows.append(
+            {
+                "key": figure.key,
+                "label": figure.label,
+                "unit": figure.unit.strip(),
+                "eventq": ours,
+                "nchan": theirs,
+                "ratio": ratio,
+                "ratio_of": ("nchan/eventq" if figure.higher_is_better else "eventq/nchan")
+                if figure.peer
+                else None,
+            }
+        )
+    return rows
+
+
+def bars(config: dict[str, Any], compared: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 14's bars, each "met" or "MISSED" from this run's figures, and
+    for the ratios the distance to the long-term goal (GOAL x)."""
+    by_key = {row["key"]: row for row in compared}
+    sizes = sorted(config["fanout_sizes"])
+    wanted: list[tuple[str, str, str, float, bool]] = []  # text, key, kind, limit, goal
+    for size in sizes:
+        wanted.append(
+            (
+                f"server CPU per delivered event, fan-out to {size:,}",
+                f"fanout_{size}_cpu_per_event_us",
+                "ratio",
+                CPU_BAR,
+                True,
+            )
+        )
+    for size in sizes:
+        wanted.append(
+            (
+                f"time to last client, fan-out to {size:,}",
+                f"fanout_{size}_last_client_p50_ms",
+                "ratio",
+                LAST_CLIENT_BAR,
+                True,
+            )
+        )
+    events = ("delivered events/s, eventq >= 1/3 of nchan", "throughput_events_per_sec")
+    lag = (f"IO-loop lag p99 during the fan-out to {sizes[-1]:,}", "loop_lag_p99_ms")
+    memory = ("memory per idle parked client", "memory_per_idle_client_kb")
+    wanted += [
+        (*events, "ratio", THROUGHPUT_BAR, True),
+        (*lag, "value", LOOP_LAG_BAR_MS, False),
+        (*memory, "ratio", MEMORY_BAR, False),
+    ]
+    out = []
+    for text, key, kind, limit, goal in wanted:
+        row = by_key[key]
+        value = row["ratio"] if kind == "ratio" else row["eventq"]
+        if value is None:
+            out.append(
+                {
+                    "bar": text,
+                    "value": None,
+                    "limit": limit,
+                    "met": None,
+                    "text": f"bar: {text}: not measured",
+                }
+            )
+            continue
+        met = value <= limit
+        if kind == "ratio":
+            shown = f"{row['ratio_of']} {value:.2f}x <= {limit:g}x"
+        else:
+            shown = f"{value:.1f} ms <= {limit:g} ms"
+        line = f"bar: {text}: {shown}: {'met' if met else 'MISSED'}"
+        entry: dict[str, Any] = {"bar": text, "value": value, "limit": limit, "met": met}
+        if goal:
+            entry["goal"] = GOAL
+            entry["goal_met"] = value <= GOAL
+            line += (
+                f" (goal {GOAL:g}x: met)"
+                if value <= GOAL
+                else f" (goal {GOAL:g}x: {value / GOAL:.2f}x away)"
+            )
+        entry["text"] = line
+        out.append(entry)
+    return out
+
+
+def deliveries(results: dict[str, Any]) -> dict[str, Any]:
+    """Every delivery check of the run, by server and scenario."""
+    checks: dict[str, Any] = {}
+    for group, server in (*results["servers"].items(), ("eventq shards", results.get("sharded"))):
+        if not server:
+            continue
+        scenarios = {
+            f"fan-out {size}": phase["deliveries"]
+            for size, phase in server.get("fanout", {}).items()
+        }
+        if "throughput" in server:
+            scenarios["throughput"] = server["throughput"]["deliveries"]
+        problems = server.get("problems", {})
+        ids_ok = (
+            problems.get("duplicate_event_ids", 0) == 0 and problems.get("event_id_gaps", 0) == 0
+        )
+        checks[group] = {
+            "scenarios": scenarios,
+            "event_ids_ok": ids_ok,
+            "ok": bool(scenarios) and ids_ok and all(check["ok"] for check in scenarios.values()),
+        }
+    return checks
+
+
+def _fmt(value: float | None, unit: str = "", digits: int = 1) -> str:
     if value is None:
         return "-"
-    if isinstance(value, float | int):
-        return f"{value:,.{digits}f}{unit}"
-    return str(value)
+    return f"{value:,.{digits}f}{unit}"
 
 
-def render_sharded(results: dict[str, Any], sharded: dict[str, Any]) -> str:
-    """One process beside N shards, measured in the same run."""
-    n = sharded["shards"]
-    rows: list[tuple[str, str, str]] = []
-    for size, phase in sharded["fanout"].items():
-        one = results["fanout"].get(size, {}).get("median")
-        many = phase["median"]
-        for label, key in (("p50", "p50_ms"), ("p99", "p99_ms"), ("last", "last_ms")):
-            rows.append(
-                (
-                    f"fan-out to {int(size):,}: {label}",
-                    _fmt(one[key], " ms") if one else "-",
-                    _fmt(many[key], " ms"),
-                )
-            )
-        rows.append(
-            (
-                f"fan-out to {int(size):,}: server CPU until idle",
-                _fmt(one["server_cpu_ms"], " ms", 0) if one else "-",
-                _fmt(many["server_cpu_ms"], " ms", 0),
-            )
-        )
-    one_tp, many_tp = results.get("throughput"), sharded.get("throughput")
-    if many_tp:
-        for label, key, unit, digits in (
-            ("events/s", "events_per_sec", "/s", 0),
-            ("server CPU per event", "server_cpu_per_event_us", " us", 2),
-            ("server CPU share (of one core)", "server_cpu_share", "", 2),
-            ("generator CPU share (of one core)", "generator_cpu_share", "", 2),
-        ):
-            rows.append(
-                (
-                    f"{many_tp['clients']:,} subscribers: {label}",
-                    _fmt(one_tp[key], unit, digits) if one_tp else "-",
-                    _fmt(many_tp[key], unit, digits),
-                )
-            )
-        rows.append(
-            (
-                "  every notice delivered exactly once",
-                ("yes" if one_tp["all_delivered"] else "NO") if one_tp else "-",
-                "yes" if many_tp["all_delivered"] else "NO",
-            )
-        )
-    width = max(len(row[0]) for row in rows) + 2
-    out = io.StringIO()
-    out.write(f"\none process and {n} shards (clients on their owner shard), same run:\n")
-    out.write(f"{'measure':<{width}}{'1 process':<16}{n} shards\n")
-    out.write("-" * (width + 32) + "\n")
-    for name, one_value, many_value in rows:
-        out.write(f"{name:<{width}}{one_value:<16}{many_value}\n")
-    for name, lag in sharded["loop_lag"].items():
-        out.write(
-            f"  shards' worst loop lag, {name}: p99 {lag['p99_ms']:.2f} ms,"
-            f" max {lag['max_ms']:.1f} ms\n"
-        )
-    return out.getvalue()
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    lines = []
+    for row in (header, *rows):
+        cells = [row[0].ljust(widths[0])] + [
+            cell.rjust(w) for cell, w in zip(row[1:], widths[1:], strict=True)
+        ]
+        lines.append("  ".join(cells))
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines) + "\n"
 
 
 def render(results: dict[str, Any]) -> str:
     out = io.StringIO()
     config = results["config"]
-    out.write(
-        f"\neventq fan-out benchmark  ({config['cpus']} CPUs, generator loop"
-        f" {config['generator_loop']}, {config['clients_per_user']} clients per user)\n"
-        f"server code: {config['source']}\n"
+    pairs = zip(config["fanout_sizes"], config["spacing"], strict=True)
+    spacing = (
+        "back to back"
+        if config["back_to_back"]
+        else "rounds " + " / ".join(f"{s:g} s apart at {n:,}" for n, s in pairs)
     )
-    rows: list[tuple[str, str, str]] = []
-    for size, phase in results["fanout"].items():
-        median = phase["median"]
-        n = len(phase["rounds"])
+    out.write(
+        f"\neventq beside nginx + nchan, same machine, same run"
+        f"{' (QUICK: tiny sizes, the bars mean nothing)' if config['quick'] else ''}\n"
+        f"{config['cpus']} CPUs; generator loop {config['generator_loop']};"
+        f" {config['users']} users; fan-out {spacing};"
+        f" {config['warmup']} warm-up + {config['rounds']} rounds\n"
+        f"server code: {config['source']}\n"
+        "ratio: eventq/nchan, but nchan/eventq for events/s: above 1, eventq is behind\n\n"
+    )
+    compared = results["figures"]
+    by_key = {figure.key: figure for figure in figures_of(config)}
+    rows = []
+    for row in compared:
+        figure = by_key[row["key"]]
         rows.append(
             (
-                f"fan-out to {int(size):,}: time until last (median of {n})",
-                _fmt(median["last_ms"], " ms"),
-                "28 ms" if int(size) == 1000 else "-",
+                row["label"],
+                _fmt(row["eventq"], figure.unit, figure.digits),
+                _fmt(row["nchan"], figure.unit, figure.digits) if figure.peer else "n/a",
+                f"{row['ratio']:.2f}x" if row["ratio"] is not None else "-",
             )
         )
-        rows.append(
-            (
-                f"fan-out to {int(size):,}: first / p50 / p99",
-                f"{median['first_ms']:.1f} / {median['p50_ms']:.1f} / {median['p99_ms']:.1f} ms",
-                "- / 81 / 157 ms" if int(size) == 5000 else "-",
+    out.write(_table(("figure", "eventq", "nchan", "ratio"), rows))
+    out.write("\n")
+    for bar in results["bars"]:
+        out.write(bar["text"] + "\n")
+    out.write("\n")
+    for group, check in results["deliveries"].items():
+        parts = []
+        for name, scenario in check["scenarios"].items():
+            parts.append(
+                f"{name} ok"
+                if scenario["ok"]
+                else f"{name} FAILED ({scenario['lost']} lost, {scenario['duplicated']} duplicated,"
+                f" {scenario['unexpected']} unknown)"
             )
-        )
-        rows.append(
-            (
-                f"fan-out to {int(size):,}: server CPU to last read / until idle",
-                f"{median['server_cpu_to_last_read_ms']:.0f} / {median['server_cpu_ms']:.0f} ms"
-                f" ({median['server_cpu_ms'] * 1000 / int(size):.0f} us/client)",
-                "-",
-            )
-        )
-        rows.append(
-            (
-                f"fan-out to {int(size):,}: generator CPU per round",
-                f"{median['generator_cpu_ms']:.0f} ms",
-                "-",
-            )
-        )
-    throughput = results.get("throughput")
-    if throughput:
-        rows.append(
-            (
-                f"{throughput['clients']:,} subscribers, injector flat out: events/s",
-                _fmt(throughput["events_per_sec"], "/s", 0),
-                "33,600/s",
-            )
-        )
-        rows.append(
-            (
-                "  notices/s; events per response",
-                f"{throughput['notices_per_sec']:,.0f}/s; {throughput['events_per_response']}",
-                "-",
-            )
-        )
-        rows.append(
-            (
-                "  server CPU per delivered event",
-                _fmt(throughput["server_cpu_per_event_us"], " us", 2),
-                "20-25 us",
-            )
-        )
-        rows.append(
-            (
-                "  server / generator CPU share of one core",
-                f"{throughput['server_cpu_share']:.0%} / {throughput['generator_cpu_share']:.0%}",
-                "-",
-            )
-        )
-        rows.append(
-            (
-                "  generator CPU per event / per response",
-                f"{_fmt(throughput['generator_cpu_per_event_us'], ' us', 2)} / "
-                f"{_fmt(throughput['generator_cpu_per_response_us'], ' us', 2)}",
-                "~14 us per request (uvloop)",
-            )
-        )
-        latency = throughput["latency_in_window_ms"]
-        if latency:
-            rows.append(
-                (
-                    "  latency under load p50/p99/max (incl. injector queue)",
-                    f"{latency['p50']:.1f} / {latency['p99']:.1f} / {latency['max']:.1f} ms",
-                    "-",
-                )
-            )
-        rows.append(
-            (
-                "  every notice delivered exactly once",
-                "yes"
-                if throughput["all_delivered"]
-                else f"NO: {throughput['events_missing']} missing, "
-                f"{throughput['events_extra']} extra",
-                "-",
-            )
-        )
-    memory = results.get("memory")
-    if memory:
-        for checkpoint in memory["checkpoints"]:
-            rows.append(
-                (
-                    f"memory per idle parked client ({checkpoint['clients']:,} parked)",
-                    _fmt(checkpoint["per_client_kb"], " KB", 2),
-                    "11.4 KB",
-                )
-            )
-    if throughput and throughput["generator_cpu_share"] > 0.9:
-        rows.append(("  WARNING: the load generator was saturated", "", ""))
-    width = max(len(row[0]) for row in rows) + 2
-    value_width = max(len(row[1]) for row in rows) + 2
-    out.write(f"\n{'measure':<{width}}{'eventq':<{value_width}}nginx+nchan\n")
-    out.write("-" * (width + value_width + 24) + "\n")
-    for name, ours, theirs in rows:
-        out.write(f"{name:<{width}}{ours:<{value_width}}{theirs}\n")
-    if memory:
-        out.write(
-            f"\nserver RSS: {memory['rss0_kb'] / 1024:.1f} MiB with no client; "
-            + ", ".join(
-                f"{c['rss_kb'] / 1024:.1f} MiB with {c['clients']:,}" for c in memory["checkpoints"]
-            )
-            + "\n"
-        )
-        if memory["stopped_short"]:
+        if not check["event_ids_ok"]:
+            parts.append("event ids with gaps or repeats")
+        verdict = "every client read every message exactly once" if check["ok"] else "FAILED"
+        out.write(f"deliveries, {group}: {verdict}: {', '.join(parts) or 'no scenario'}\n")
+    for name, server in results["servers"].items():
+        out.write(f"\n{name}:\n")
+        memory = server.get("memory")
+        if memory:
             out.write(
-                f"memory phase reached {memory['reached']:,} of {memory['target']:,} clients:"
-                f" {memory['stopped_short']}\n"
+                f"  RSS {memory['rss0_kb'] / 1024:.1f} MiB with no client,"
+                f" {memory['rss_kb'] / 1024:.1f} MiB with {memory['clients']:,}"
+                f" (ramp {memory['ramp_secs']:.1f} s)\n"
             )
+        for size, phase in server.get("fanout", {}).items():
+            median = phase["median"]
+            late = f" ({phase['late_rounds']} started late)" if phase["late_rounds"] else ""
+            out.write(
+                f"  fan-out {int(size):,}: {phase['rounds']} rounds in {phase['secs']:.0f} s"
+                f"{late};"
+                f" median first {median['first_ms']:.1f} ms, notice answered in"
+                f" {median['notify_ms']:.1f} ms; server CPU"
+                f" {median['server_cpu_to_last_read_ms']:.0f} ms to the last read,"
+                f" {median['server_cpu_ms']:.0f} ms until idle;"
+                f" generator {median['generator_cpu_ms']:.0f} ms\n"
+            )
+        throughput = server.get("throughput")
+        if throughput:
+            latency = throughput["latency_ms"] or {"p50": 0.0, "p99": 0.0}
+            out.write(
+                f"  throughput: {throughput['notices']:,} notices; CPU share of a core:"
+                f" server {throughput['server_cpu_share']:.0%}, generator"
+                f" {throughput['generator_cpu_share']:.0%}"
+                f" ({_fmt(throughput['generator_cpu_per_event_us'], ' us', 1)} per event);"
+                f" latency p50 {latency['p50']:.1f} / p99 {latency['p99']:.1f} ms\n"
+            )
+            if throughput["generator_cpu_share"] > 0.9:
+                out.write("  WARNING: the load generator was saturated\n")
+        lag = server.get("loop_lag_largest_fanout")
+        if lag:
+            out.write(
+                f"  IO-loop lag after the largest fan-out (last 60 s): p50 {lag['p50_ms']:.2f},"
+                f" p99 {lag['p99_ms']:.2f}, max {lag['window_max_ms']:.1f} ms\n"
+            )
+        problems = server.get("problems", {})
+        out.write("  counters: " + ", ".join(f"{k} {v}" for k, v in problems.items()) + "\n")
+        warnings = server.get("warnings", [])
+        if warnings:
+            out.write(f"  the server logged {len(warnings)} warnings/errors; the last ones:\n")
+            for line in warnings[-5:]:
+                out.write(f"    {line}\n")
     sharded = results.get("sharded")
     if sharded:
         out.write(render_sharded(results, sharded))
-    out.write("\nIO-loop lag after each phase (last 60 s), p50 / p99 / window max / max ms:\n")
-    for name, lag in results["loop_lag"].items():
-        out.write(
-            f"  {name:<22}{lag['p50_ms']:.2f} / {lag['p99_ms']:.2f} / "
-            f"{lag['window_max_ms']:.1f} / {lag['max_ms']:.1f}\n"
-        )
-    counters = results["counters"]
-    out.write(
-        "\ngenerator counters: "
-        + ", ".join(f"{key} {value}" for key, value in counters.items())
-        + "\n"
-    )
-    warnings = results["server_warnings"]
-    if warnings:
-        out.write(f"server logged {len(warnings)} warnings/errors; the last ones:\n")
-        for line in warnings[-5:]:
-            out.write(f"    {line}\n")
-    if throughput and throughput.get("profile_top"):
-        profile = throughput["profile_top"]
+    profile = (results["servers"].get("eventq", {}).get("throughput") or {}).get("profile_top")
+    if profile:
         if "error" in profile:
             out.write(f"\npy-spy failed: {profile['error']}\n")
         else:
-            out.write(f"\npy-spy, server during throughput ({profile['samples']} samples)\n")
+            out.write(f"\npy-spy, eventq during throughput ({profile['samples']} samples)\n")
             for title, key, count in (
                 ("by category", "categories_pct", 20),
                 ("self time by function", "self_pct", 15),
@@ -1450,143 +2069,92 @@ def render(results: dict[str, Any]) -> str:
     return out.getvalue()
 
 
+def render_sharded(results: dict[str, Any], sharded: dict[str, Any]) -> str:
+    """One process beside N shards and nchan, measured in the same run."""
+    rows = []
+    servers = {**results["servers"], "shards": sharded}
+    for figure in figures_of(results["config"]):
+        if figure.path[0] not in ("fanout", "throughput"):
+            continue
+        rows.append(
+            (
+                figure.label,
+                *(
+                    _fmt(figure.value(servers.get(name, {})), figure.unit, figure.digits)
+                    for name in ("eventq", "shards", "nchan")
+                ),
+            )
+        )
+    return (
+        f"\neventq in one process and in {sharded['shards']} shards (clients on their"
+        " owner shard; CPU summed over the shards):\n"
+        + _table(("figure", "1 process", f"{sharded['shards']} shards", "nchan"), rows)
+    )
+
+
 # -- main -------------------------------------------------------------------
 
 
-async def fanout_and_throughput(
-    bench: Bench, sizes: list[int], into: dict[str, Any], profile: Path | None
-) -> None:
-    """The fan-out phase at each size (largest first), then throughput; their
-    figures go to `into` ("fanout", "throughput", "loop_lag") as each ends."""
-    args = bench.args
-    processes = len(bench.server.members)
-    where = f"{processes} shards, " if processes > 1 else ""
-    for size in sizes:
-        log(f"{where}fan-out to {size} clients: {args.warmup} warm-up + {args.rounds} rounds")
-        phase = await bench.phase_fanout(size)
-        into["loop_lag"][f"fan-out {size}"] = phase.pop("loop_lag")
-        into["fanout"][str(size)] = phase
-    into["fanout"] = dict(sorted(into["fanout"].items(), key=lambda kv: int(kv[0])))
-    size = min(args.throughput_clients, len(bench.clients))
-    log(
-        f"{where}throughput: {size} clients, {args.injectors} injectors x {args.pipeline}"
-        f" in flight per process, {args.duration:.0f} s"
-    )
-    throughput = await bench.phase_throughput(size, profile)
-    into["loop_lag"]["throughput"] = throughput.pop("loop_lag")
-    into["throughput"] = throughput
-    log(
-        f"  {throughput['events_per_sec']:,.0f} events/s,"
-        f" server {throughput['server_cpu_per_event_us']} us CPU per event"
-    )
-
-
-async def run_sharded(
-    args: argparse.Namespace, group: ServerGroup, users: list[User], results: dict[str, Any]
-) -> None:
-    """The fan-out and throughput phases again, against the shards."""
-    bench = Bench(args, group, users)
-    sharded: dict[str, Any] = {"shards": len(group.members), "fanout": {}, "loop_lag": {}}
-    results["sharded"] = sharded
-    try:
-        sizes = sorted({min(size, args.clients) for size in args.fanout_sizes}, reverse=True)
-        target = max([*sizes, min(args.throughput_clients, args.clients)])
-        log(f"{len(group.members)} shards: ramping to {target} parked clients")
-        stopped = await bench.ramp_to(target)
-        if stopped is not None:
-            raise BenchError(f"the shards took only {len(bench.clients)} clients: {stopped}")
-        await bench.wait_parked(target)
-        gc.collect()
-        gc.freeze()
-        await fanout_and_throughput(bench, sizes, sharded, None)
-    finally:
-        sharded["counters"] = {
-            "duplicate_ids": bench.duplicates,
-            "id_gaps": bench.gaps,
-            "error_responses": bench.errors,
-            "connections_lost": bench.lost,
-        }
-        bench.close_all()
-        await asyncio.sleep(0.2)
-
-
-async def run(
-    args: argparse.Namespace, server: ServerGroup, users: list[User], results: dict[str, Any]
-) -> None:
-    """The phases; each adds its figures to `results` as soon as it is done,
-    so that a failure still reports the phases before it."""
-    bench = Bench(args, server, users)
-    try:
-        await bench.stats()
-        await asyncio.sleep(1.0)
-        rss0 = server.rss_kb()
-        memory = await bench.phase_memory(rss0)
-        results["memory"] = memory
-        results["loop_lag"]["memory ramp"] = memory.pop("loop_lag")
-        gc.collect()
-        gc.freeze()  # the generator's long-lived clients: no more GC scans of them
-        available = len(bench.clients)
-        sizes = sorted({min(size, available) for size in args.fanout_sizes}, reverse=True)
-        await fanout_and_throughput(bench, sizes, results, args.py_spy)
-    finally:
-        results["counters"] = {
-            "responses": bench.responses,
-            "bench_events": bench.bench_events,
-            "other_events": bench.other_events,
-            "duplicate_ids": bench.duplicates,
-            "id_gaps": bench.gaps,
-            "error_responses": bench.errors,
-            "re_registered": bench.reregistered,
-            "connections_lost": bench.lost,
-        }
-        if bench.last_error:
-            results["counters"]["last_error"] = bench.last_error
-        bench.close_all()
-        await asyncio.sleep(0.2)  # let the closes go out before the server stops
+def eventq_env(workdir: Path) -> dict[str, str]:
+    """What the measured eventq runs with, beside ServerProcess' defaults
+    (no heartbeat during a measurement, no broker)."""
+    log_dir = workdir / "deliverylog"
+    log_dir.mkdir(exist_ok=True)
+    return {
+        "EVENTQ_LOG_DIR": str(log_dir),
+        "EVENTQ_RATE_LIMIT_REQUESTS": str(RATE_LIMIT),
+        "EVENTQ_AUTH_FAILURE_LIMIT": "50",  # production's
+    }
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Fan-out latency, throughput, memory and CPU of the eventq server,"
-        " against nginx+nchan reference figures.",
+        description="eventq beside nginx + nchan on this machine: fan-out latency, throughput,"
+        " memory and CPU, each figure for both with their ratio, and issue 14's bars.",
+    )
+    floats = lambda text: [float(part) for part in text.split(",")]  # noqa: E731
+    ints = lambda text: [int(part) for part in text.split(",")]  # noqa: E731
+    parser.add_argument("--quick", action="store_true", help="every scenario at tiny sizes")
+    parser.add_argument("--users", type=int, default=100, help="users the clients are spread over")
+    parser.add_argument(
+        "--clients", type=int, default=10_000, help="parked clients of the memory scenario"
     )
     parser.add_argument(
-        "--clients", type=int, default=10_000, help="parked clients for the memory phase"
+        "--fanout-sizes", type=ints, default=[1000, 5000], help="comma-separated client counts"
     )
-    parser.add_argument("--rounds", type=int, default=5, help="fan-out rounds per size")
+    parser.add_argument(
+        "--spacing",
+        type=floats,
+        default=[1.0, 3.0],
+        help="seconds from one fan-out round's start to the next, per size (one value: all)",
+    )
+    parser.add_argument("--back-to-back", action="store_true", help="each round once re-parked")
+    parser.add_argument("--rounds", type=int, default=10, help="counted fan-out rounds per size")
     parser.add_argument("--warmup", type=int, default=1, help="uncounted fan-out rounds first")
     parser.add_argument(
-        "--duration", type=float, default=10.0, help="seconds of the throughput phase"
-    )
-    parser.add_argument(
-        "--fanout-sizes",
-        type=lambda text: [int(part) for part in text.split(",")],
-        default=[1000, 5000],
-        help="comma-separated parked-client counts (default 1000,5000; capped at --clients)",
+        "--lag-window",
+        type=float,
+        default=60.0,
+        help="the largest fan-out lasts at least this long (eventq's loop-lag window)",
     )
     parser.add_argument("--throughput-clients", type=int, default=1000)
-    parser.add_argument("--injectors", type=int, default=4, help="notify connections")
-    parser.add_argument(
-        "--pipeline", type=int, default=2, help="notices in flight per injector connection"
-    )
-    parser.add_argument(
-        "--clients-per-user", type=int, default=10, help="queues per user (server limit 100)"
-    )
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds of throughput")
+    parser.add_argument("--injectors", type=int, default=4, help="publisher connections")
+    parser.add_argument("--pipeline", type=int, default=2, help="notices in flight on each")
     parser.add_argument("--batch", type=int, default=500, help="connections opened at once")
     parser.add_argument("--json", action="store_true", help="results as JSON on stdout")
-    parser.add_argument("--keep-db", action="store_true", help="keep the database and state dir")
+    parser.add_argument(
+        "--keep-db", action="store_true", help="keep the database and the temporary directory"
+    )
     parser.add_argument(
         "--py-spy",
         type=Path,
         metavar="FILE",
-        help="record the server with py-spy (raw stacks to FILE) during the throughput"
-        " phase and print the top frames (perturbs the figures a little)",
+        help="record eventq with py-spy (raw stacks to FILE) during throughput and print"
+        " the top frames (perturbs the figures a little)",
     )
     parser.add_argument(
-        "--py-spy-native",
-        action="store_true",
-        help="with --py-spy: native stacks too (shows GC and syscalls; pauses the server"
-        " at each sample, so the throughput figures drop)",
+        "--py-spy-native", action="store_true", help="with --py-spy: native stacks too"
     )
     parser.add_argument("--no-uvloop", action="store_true", help="never use uvloop here")
     parser.add_argument(
@@ -1594,18 +2162,31 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=int,
         default=1,
         metavar="N",
-        help="after the one-process phases, run fan-out and throughput again against N shard"
-        " processes (the benchmark realm spread over all of them) and compare",
+        help="then run the fan-outs and throughput again against N eventq shards",
     )
     args = parser.parse_args(argv)
+    if args.quick:
+        for key, value in QUICK.items():
+            setattr(args, key, value)
+    if len(args.spacing) == 1:
+        args.spacing = args.spacing * len(args.fanout_sizes)
+    if args.back_to_back:
+        args.spacing = [0.0] * len(args.fanout_sizes)
+    if len(args.spacing) != len(args.fanout_sizes):
+        parser.error("--spacing takes one value, or one per --fanout-sizes")
     if not 1 <= args.shards <= 16:
         parser.error("--shards must be 1..16")
     if args.shards > 1 and args.py_spy:
         parser.error("--py-spy records one process: not with --shards")
-    if not 1 <= args.clients_per_user <= 100:
-        parser.error("--clients-per-user must be 1..100 (the server's queues-per-user limit)")
-    if args.clients < 1 or args.rounds < 1 or args.duration <= 0:
-        parser.error("--clients, --rounds and --duration must be positive")
+    sizes = [args.clients, args.throughput_clients, *args.fanout_sizes]
+    if min(sizes) < args.users or args.users < 2:
+        parser.error("every client count must be at least --users, and --users at least 2")
+    # Client i is user i % users: the most queues one user holds.
+    args.clients_per_user = math.ceil(max(sizes) / args.users)
+    if args.clients_per_user > 100:
+        parser.error("more than 100 clients per user (the server's queues-per-user limit)")
+    if args.rounds < 1 or args.duration <= 0:
+        parser.error("--rounds and --duration must be positive")
     return args
 
 
@@ -1616,9 +2197,15 @@ def _interrupt(signum: int, frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        nchan.find_nginx()
+        nchan.find_module()
+    except nchan.PeerMissing as exc:
+        log(f"FAILED: {exc}")
+        return 2
     fd_limit = raise_fd_limit()
-    if args.clients + 100 > fd_limit:
-        log(f"warning: fd limit {fd_limit} is below --clients {args.clients} + 100")
+    if max(args.clients, *args.fanout_sizes) + 200 > fd_limit:
+        log(f"warning: fd limit {fd_limit} is below the clients + 200")
     new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     loop_name = "asyncio"
     if not args.no_uvloop:
@@ -1633,16 +2220,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     database = Database(base_url)
     workdir = Path(tempfile.mkdtemp(prefix="eventq-bench-"))
     secret = secrets.token_urlsafe(16)
-    server = ServerGroup([ServerProcess(database.url, workdir, secret)])
+    nginx: nchan.NginxProcess | None = None
+    server: ServerGroup | None = None
     shards: ServerGroup | None = None
-    status = 1
     results: dict[str, Any] = {
         "config": {
+            "quick": args.quick,
+            "users": args.users,
             "clients": args.clients,
+            "fanout_sizes": args.fanout_sizes,
+            "spacing": args.spacing,
+            "back_to_back": args.back_to_back,
             "rounds": args.rounds,
             "warmup": args.warmup,
+            "lag_window_secs": args.lag_window,
+            "throughput_clients": args.throughput_clients,
             "duration_secs": args.duration,
-            "clients_per_user": args.clients_per_user,
             "injectors": args.injectors,
             "pipeline": args.pipeline,
             "cpus": os.cpu_count(),
@@ -1650,41 +2243,93 @@ def main(argv: Sequence[str] | None = None) -> int:
             "shards": args.shards,
             "python": sys.version.split()[0],
             "source": source_state(),
+            "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+            "database": database.name,
         },
-        "reference_nginx_nchan": REFERENCE,
-        "fanout": {},
-        "loop_lag": {},
-        "counters": {},
-        "server_warnings": [],
+        "servers": {"eventq": {}, "nchan": {}},
     }
+    completed = False
     try:
-        n_users = (args.clients + args.clients_per_user - 1) // args.clients_per_user
-        log(f"database {database.name}: creating, migrating, {n_users} users")
+        log(f"database {database.name}: creating, migrating, {args.users} users")
         database.create()
-        users = database.populate(n_users)
-        server.start()
+        users = database.populate(args.users)
+        messages = Messages(database.realm_id, users[0])
+        user_ids = [user.user_id for user in users]
         with asyncio.Runner(loop_factory=new_loop) as runner:
-            runner.run(run(args, server, users, results))
+            nginx = nchan.NginxProcess(
+                workdir / "nginx",
+                {user.authorization: user.user_id for user in users},
+                secret,
+                die_with_parent,
+            )
+            log(f"nginx + nchan: starting on port {nginx.port} ({nginx.module})")
+            nginx.start()
+            results["servers"]["nchan"]["pids"] = nginx.pids
+            peer_recorder = Recorder()
+            peer = nchan.NchanPeer(
+                nginx,
+                [(user.user_id, user.authorization) for user in users],
+                peer_recorder,
+                lambda seq: messages.client_events(seq, user_ids),
+                args.batch,
+            )
+            try:
+                runner.run(run_subject(peer, peer_recorder, args, results["servers"]["nchan"]))
+            finally:
+                results["servers"]["nchan"]["warnings"] = nginx.warnings()
+                nginx.stop()
+            server = ServerGroup(
+                [ServerProcess(database.url, workdir, secret, eventq_env(workdir))]
+            )
+            server.start()
+            results["servers"]["eventq"]["pids"] = [member.pid for member in server.members]
+            recorder = Recorder()
+            subject = EventqSubject(args, server, users, recorder, messages)
+            spy = None
+            if args.py_spy is not None:
+                pid = server.pid
+
+                def spy() -> subprocess.Popen[bytes]:
+                    return start_py_spy(pid, args.py_spy, args.duration, args.py_spy_native)
+
+            try:
+                runner.run(
+                    run_subject(subject, recorder, args, results["servers"]["eventq"], spy=spy)
+                )
+            finally:
+                results["servers"]["eventq"]["warnings"] = server.warnings()
+                server.stop()
             if args.shards > 1:
-                results["server_warnings"] = server.warnings()
-                server.stop()  # the shards get both cores (and the generator its share)
                 shards = sharded_group(
-                    database.url, workdir, secret, args.shards, database.realm_id
+                    database.url,
+                    workdir,
+                    secret,
+                    args.shards,
+                    database.realm_id,
+                    eventq_env(workdir),
                 )
                 shards.start()
-                runner.run(run_sharded(args, shards, users, results))
-        status = 0
-    except BenchError as exc:
+                recorder = Recorder()
+                subject = EventqSubject(args, shards, users, recorder, messages)
+                results["sharded"] = {"shards": args.shards}
+                try:
+                    runner.run(
+                        run_subject(subject, recorder, args, results["sharded"], memory=False)
+                    )
+                finally:
+                    results["sharded"]["warnings"] = shards.warnings()
+                    shards.stop()
+        completed = True
+    except (BenchError, nchan.PeerError) as exc:
         log(f"FAILED: {exc}")
     except KeyboardInterrupt:
         log("interrupted")
-        status = 130
     finally:
-        results["server_warnings"] = results["server_warnings"] or server.warnings()
-        server.stop()
-        if shards is not None:
-            results["server_warnings"] += shards.warnings()
-            shards.stop()
+        for group in (server, shards):
+            if group is not None:
+                group.stop()
+        if nginx is not None:
+            nginx.stop()
         if args.keep_db:
             log(f"kept database {database.name} ({database.url}) and {workdir}")
         else:
@@ -1693,16 +2338,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             except psycopg.Error as exc:
                 log(f"could not drop database {database.name}: {exc}")
             shutil.rmtree(workdir, ignore_errors=True)
-    if status == 0 or results.get("memory"):
-        if status != 0:
-            log("partial results (the run did not finish):")
-        report = render(results)
-        if args.json:
-            print(report, file=sys.stderr)
-            print(json.dumps(results, indent=2))
-        else:
-            print(report)
-    return status
+    results["completed"] = completed
+    results["figures"] = compare(results)
+    results["bars"] = bars(results["config"], results["figures"])
+    results["deliveries"] = deliveries(results)
+    results["deliveries_ok"] = bool(results["deliveries"]) and all(
+        check["ok"] for check in results["deliveries"].values()
+    )
+    if not completed:
+        log("partial results (the run did not finish):")
+    report = render(results)
+    if args.json:
+        print(report, file=sys.stderr)
+        print(json.dumps(results, indent=2))
+    else:
+        print(report)
+    if completed and not results["deliveries_ok"]:
+        log("FAILED: some client lost, repeated or got an unknown message; see 'deliveries'")
+    return 0 if completed and results["deliveries_ok"] else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,195 @@
+"""tests/benchmarks/fanout.py, as tests/benchmarks/README.md runs it: its
+--quick mode measures every scenario for eventq and for nginx + nchan, and
+prints each figure for both with their ratio and the bars. No timing is
+checked, only that the run went through: every figure there and positive,
+the ratios those of the figures, every client read every message exactly
+once, and nothing left behind (servers, database)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import conninfo
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "tests" / "benchmarks" / "fanout.py"
+# A quick run takes about 15 s on the 2-core machine; the rest is headroom.
+RUN_LIMIT_SECS = 180
+CLEANUP_SECS = 60
+
+
+@pytest.fixture(scope="module")
+def fanout() -> Any:
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import fanout
+
+        yield fanout
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+
+
+def run_quick(database_url: str) -> dict[str, Any]:
+    """`fanout.py --quick --json`: its JSON. Past RUN_LIMIT_SECS it gets
+    SIGTERM, so that it still stops its servers and drops its database."""
+    process = subprocess.Popen(
+        [sys.executable, str(SCRIPT), "--quick", "--json"],
+        cwd=REPO,
+        env={**os.environ, "EVENTQ_DATABASE_URL": database_url},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = process.communicate(timeout=RUN_LIMIT_SECS)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGTERM)
+        try:
+            out, err = process.communicate(timeout=CLEANUP_SECS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate()
+        pytest.fail(f"fanout.py --quick ran past {RUN_LIMIT_SECS} s; stderr ends:\n{err[-3000:]}")
+    assert process.returncode == 0, f"fanout.py --quick exited {process.returncode}:\n{err[-4000:]}"
+    results: dict[str, Any] = json.loads(out)
+    return results
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def database_exists(database_url: str, name: str) -> bool:
+    admin = conninfo.make_conninfo(database_url, dbname="postgres")
+    with psycopg.connect(admin) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_database WHERE datname = %s", (name,))
+        found = row.fetchone()
+    assert found is not None
+    return bool(found[0])
+
+
+@pytest.mark.timeout(RUN_LIMIT_SECS + CLEANUP_SECS + 30)
+def test_quick_mode_measures_both_servers_and_every_delivery_checks(fanout, database_url):
+    try:
+        fanout.nchan.find_nginx()
+        fanout.nchan.find_module()
+    except fanout.nchan.PeerMissing as exc:
+        pytest.fail(f"the benchmark's peer is missing: {exc}")
+    results = run_quick(database_url)
+    assert results["completed"]
+    config = results["config"]
+    assert config["quick"]
+
+    # Every figure, for both servers (nchan has no IO-loop lag), positive.
+    figures = {row["key"]: row for row in results["figures"]}
+    expected = {figure.key: figure for figure in fanout.figures_of(config)}
+    assert set(figures) == set(expected)
+    assert len(expected) == 4 * len(config["fanout_sizes"]) + 4
+    for key, row in figures.items():
+        assert row["eventq"] is not None, key
+        assert row["eventq"] > 0, row
+        if not expected[key].peer:
+            assert row["nchan"] is None, row
+            assert row["ratio"] is None, row
+            continue
+        assert row["nchan"] is not None, key
+        assert row["nchan"] > 0, row
+        # The ratio is that of the figures, the way round it says.
+        if row["ratio_of"] == "nchan/eventq":
+            assert expected[key].higher_is_better, row
+            ratio = row["nchan"] / row["eventq"]
+        else:
+            assert row["ratio_of"] == "eventq/nchan", row
+            ratio = row["eventq"] / row["nchan"]
+        assert row["ratio"] == pytest.approx(ratio, rel=1e-2), row
+
+    # The bars say met or MISSED from those ratios.
+    assert len(results["bars"]) == 2 * len(config["fanout_sizes"]) + 3
+    for bar in results["bars"]:
+        assert bar["met"] == (bar["value"] <= bar["limit"]), bar
+        assert bar["text"].startswith("bar: ")
+        assert (": met" in bar["text"]) == bar["met"], bar
+
+    # Every client read every message once, in every scenario, on both.
+    assert results["deliveries_ok"]
+    assert set(results["deliveries"]) == {"eventq", "nchan"}
+    for server, check in results["deliveries"].items():
+        assert check["ok"], (server, check)
+        assert check["event_ids_ok"], server
+        assert set(check["scenarios"]) == {
+            *(f"fan-out {size}" for size in config["fanout_sizes"]),
+            "throughput",
+        }
+        for name, scenario in check["scenarios"].items():
+            assert scenario["notices"] > 0, (server, name)
+            assert scenario["lost"] == scenario["duplicated"] == scenario["unexpected"] == 0
+    for server in ("eventq", "nchan"):
+        problems = results["servers"][server]["problems"]
+        assert problems["error_responses"] == 0, (server, problems)
+        assert problems["connections_lost"] == 0, (server, problems)
+
+    # Nothing left behind: both servers stopped, the database dropped.
+    for server in ("eventq", "nchan"):
+        for pid in results["servers"][server]["pids"]:
+            assert not alive(pid), (server, pid)
+    assert not database_exists(database_url, config["database"])
+
+
+def test_bars_are_met_or_missed_by_the_ratios(fanout):
+    config = {"fanout_sizes": [1000, 5000], "throughput_clients": 1000, "clients": 10_000}
+
+    def row(key: str, ratio: float | None, eventq: float = 1.0) -> dict[str, Any]:
+        return {"key": key, "ratio": ratio, "eventq": eventq, "ratio_of": "eventq/nchan"}
+
+    compared = [
+        row("fanout_1000_cpu_per_event_us", 2.0),
+        row("fanout_5000_cpu_per_event_us", 3.5),
+        row("fanout_1000_last_client_p50_ms", 3.0),
+        row("fanout_5000_last_client_p50_ms", None),
+        {**row("throughput_events_per_sec", 2.5), "ratio_of": "nchan/eventq"},
+        row("loop_lag_p99_ms", None, eventq=51.0),
+        row("memory_per_idle_client_kb", 0.9),
+    ]
+    assert [bar["text"] for bar in fanout.bars(config, compared)] == [
+        "bar: server CPU per delivered event, fan-out to 1,000: eventq/nchan 2.00x <= 3x:"
+        " met (goal 2x: met)",
+        "bar: server CPU per delivered event, fan-out to 5,000: eventq/nchan 3.50x <= 3x:"
+        " MISSED (goal 2x: 1.75x away)",
+        "bar: time to last client, fan-out to 1,000: eventq/nchan 3.00x <= 3x: met"
+        " (goal 2x: 1.50x away)",
+        "bar: time to last client, fan-out to 5,000: not measured",
+        "bar: delivered events/s, eventq >= 1/3 of nchan: nchan/eventq 2.50x <= 3x: met"
+        " (goal 2x: 1.25x away)",
+        "bar: IO-loop lag p99 during the fan-out to 5,000: 51.0 ms <= 50 ms: MISSED",
+        "bar: memory per idle parked client: eventq/nchan 0.90x <= 1x: met",
+    ]
+
+
+def test_a_lost_a_repeated_and_an_unknown_message_are_each_counted(fanout):
+    class Client:
+        def __init__(self, seqs: list[int]):
+            self.index = 0
+            self.seqs = seqs
+
+    clients = [Client([1, 2, 3]), Client([3, 1, 2]), Client([1, 3]), Client([1, 2, 2, 3, 9])]
+    assert fanout.check_deliveries(clients, [1, 2, 3]) == {
+        "clients": 4,
+        "notices": 3,
+        "lost": 1,
+        "duplicated": 1,
+        "unexpected": 1,
+        "ok": False,
+    }
+    assert fanout.check_deliveries(clients[:2], [1, 2, 3])["ok"]
