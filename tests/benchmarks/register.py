@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import statistics
 import sys
@@ -326,39 +327,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
     database = Database(args.database_url)
+    # Removed only once the server has stopped: it saves its queues there.
+    workdir = Path(tempfile.mkdtemp(prefix="eventq-register-bench-"))
     server: ServerProcess | None = None
     try:
-        with tempfile.TemporaryDirectory(prefix="eventq-register-bench-") as tmp:
-            log(f"creating {database.name}")
-            database.create()
-            users = database.populate(args.users)
-            rows = populate_domain(database, users, args.streams, args.subs_per_user, args.messages)
-            log("realm: " + ", ".join(f"{v} {k}" for k, v in rows.items()))
-            server = ServerProcess(database.url, Path(tmp), SECRET)
-            server.start()
-            measured = users[: args.registers]
-            # Warm the server's auth cache and pool the way a running server is.
-            run_phase(server, measured[:5], 1)
-            phases: dict[str, Any] = {}
-            log("phase 1: sequential registers")
-            phases["sequential"] = run_phase(server, measured, 1)
-            log(f"phase 2: {args.concurrency} concurrent clients")
-            phases[f"concurrent x{args.concurrency}"] = run_phase(
-                server, measured, args.concurrency
-            )
-            log(f"phase 3: sequential, with {args.event_rate:g} notices/s to every user")
-            url = f"http://127.0.0.1:{server.port}"
-            with Injector(url, [user.user_id for user in users], args.event_rate) as injector:
-                phases[f"under {args.event_rate:g} notices/s"] = run_phase(server, measured, 1)
-            results = {
-                "source": source_state(),
-                "database": database.name,
-                "config": {key: getattr(args, key) for key in (*QUICK, "quick")},
-                "rows": rows,
-                "phases": phases,
-                "injected": injector.sent,
-            }
-            server.check()
+        log(f"creating {database.name}")
+        database.create()
+        users = database.populate(args.users)
+        rows = populate_domain(database, users, args.streams, args.subs_per_user, args.messages)
+        log("realm: " + ", ".join(f"{v} {k}" for k, v in rows.items()))
+        server = ServerProcess(database.url, workdir, SECRET)
+        server.start()
+        measured = users[: args.registers]
+        # Warm the server's auth cache and pool the way a running server is.
+        run_phase(server, measured[:5], 1)
+        phases: dict[str, Any] = {}
+        log("phase 1: sequential registers")
+        phases["sequential"] = run_phase(server, measured, 1)
+        log(f"phase 2: {args.concurrency} concurrent clients")
+        phases[f"concurrent x{args.concurrency}"] = run_phase(server, measured, args.concurrency)
+        log(f"phase 3: sequential, with {args.event_rate:g} notices/s to every user")
+        url = f"http://127.0.0.1:{server.port}"
+        with Injector(url, [user.user_id for user in users], args.event_rate) as injector:
+            phases[f"under {args.event_rate:g} notices/s"] = run_phase(server, measured, 1)
+        results = {
+            "source": source_state(),
+            "database": database.name,
+            "workdir": str(workdir),
+            "config": {key: getattr(args, key) for key in (*QUICK, "quick")},
+            "rows": rows,
+            "phases": phases,
+            "injected": injector.sent,
+        }
+        server.check()
     except BenchError as exc:
         log(f"benchmark failed: {exc}")
         return 1
@@ -372,6 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             database.drop()
         except psycopg.Error as exc:
             log(f"could not drop database {database.name}: {exc}")
+        shutil.rmtree(workdir, ignore_errors=True)
     table = render(results)
     if args.json:
         print(table, file=sys.stderr)
