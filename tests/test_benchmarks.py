@@ -2,7 +2,7 @@
 tests/benchmarks/README.md runs it: the script must finish and report sane
 figures (every count what was sent, nothing lost or doubled, positive rates
 and sizes). No timing is checked. The scripts that build a world (database,
-RabbitMQ vhost) must leave none behind. fanout.py and spark_job.py have
+RabbitMQ vhost, a work directory) must leave none behind. fanout.py and spark_job.py have
 tests of their own (tests/test_fanout_benchmark.py,
 tests/analytics/test_benchmark_script.py)."""
 
@@ -142,6 +142,7 @@ def test_rabbitmq_quick_delivers_every_notice_once_and_removes_its_world(databas
 
     assert not database_exists(database_url, config["database"])
     assert config["vhost"] not in vhosts()
+    assert not Path(config["workdir"]).exists()
 
 
 @pytest.mark.timeout(RUN_LIMIT_SECS + CLEANUP_SECS + 30)
@@ -168,6 +169,8 @@ def test_register_quick_measures_every_phase_on_the_realm_it_built(database_url)
         assert phase["loop_lag"]["window_max_ms"] >= 0, name
     assert figures["injected"] > 0
     assert not database_exists(database_url, figures["database"])
+    # (The server saves its queues there as it stops: removed after it.)
+    assert not Path(figures["workdir"]).exists()
 
 
 @pytest.mark.timeout(RUN_LIMIT_SECS + CLEANUP_SECS + 30)
@@ -199,6 +202,7 @@ def test_soak_quick_churns_collects_queues_and_loses_nothing(database_url):
     assert summary["memory_ok"]
     assert_positive(summary, "rss_warm_mb", "rss_end_mb")
     assert not database_exists(database_url, figures["database"])
+    assert not Path(figures["workdir"]).exists()
 
 
 @pytest.mark.timeout(RUN_LIMIT_SECS + 30)

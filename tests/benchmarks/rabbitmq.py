@@ -1351,6 +1351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "quick": args.quick,
             "vhost": vhost.name,
             "database": database.name,
+            "workdir": str(workdir),
         },
         "latency": {},
         "drain": {},

@@ -284,6 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = {
             "config": vars(args),
             "database": database.name,
+            "workdir": str(workdir),
             "run": run,
             "summary": summary,
         }
