@@ -91,6 +91,9 @@ class EventServer:
         self.loop_lag = LoopLagMonitor()
         # Woken parked requests are answered a slice per loop iteration.
         self.answer_slices = AnswerSlices()
+        # Polls of existing queues by the path that served them: "lean"
+        # (handlers/poll.py) or "full" (handlers/events.py); in stats.
+        self.poll_paths = {"lean": 0, "full": 0}
         self.stopping = False
         # Requests being served (including parked ones); shutdown waits for 0.
         self.in_flight = 0
@@ -502,6 +505,7 @@ class EventServer:
             "in_flight": self.in_flight,
             "auth_lookups": self.auth.lookups,
             "loop_lag": self.loop_lag.percentiles(),
+            "poll_paths": dict(self.poll_paths),
             "db_pool": self.db.stats(),
         }
         if self.consumer is not None:

@@ -29,11 +29,14 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
+import weakref
 from collections.abc import Awaitable
 from typing import Any
 
 import orjson
 import tornado.httpserver
+import tornado.ioloop
 import tornado.iostream
 
 log = logging.getLogger("eventq.http")
@@ -45,6 +48,9 @@ LINGER_BYTES = 1024 * 1024
 # socket takes it at once) and the socket closed, so a flood of bad requests
 # cannot hold sockets and tasks without bound.
 MAX_LINGERING = 256
+# How often connections waiting for a request head are checked against the
+# idle timeout (Tornado would arm a timer per request instead).
+IDLE_SWEEP_SECS = 60.0
 
 # What Tornado writes for a request head it cannot parse (http1connection.py),
 # replaced by our JSON answer. Should a Tornado release write anything else,
@@ -192,11 +198,25 @@ class _AnsweringStream(tornado.iostream.IOStream):
         self._answering = False
         # (status, why) once Tornado has written its bare 400 (as our JSON one).
         self._refused: tuple[int, str] | None = None
+        # When the current request head's read began.
+        self.head_since = time.monotonic()
+        super().set_nodelay(True)
+
+    def set_nodelay(self, value: bool) -> None:
+        """TCP_NODELAY stays on (set once, above). Every answer is written
+        whole, so Nagle's algorithm could only delay it; Tornado switches it
+        on and off around each answer, two system calls per request."""
 
     def read_until_regex(self, regex: bytes, max_bytes: int | None = None) -> Awaitable[bytes]:
         self._reading_head = True
         self._answering = False
+        self.head_since = time.monotonic()
         return super().read_until_regex(regex, max_bytes)
+
+    def waiting_for_head_since(self) -> float | None:
+        """Since when this connection has been waiting for (the rest of) a
+        request head; None while a request is read or answered."""
+        return self.head_since if self._reading_head and self.reading() else None
 
     def read_until(self, delimiter: bytes, max_bytes: int | None = None) -> Awaitable[bytes]:
         self._reading_head = False
@@ -250,6 +270,13 @@ class EventHTTPServer(tornado.httpserver.HTTPServer):
         kwargs["max_header_size"] = refusals.max_header_bytes
         super().initialize(*args, **kwargs)
         self.refusals = refusals
+        # Tornado waits for each request head under a timeout of its own (the
+        # idle connection timeout), a timer armed and cancelled per request;
+        # one sweep a minute closes the connections idle that long instead.
+        self.idle_timeout: float | None = self.conn_params.header_timeout
+        self.conn_params.header_timeout = None
+        self._streams: weakref.WeakSet[_AnsweringStream] = weakref.WeakSet()
+        self._sweep: tornado.ioloop.PeriodicCallback | None = None
         tornado_log = logging.getLogger("tornado.general")
         if _QUIET_TORNADO not in tornado_log.filters:
             tornado_log.addFilter(_QUIET_TORNADO)
@@ -265,4 +292,33 @@ class EventHTTPServer(tornado.httpserver.HTTPServer):
             max_buffer_size=stream.max_buffer_size,
             read_chunk_size=stream.read_chunk_size,
         )
+        self._streams.add(answering)
+        if self._sweep is None and self.idle_timeout is not None:
+            self._sweep = tornado.ioloop.PeriodicCallback(
+                self.close_idle, min(IDLE_SWEEP_SECS, self.idle_timeout / 4) * 1000
+            )
+            self._sweep.start()
         super().handle_stream(answering, address)
+
+    def close_idle(self) -> None:
+        """Close the connections that have waited `idle_timeout` for a request
+        head (keep-alive connections nobody uses, heads sent too slowly)."""
+        timeout = self.idle_timeout
+        if timeout is None:
+            return
+        oldest = time.monotonic() - timeout
+        idle = [
+            stream
+            for stream in list(self._streams)
+            if (since := stream.waiting_for_head_since()) is not None and since <= oldest
+        ]
+        for stream in idle:
+            stream.close()
+        if idle:
+            log.info("closed %d connections idle for %.0f s", len(idle), timeout)
+
+    def stop(self) -> None:
+        if self._sweep is not None:
+            self._sweep.stop()
+            self._sweep = None
+        super().stop()

@@ -75,6 +75,11 @@ class ServerApi(Protocol):
     def loop_lag(self) -> LoopLagMonitor: ...
 
     @property
+    def poll_paths(self) -> dict[str, int]:
+        """Polls of existing queues served by each path ("lean", "full"):
+        counted by the handlers, shown in stats."""
+
+    @property
     def answer_slices(self) -> AnswerSlices:
         """Where a woken parked request waits for its answer's turn."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Literal
@@ -13,11 +14,14 @@ from queues.client import WakeReason
 
 log = logging.getLogger("eventq.longpoll")
 
-# Parked requests answered per IO-loop iteration. One answer and its client's
-# next poll cost about 0.1 ms of CPU: a slice of 256 keeps the loop's other
-# work (timers, new connections, the next notice) within ~30 ms of its time
-# while an event is fanned out to thousands of parked requests.
-ANSWERS_PER_ITERATION = 256
+# How long one IO-loop iteration may spend answering woken parked requests.
+# One answer and its client's next poll cost about 0.1 ms of CPU: within
+# 15 ms a slice answers ~300 requests, and the loop's other work (timers,
+# new connections, the re-polls of the previous slice, the next notice)
+# waits at most about twice that while an event is fanned out to thousands.
+ANSWER_SLICE_SECS = 0.015
+# Answers between two looks at the clock.
+_ANSWERS_PER_CHECK = 16
 
 
 def heartbeat_delay(base_secs: float, jitter_secs: float) -> float:
@@ -33,15 +37,15 @@ class AnswerSlices:
     The registry wakes every parked request of a notice in one call; answering
     them all in that same iteration would stall the loop for as long as a
     5,000-client fan-out takes (and the re-polls those answers provoke would
-    arrive in one burst as well). Here each woken request's answer runs as
-    one of at most `per_iteration` callbacks per iteration, in the order they
-    were woken; between slices the loop runs its timers and reads sockets.
+    arrive in one burst as well). Here the answers run in the order the
+    requests were woken, for at most `slice_secs` per iteration; between
+    slices the loop runs its timers and reads sockets.
     """
 
-    __slots__ = ("_pending", "_scheduled", "per_iteration")
+    __slots__ = ("_pending", "_scheduled", "slice_secs")
 
-    def __init__(self, per_iteration: int = ANSWERS_PER_ITERATION):
-        self.per_iteration = per_iteration
+    def __init__(self, slice_secs: float = ANSWER_SLICE_SECS):
+        self.slice_secs = slice_secs
         self._pending: deque[tuple[Callable[[WakeReason], None], WakeReason]] = deque()
         self._scheduled = False
 
@@ -57,12 +61,16 @@ class AnswerSlices:
     def _run(self) -> None:
         pending = self._pending
         popleft = pending.popleft
-        for _ in range(min(len(pending), self.per_iteration)):
-            answer, reason = popleft()
-            try:
-                answer(reason)
-            except Exception:
-                log.exception("answering a parked request failed")
+        deadline = time.monotonic() + self.slice_secs
+        while pending:
+            for _ in range(min(len(pending), _ANSWERS_PER_CHECK)):
+                answer, reason = popleft()
+                try:
+                    answer(reason)
+                except Exception:
+                    log.exception("answering a parked request failed")
+            if time.monotonic() >= deadline:
+                break
         if pending:
             asyncio.get_running_loop().call_soon(self._run)
         else:

@@ -15,6 +15,7 @@ Each server has its own `CollectorRegistry`, so several servers in one process
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -56,22 +57,13 @@ class Metrics(Observer):
             "Notices delivered into the queues (from RabbitMQ or the internal endpoint)",
             registry=registry,
         )
-        self.polls = Counter(
-            "eventq_polls",
-            "Answered long-polls (GET /events), by how they ended",
-            ["outcome"],
-            registry=registry,
-        )
-        self.events_sent = Counter(
-            "eventq_events_sent",
-            "Events sent to clients in long-poll responses (heartbeats included)",
-            registry=registry,
-        )
-        self.response_bytes = Counter(
-            "eventq_response_bytes",
-            "Bytes of long-poll response bodies",
-            registry=registry,
-        )
+        # Moved by every answered poll: plain numbers, exported at scrape
+        # time (`_PollCounters`); a prometheus_client Counter takes a lock
+        # and a label lookup per increment.
+        self.polls: dict[str, int] = {}
+        self.events_sent = 0
+        self.response_bytes = 0
+        registry.register(_PollCounters(self, time.time()))
         self.poll_errors = Counter(
             "eventq_poll_errors",
             "Long-polls refused, by error code (BAD_EVENT_QUEUE_ID: clients re-registering)",
@@ -103,7 +95,7 @@ class Metrics(Observer):
         )
         # Known labels start at 0, so a rate() has a series before the first event.
         for outcome in ("events", "heartbeat", "displaced", "empty", "deleted"):
-            self.polls.labels(outcome)
+            self.polls[outcome] = 0
         for reason in ("expired", "deleted", "overflow", "evicted", "deactivated"):
             self.queues_ended.labels(reason)
 
@@ -131,15 +123,15 @@ class Metrics(Observer):
         waited_secs: float,
         now: float,
     ) -> None:
-        self.polls.labels(outcome).inc()
-        if items:
-            self.events_sent.inc(len(items))
-        self.response_bytes.inc(response_bytes)
+        polls = self.polls
+        polls[outcome] = polls.get(outcome, 0) + 1
+        self.events_sent += len(items)
+        self.response_bytes += response_bytes
 
     def poll_failed(
         self, user_id: int, realm_id: int, queue_id: str | None, code: str, now: float
     ) -> None:
-        self.polls.labels("error").inc()
+        self.polls["error"] = self.polls.get("error", 0) + 1
         self.poll_errors.labels(code).inc()
 
     def registered(self, client: ClientDescriptor, latency_secs: float, now: float) -> None:
@@ -154,6 +146,34 @@ class Metrics(Observer):
         self.gc_duration.observe(duration_secs)
         if collected:
             self.gc_collected.inc(collected)
+
+
+class _PollCounters(Collector):
+    """The per-poll counters of `Metrics`, as Prometheus counters."""
+
+    def __init__(self, metrics: Metrics, created: float):
+        self.metrics = metrics
+        self.created = created
+
+    def collect(self) -> Iterator[Metric]:
+        metrics = self.metrics
+        polls = CounterMetricFamily(
+            "eventq_polls",
+            "Answered long-polls (GET /events), by how they ended",
+            labels=["outcome"],
+        )
+        for outcome, count in list(metrics.polls.items()):
+            polls.add_metric([outcome], count, created=self.created)
+        yield polls
+        sent = CounterMetricFamily(
+            "eventq_events_sent",
+            "Events sent to clients in long-poll responses (heartbeats included)",
+        )
+        sent.add_metric([], metrics.events_sent, created=self.created)
+        yield sent
+        size = CounterMetricFamily("eventq_response_bytes", "Bytes of long-poll response bodies")
+        size.add_metric([], metrics.response_bytes, created=self.created)
+        yield size
 
 
 class ServerState(Collector):

@@ -71,6 +71,7 @@ class EventsHandler(BaseHandler):
             self._respond(client, [], "empty", 0.0, client.queue_id)
             return
         client = begin_poll(server, user, queue_id, last_event_id)
+        server.poll_paths["full"] += 1
         if dont_block or not client.event_queue.empty():
             items = client.event_queue.contents()
             self._respond(client, items, poll_outcome(items), 0.0)

@@ -203,6 +203,7 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
             last_event_id = params.integer("last_event_id")
             assert queue_id is not None  # routes.Dispatcher sends the others on
             client = begin_poll(server, self.user, queue_id, last_event_id)
+            server.poll_paths["lean"] += 1
         except (ApiError, QueueError) as exc:
             code = exc.code if isinstance(exc, ApiError) else from_queue_error(exc).code
             poll_failed(server, self.user, self.query, code)
