@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import tornado.httputil
 import tornado.iostream
@@ -31,9 +31,6 @@ import tornado.tcpclient
 
 from generation.sharding import Shard
 from server.errors import ApiError
-
-if TYPE_CHECKING:
-    from server.handlers.base import BaseHandler
 
 log = logging.getLogger("eventq.forward")
 
@@ -68,7 +65,31 @@ _HOP_BY_HOP = {
 _NOT_RELAYED = _HOP_BY_HOP | {"date", "server", REFUSED_HEADER.lower()}
 
 
-def accel_redirect(handler: BaseHandler, shard: Shard) -> None:
+class Forwarding(Protocol):
+    """What forwarding uses of the request handler it answers for (a
+    `handlers.base.BaseHandler`, which imports this module)."""
+
+    @property
+    def request(self) -> tornado.httputil.HTTPServerRequest: ...
+
+    # The connection to the owner shard while forwarding, closed by the
+    # handler when its client hangs up.
+    upstream: tornado.iostream.IOStream | None
+
+    def client_left(self) -> bool: ...
+
+    def clear(self) -> None: ...
+
+    def set_status(self, status_code: int, reason: str | None = None) -> None: ...
+
+    def set_header(self, name: str, value: str) -> None: ...
+
+    def add_header(self, name: str, value: str) -> None: ...
+
+    def finish(self, chunk: bytes | None = None) -> object: ...
+
+
+def accel_redirect(handler: Forwarding, shard: Shard) -> None:
     """Answer with the redirect nginx follows internally to `shard`."""
     log.debug(
         "X-Accel-Redirect of %s %s to shard %s",
@@ -81,7 +102,7 @@ def accel_redirect(handler: BaseHandler, shard: Shard) -> None:
     handler.finish(b"")
 
 
-def _request_head(handler: BaseHandler, secret: str, body: bytes) -> bytes:
+def _request_head(handler: Forwarding, secret: str, body: bytes) -> bytes:
     request = handler.request
     lines = [f"{request.method} {request.uri} HTTP/1.0", f"Host: {request.host}"]
     for name, value in request.headers.get_all():
@@ -134,7 +155,7 @@ async def _exchange(
 
 
 async def forward(
-    handler: BaseHandler, shard: Shard, secret: str, body: bytes, timeout_secs: float
+    handler: Forwarding, shard: Shard, secret: str, body: bytes, timeout_secs: float
 ) -> None:
     """Send the handler's request to `shard` and answer with its response
     (502 `SHARD_UNAVAILABLE` if none comes within `timeout_secs`). HTTP/1.0

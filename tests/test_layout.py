@@ -119,25 +119,12 @@ def imported_modules(path: Path, known: set[str]) -> set[str]:
     return found & known - {name}
 
 
-# (importer, imported) edges left out of the circle check, each with its reason.
-KNOWN_CIRCLES = {
-    # forward.py annotates its `handler` parameter with BaseHandler (under
-    # TYPE_CHECKING), and BaseHandler calls forward(): to go when forward.py
-    # takes a narrow handler interface instead (issue 14).
-    ("server.forward", "server.handlers.base"),
-}
-
-
 def test_the_server_modules_import_each_other_in_one_direction():
     """No circle among server/'s modules: the handlers see the server through
     a narrow interface below them (server/interface.py), not server.app."""
     paths = modules("server")
     known = {module_name(path) for path in paths}
-    graph: dict[str, set[str]] = {}
-    for path in paths:
-        name = module_name(path)
-        imported = imported_modules(path, known)
-        graph[name] = {module for module in imported if (name, module) not in KNOWN_CIRCLES}
+    graph = {module_name(path): imported_modules(path, known) for path in paths}
     try:
         graphlib.TopologicalSorter(graph).prepare()
     except graphlib.CycleError as exc:
