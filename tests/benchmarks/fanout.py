@@ -43,9 +43,10 @@ Scenarios, in this order, each server alone on the machine:
    --lag-window seconds (the server's loop-lag window) so that the IO-loop
    lag eventq reports right after it is that of the fan-out alone. Latency
    of a client = when it finished reading its response - when the notice was
-   written. Server CPU (utime + stime from /proc) from the notice until the
-   server is idle again (the responses and every client's re-poll) is
-   divided by the clients reached, summed over the rounds.
+   written. Server CPU (every thread's time on a CPU, from /proc:
+   `nchan.process_cpu_secs`) from the notice until the server is idle again
+   (the responses and every client's re-poll), summed over the rounds, is
+   divided by the events delivered.
 3. throughput: --throughput-clients (1,000) clients; --injectors
    connections each keep --pipeline notices in flight for --duration s.
    Events read by clients per second inside the window; server CPU over the
@@ -120,7 +121,8 @@ GOAL = 2.0  # the long-term goal for the ratios
 # A server using less than this share of a core is idle (`until_idle`): an
 # idle eventq uses about 0.3 % (timers); a round's work is 100 % for a while.
 IDLE_SHARE = 0.02
-# --quick: every scenario for both servers at tiny sizes.
+# --quick: every scenario for both servers at tiny sizes (options given
+# beside it override these).
 QUICK = {
     "users": 20,
     "clients": 200,
@@ -2165,9 +2167,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="then run the fan-outs and throughput again against N eventq shards",
     )
     args = parser.parse_args(argv)
-    if args.quick:
-        for key, value in QUICK.items():
-            setattr(args, key, value)
+    if args.quick:  # its sizes become the defaults: options given still win
+        parser.set_defaults(**QUICK)
+        args = parser.parse_args(argv)
     if len(args.spacing) == 1:
         args.spacing = args.spacing * len(args.fanout_sizes)
     if args.back_to_back:
