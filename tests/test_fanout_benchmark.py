@@ -3,7 +3,7 @@
 prints each figure for both with their ratio and the bars. No timing is
 checked, only that the run went through: every figure there and positive,
 the ratios those of the figures, every client read every message exactly
-once, and nothing left behind (servers, database)."""
+once, and nothing left behind (servers, database, temporary directory)."""
 
 from __future__ import annotations
 
@@ -140,11 +140,13 @@ def test_quick_mode_measures_both_servers_and_every_delivery_checks(fanout, data
         assert problems["error_responses"] == 0, (server, problems)
         assert problems["connections_lost"] == 0, (server, problems)
 
-    # Nothing left behind: both servers stopped, the database dropped.
+    # Nothing left behind: both servers stopped, the database dropped, the
+    # temporary directory (logs, nginx config) removed.
     for server in ("eventq", "nchan"):
         for pid in results["servers"][server]["pids"]:
             assert not alive(pid), (server, pid)
     assert not database_exists(database_url, config["database"])
+    assert not Path(config["workdir"]).exists()
 
 
 def test_bars_are_met_or_missed_by_the_ratios(fanout):

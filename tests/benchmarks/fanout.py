@@ -2247,6 +2247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "source": source_state(),
             "date": time.strftime("%Y-%m-%d %H:%M %Z"),
             "database": database.name,
+            "workdir": str(workdir),
         },
         "servers": {"eventq": {}, "nchan": {}},
     }
