@@ -123,6 +123,7 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         "_answered",
         "_client",
         "_closed",
+        "_counted",
         "_parked_at",
         "_timer",
         "api",
@@ -156,12 +157,16 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         self._timer: asyncio.TimerHandle | None = None
         self._answered = False
         self._closed = False
+        # Whether the server counts this request as in progress (from
+        # `finish` until it is answered or its connection closes).
+        self._counted = False
 
     # -- tornado's side -------------------------------------------------------
 
     def finish(self) -> None:
         server = self.server
         server.request_started()
+        self._counted = True
         try:
             self._limit()
             self._serve()
@@ -179,8 +184,8 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
             if server.registry.unpark(client, self, server.clock()):
                 log.debug("client disconnected from queue %s", client.queue_id)
         self._cancel_timer()
-        if not self._answered:
-            self._answered = True
+        if self._counted:
+            self._counted = False
             self.server.request_finished()
 
     # -- serving ----------------------------------------------------------------
@@ -301,7 +306,9 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
             tornado.httputil.ResponseStartLine("HTTP/1.1", status, reason), headers, body
         )
         conn.finish()
-        self.server.request_finished()
+        if self._counted:
+            self._counted = False
+            self.server.request_finished()
         log_access(status, "GET", self.uri, self.remote_ip(), time.time() - self.started)
 
     def remote_ip(self) -> str | None:
