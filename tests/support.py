@@ -90,6 +90,41 @@ def raw_exchange(
     return int(status_line.split()[1]), headers, body
 
 
+BENCHMARKS = Path(__file__).resolve().parent / "benchmarks"
+
+
+def run_quick_benchmark(
+    script: str, *, env: dict[str, str] | None = None, limit_secs: float, cleanup_secs: float = 60
+) -> dict[str, Any]:
+    """`tests/benchmarks/<script> --quick --json` from the repository root:
+    its JSON figures. Past `limit_secs` it gets SIGTERM, so that it still
+    removes what it created (servers, database, vhost) within
+    `cleanup_secs`, and the test fails with the end of its stderr."""
+    process = subprocess.Popen(
+        [sys.executable, str(BENCHMARKS / script), "--quick", "--json"],
+        cwd=BENCHMARKS.parent.parent,
+        env=None if env is None else {**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = process.communicate(timeout=limit_secs)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGTERM)
+        try:
+            out, err = process.communicate(timeout=cleanup_secs)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate()
+        raise AssertionError(
+            f"{script} --quick ran past {limit_secs:g} s; stderr ends:\n{err[-3000:]}"
+        ) from None
+    assert process.returncode == 0, f"{script} --quick exited {process.returncode}:\n{err[-4000:]}"
+    figures: dict[str, Any] = json.loads(out)
+    return figures
+
+
 def run_eventq(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """`eventq ARGS` (as `python -m server`) with this environment minus every
     EVENTQ_* variable, plus `env`; never raises on a non-zero exit."""

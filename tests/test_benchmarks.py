@@ -8,12 +8,9 @@ tests/analytics/test_benchmark_script.py)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +18,7 @@ import psycopg
 import pytest
 
 from server.consumer import PREFETCH
+from tests.support import run_quick_benchmark
 
 REPO = Path(__file__).resolve().parent.parent
 BENCHMARKS = REPO / "tests" / "benchmarks"
@@ -32,30 +30,7 @@ CLEANUP_SECS = 60
 
 
 def run_quick(script: str) -> dict[str, Any]:
-    """`script --quick --json` from the repository root: its JSON figures.
-
-    Past RUN_LIMIT_SECS it gets SIGTERM, so that it still removes its
-    database and vhost, and the test fails with the end of its stderr."""
-    process = subprocess.Popen(
-        [sys.executable, str(BENCHMARKS / script), "--quick", "--json"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        out, err = process.communicate(timeout=RUN_LIMIT_SECS)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGTERM)
-        try:
-            out, err = process.communicate(timeout=CLEANUP_SECS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            out, err = process.communicate()
-        pytest.fail(f"{script} --quick ran past {RUN_LIMIT_SECS} s; stderr ends:\n{err[-3000:]}")
-    assert process.returncode == 0, f"{script} --quick exited {process.returncode}:\n{err[-3000:]}"
-    figures: dict[str, Any] = json.loads(out)
-    return figures
+    return run_quick_benchmark(script, limit_secs=RUN_LIMIT_SECS, cleanup_secs=CLEANUP_SECS)
 
 
 def database_exists(database_url: str, name: str) -> bool:

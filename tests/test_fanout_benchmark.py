@@ -7,10 +7,7 @@ once, and nothing left behind (servers, database, temporary directory)."""
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +15,8 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import conninfo
+
+from tests.support import run_quick_benchmark
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "tests" / "benchmarks" / "fanout.py"
@@ -38,29 +37,13 @@ def fanout() -> Any:
 
 
 def run_quick(database_url: str) -> dict[str, Any]:
-    """`fanout.py --quick --json`: its JSON. Past RUN_LIMIT_SECS it gets
-    SIGTERM, so that it still stops its servers and drops its database."""
-    process = subprocess.Popen(
-        [sys.executable, str(SCRIPT), "--quick", "--json"],
-        cwd=REPO,
-        env={**os.environ, "EVENTQ_DATABASE_URL": database_url},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    """`fanout.py --quick --json`: its JSON (see `run_quick_benchmark`)."""
+    return run_quick_benchmark(
+        "fanout.py",
+        env={"EVENTQ_DATABASE_URL": database_url},
+        limit_secs=RUN_LIMIT_SECS,
+        cleanup_secs=CLEANUP_SECS,
     )
-    try:
-        out, err = process.communicate(timeout=RUN_LIMIT_SECS)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGTERM)
-        try:
-            out, err = process.communicate(timeout=CLEANUP_SECS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            out, err = process.communicate()
-        pytest.fail(f"fanout.py --quick ran past {RUN_LIMIT_SECS} s; stderr ends:\n{err[-3000:]}")
-    assert process.returncode == 0, f"fanout.py --quick exited {process.returncode}:\n{err[-4000:]}"
-    results: dict[str, Any] = json.loads(out)
-    return results
 
 
 def alive(pid: int) -> bool:

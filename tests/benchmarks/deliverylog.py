@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+from quickmode import parse_with_quick
 
 from queues.client import ClientDescriptor, QueueOptions
 from queues.event_queue import EventQueue, Item
@@ -270,16 +271,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=1000, help="fan-out phase queues")
     parser.add_argument("--rounds", type=int, default=200, help="fan-out phase rounds")
     parser.add_argument("--json", action="store_true", help="results as JSON on stdout")
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="a check of the script, in seconds: "
-        + ", ".join(f"--{key.replace('_', '-')} {value}" for key, value in QUICK.items()),
-    )
-    args = parser.parse_args(argv)
-    if args.quick:
-        parser.set_defaults(**QUICK)
-        args = parser.parse_args(argv)
+    args = parse_with_quick(parser, argv, QUICK)
     if min(args.loop_records, args.records, args.clients, args.rounds) < 1:
         parser.error("--loop-records, --records, --clients and --rounds must be positive")
     return args

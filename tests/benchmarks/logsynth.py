@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from quickmode import parse_with_quick
 
 from server.logfiles import FORMAT_VERSION, schema
 
@@ -230,16 +231,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="write the log here and keep it (default: a temporary directory, removed)",
     )
     parser.add_argument("--json", action="store_true", help="results as JSON on stdout")
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="a check of the generator, in seconds: "
-        + ", ".join(f"--{key} {value}" for key, value in QUICK.items()),
-    )
-    args = parser.parse_args(argv)
-    if args.quick:
-        parser.set_defaults(**QUICK)
-        args = parser.parse_args(argv)
+    args = parse_with_quick(parser, argv, QUICK)
     if not 1 <= args.hours <= 24 * 366 or args.shards < 1:
         parser.error("--hours must be 1..8784 and --shards positive")
     if args.records < args.hours * 3600 // ROLL_SECS * args.shards:

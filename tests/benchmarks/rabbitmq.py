@@ -108,6 +108,7 @@ from fanout import (
     source_state,
     start_py_spy,
 )
+from quickmode import parse_with_quick
 
 from generation.config import NOTIFY_QUEUE, ProducerConfig
 from generation.publisher import close_for_thread
@@ -1279,16 +1280,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="with --py-spy: native stacks too (GC, syscalls; slows the server)",
     )
     parser.add_argument("--no-uvloop", action="store_true", help="never use uvloop here")
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="a check of the script, in seconds: "
-        + ", ".join(f"--{key.replace('_', '-')} {value}" for key, value in QUICK.items()),
-    )
-    args = parser.parse_args(argv)
-    if args.quick:
-        parser.set_defaults(**QUICK)
-        args = parser.parse_args(argv)
+    args = parse_with_quick(parser, argv, QUICK)
     if not 1 <= args.clients_per_user <= 100:
         parser.error("--clients-per-user must be 1..100 (the server's queues-per-user limit)")
     if args.clients < 1 or args.duration <= 0 or args.max_duration <= 0:

@@ -63,6 +63,7 @@ from fanout import (
     percentile,
     source_state,
 )
+from quickmode import parse_with_quick
 
 SECRET = "register-benchmark-secret"
 # --quick: the three phases on a small realm, in seconds, to check the script
@@ -304,16 +305,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--event-rate", type=float, default=50.0)
     parser.add_argument("--json", action="store_true", help="JSON on stdout, table on stderr")
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="a check of the script, in seconds: "
-        + ", ".join(f"--{key.replace('_', '-')} {value}" for key, value in QUICK.items()),
-    )
-    args = parser.parse_args(argv)
-    if args.quick:
-        parser.set_defaults(**QUICK)
-        args = parser.parse_args(argv)
+    args = parse_with_quick(parser, argv, QUICK)
     if args.registers > args.users:
         parser.error("--registers must not exceed --users (each register is another user)")
     return args

@@ -52,6 +52,8 @@ import psycopg
 REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO))
 
+from quickmode import parse_with_quick  # noqa: E402
+
 from tests.benchmarks.fanout import (  # noqa: E402
     DEFAULT_BASE_URL,
     Bench,
@@ -227,16 +229,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--sample-secs", type=float, default=10.0, help="seconds between RSS/lag samples"
     )
     parser.add_argument("--json", action="store_true")
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="a check of the script, in seconds: "
-        + ", ".join(f"--{key.replace('_', '-')} {value}" for key, value in QUICK.items()),
-    )
-    args = parser.parse_args(argv)
-    if args.quick:
-        parser.set_defaults(**QUICK)
-        args = parser.parse_args(argv)
+    args = parse_with_quick(parser, argv, QUICK)
     args.batch = 500  # Bench's ramp batch
     if args.clients < 1 or args.minutes <= 0 or args.churn < 0 or args.notices < 0:
         parser.error("--clients and --minutes must be positive, --churn and --notices >= 0")
