@@ -62,19 +62,21 @@ class AnswerSlices:
         pending = self._pending
         popleft = pending.popleft
         deadline = time.monotonic() + self.slice_secs
-        while pending:
-            for _ in range(min(len(pending), _ANSWERS_PER_CHECK)):
-                answer, reason = popleft()
-                try:
-                    answer(reason)
-                except Exception:
-                    log.exception("answering a parked request failed")
-            if time.monotonic() >= deadline:
-                break
-        if pending:
-            asyncio.get_running_loop().call_soon(self._run)
-        else:
-            self._scheduled = False
+        try:
+            while pending:
+                for _ in range(min(len(pending), _ANSWERS_PER_CHECK)):
+                    answer, reason = popleft()
+                    try:
+                        answer(reason)
+                    except Exception:
+                        log.exception("answering a parked request failed")
+                if time.monotonic() >= deadline:
+                    break
+        finally:
+            if pending:
+                asyncio.get_running_loop().call_soon(self._run)
+            else:
+                self._scheduled = False
 
 
 # What a parked GET learns when it resumes: why the queue woke it, or that

@@ -3,6 +3,7 @@ sessions; until those exist, Basic credentials are accepted there too)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable
 
 import tornado.escape
@@ -65,6 +66,13 @@ def make_application(server: ServerApi) -> tornado.web.Application:
 
 # The long poll's paths, and whether each allows cross-origin API clients.
 _POLL_PATHS = {"/api/v1/events": True, "/json/events": False}
+# A Host header Tornado's request parser certainly accepts (a name or IPv4
+# address of unreserved characters, and a port); any other goes to the full
+# path, whose parser answers 400 for the ones it refuses.
+_PLAIN_HOST = re.compile(r"[A-Za-z0-9._~-]+(?::[0-9]*)?")
+# Tornado refuses a query string of more than 1,000 fields; the lean path
+# takes only those well below it.
+_MAX_QUERY_SEPARATORS = 100
 
 
 class Dispatcher(tornado.httputil.HTTPServerConnectionDelegate):
@@ -106,17 +114,30 @@ class Dispatcher(tornado.httputil.HTTPServerConnectionDelegate):
         if (
             api is None
             or server.stopping
+            or start_line.version != "HTTP/1.1"
+            or "Host" not in headers
+            or not _PLAIN_HOST.fullmatch(headers["Host"])
+            or query.count("&") > _MAX_QUERY_SEPARATORS
             or "Authorization" not in headers
             or "Content-Length" in headers
             or "Transfer-Encoding" in headers
             or FORWARDED_HEADER in headers
         ):
             return None
+        settings = server.settings
+        shard_map = settings.sharding
+        failures = server.auth_failures
+        if failures is not None:
+            # As the full handler checks first: an address guessing keys is
+            # refused even with valid credentials. The full handler answers.
+            context = getattr(conn, "context", None)
+            peer = getattr(context, "remote_ip", None) or ""
+            address = client_address(peer, headers.get("X-Real-IP"), shard_map)
+            if failures.blocked(address, server.clock()):
+                return None
         user = server.auth.cached(headers["Authorization"])
         if user is None:
             return None
-        settings = server.settings
-        shard_map = settings.sharding
         if (
             shard_map is not None
             and shard_map.shard_for(user.realm_id, user.user_id) != settings.shard
@@ -125,15 +146,6 @@ class Dispatcher(tornado.httputil.HTTPServerConnectionDelegate):
         arguments = tornado.escape.parse_qs_bytes(query, keep_blank_values=True)
         if "queue_id" not in arguments:
             return None  # a new queue (or the error of a missing id)
-        failures = server.auth_failures
-        if failures is not None:
-            # As the full handler checks: an address guessing keys is
-            # refused even with valid credentials. The full handler answers.
-            context = getattr(conn, "context", None)
-            peer = getattr(context, "remote_ip", None) or ""
-            address = client_address(peer, headers.get("X-Real-IP"), shard_map)
-            if failures.blocked(address, server.clock()):
-                return None
         return LeanPoll(server, conn, start_line.path, arguments, user, api)
 
 

@@ -128,6 +128,7 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         "_timer",
         "api",
         "conn",
+        "date",
         "query",
         "server",
         "started",
@@ -152,6 +153,9 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         # /api/ paths allow browsers' cross-origin API clients; /json/ not.
         self.api = api
         self.started = time.time()
+        # As a RequestHandler does, a success carries the time its request
+        # arrived, an error the time it is answered.
+        self.date = http_date()
         self._client: ClientDescriptor | None = None
         self._parked_at = 0.0
         self._timer: asyncio.TimerHandle | None = None
@@ -173,7 +177,9 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         except (ApiError, QueueError) as exc:
             self._fail(exc)
         except Exception:
-            app_log.error("Uncaught exception GET %s", self.uri, exc_info=True)
+            app_log.error(
+                "Uncaught exception GET %s (%s)", self.uri, self.remote_ip(), exc_info=True
+            )
             self._error(500, _INTERNAL_ERROR)
 
     def on_connection_close(self) -> None:
@@ -187,6 +193,9 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         if self._counted:
             self._counted = False
             self.server.request_finished()
+            # As Tornado finishes a RequestHandler whose client left: logged
+            # as answered (the answer went nowhere).
+            log_access(200, "GET", self.uri, self.remote_ip(), time.time() - self.started)
 
     # -- serving ----------------------------------------------------------------
 
@@ -250,7 +259,9 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
             kind = "deleted" if reason == "deleted" else poll_outcome(items)
             self._respond(client, items, kind, waited, client.queue_id, None)
         except Exception:
-            app_log.error("Uncaught exception GET %s", self.uri, exc_info=True)
+            app_log.error(
+                "Uncaught exception GET %s (%s)", self.uri, self.remote_ip(), exc_info=True
+            )
             self._error(500, _INTERNAL_ERROR)
 
     def _cancel_timer(self) -> None:
@@ -281,6 +292,10 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         self._write(error.status_code, orjson.dumps(error.body()), error.headers)
 
     def _error(self, status: int, body: bytes) -> None:
+        client = self._client
+        if client is not None and client.waiter is self:
+            self.server.registry.unpark(client, self, self.server.clock())
+        self._cancel_timer()
         if not self._answered and not self._closed:
             self._write(status, body, None)
 
@@ -292,7 +307,7 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         headers = tornado.httputil.HTTPHeaders()
         headers["Server"] = _SERVER
         headers["Content-Type"] = "application/json"
-        headers["Date"] = http_date()
+        headers["Date"] = self.date if status == 200 else http_date()
         headers["Vary"] = "Accept-Language, Cookie"
         headers["Cache-Control"] = "no-store"
         if self.api:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import socket
 
 import pytest
@@ -14,7 +15,7 @@ import tornado.web
 
 from server.httpserver import EventHTTPServer, Refusals
 from server.longpoll import AnswerSlices
-from tests.support import wait_for
+from tests.support import raw_exchange, wait_for
 
 # A GET with a (zero) Content-Length is served by the full handler: the
 # lean path takes no request with a body.
@@ -106,6 +107,32 @@ def test_a_parked_lean_poll_is_answered_displaced_and_after_its_client_left(api,
         what="the closed poll to be unparked",
     )
     wait_for(lambda: server.stats()["in_flight"] == 1, what="no request but stats' own")
+
+
+@pytest.mark.parametrize(
+    ("host", "query_tail"),
+    [(None, ""), ("a,b", ""), ("a b", ""), ("x", "&x" * 1000)],
+    ids=["no Host", "two hosts", "bad host", "1,001 query fields"],
+)
+def test_a_poll_tornado_would_refuse_is_refused_as_before(api, server, host, query_tail):
+    """What Tornado's request parser refuses (an HTTP/1.1 request without a
+    valid Host, a query of more than 1,000 fields) is not taken by the lean
+    path: it gets the server's JSON 400, as any request does."""
+    client = api()
+    queue_id = client.register()["queue_id"]  # caches the credentials
+    credentials = f"{client.user.email}:{client.user.api_key}".encode()
+    head = (
+        f"GET /api/v1/events?queue_id={queue_id}&last_event_id=-1&dont_block=true{query_tail}"
+        f" HTTP/1.1\r\nAuthorization: Basic {base64.b64encode(credentials).decode()}\r\n"
+    )
+    if host is not None:
+        head += f"Host: {host}\r\n"
+    before = _paths(server)
+    status, headers, body = raw_exchange(server.port, (head + "\r\n").encode())
+    assert status == 400
+    assert headers["content-type"] == "application/json"
+    assert json.loads(body)["code"] == "BAD_REQUEST"
+    assert _paths(server) == before
 
 
 def test_answers_to_a_fan_out_leave_the_loop_between_slices():
