@@ -93,9 +93,6 @@ class Dispatcher(tornado.httputil.HTTPServerConnectionDelegate):
     ) -> tornado.httputil.HTTPMessageDelegate:
         return _Route(self, server_conn, request_conn)
 
-    def on_close(self, server_conn: object) -> None:
-        self.application.on_close(server_conn)
-
     def lean_poll(
         self,
         start_line: tornado.httputil.RequestStartLine,

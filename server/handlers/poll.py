@@ -141,13 +141,15 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         server: ServerApi,
         conn: tornado.http1connection.HTTP1Connection,
         uri: str,
-        query: dict[str, list[bytes]],
+        query: dict[str, list[bytes]] | None,
         user: AuthUser,
         api: bool,
     ):
         self.server = server
         self.conn = conn
         self.uri = uri
+        # The parsed query string, read once by `_serve`; a parked poll does
+        # not keep it.
         self.query = query
         self.user = user
         # /api/ paths allow browsers' cross-origin API clients; /json/ not.
@@ -210,8 +212,10 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
 
     def _serve(self) -> None:
         server = self.server
+        query, self.query = self.query, None
+        assert query is not None
         try:
-            params = Params(self.query)
+            params = Params(query)
             queue_id = params.string("queue_id", max_length=MAX_QUEUE_ID)
             dont_block = params.boolean("dont_block", False)
             last_event_id = params.integer("last_event_id")
@@ -220,7 +224,7 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
             server.poll_paths["lean"] += 1
         except (ApiError, QueueError) as exc:
             code = exc.code if isinstance(exc, ApiError) else from_queue_error(exc).code
-            poll_failed(server, self.user, self.query, code)
+            poll_failed(server, self.user, query, code)
             raise
         if dont_block or not client.event_queue.empty():
             items = client.event_queue.contents()
@@ -248,7 +252,9 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         try:
             if reason == "overflow":
                 error = bad_queue_id(client.queue_id, "overflow")
-                poll_failed(server, self.user, self.query, error.code)
+                # The id as sent is this queue's: the lookup matched it.
+                user = self.user
+                server.observe_poll_failed(user.user_id, user.realm_id, client.queue_id, error.code)
                 self._fail(error)
                 return
             waited = server.clock() - self._parked_at

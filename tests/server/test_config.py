@@ -38,6 +38,7 @@ def test_timings_accept_fractions_and_the_jitter_scales():
         ({"EVENTQ_QUEUE_MAX_EVENTS": "0"}, "EVENTQ_QUEUE_MAX_EVENTS must be >= 1"),
         ({"EVENTQ_MAX_HEADER_BYTES": "512"}, "EVENTQ_MAX_HEADER_BYTES must be >= 1024"),
         ({"EVENTQ_MAX_HEADER_BYTES": "2000000"}, "EVENTQ_MAX_HEADER_BYTES must be <= 1048576"),
+        ({"EVENTQ_EVENT_LOOP": "tokio"}, "EVENTQ_EVENT_LOOP must be one of uvloop, asyncio"),
         (
             {"EVENTQ_QUEUE_IDLE_TIMEOUT_SECS": "100", "EVENTQ_QUEUE_MAX_LIFESPAN_SECS": "10"},
             "EVENTQ_QUEUE_MAX_LIFESPAN_SECS must be at least",
@@ -81,3 +82,8 @@ def test_heartbeat_delays_stay_within_the_jitter():
     # Spread over the whole window, not bunched at one end.
     assert min(delays) < 46.0
     assert max(delays) > 54.0
+
+
+def test_the_event_loop_is_uvloop_unless_asyncio_is_asked_for():
+    assert Settings.from_env({}).event_loop == "uvloop"
+    assert Settings.from_env({"EVENTQ_EVENT_LOOP": "asyncio"}).event_loop == "asyncio"
