@@ -25,6 +25,8 @@ DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 DEFAULT_NOTIFY_URL = "http://127.0.0.1:9800/api/internal/notify_tornado"
 # The durable queue the (single) server consumes; sharding adds one per shard.
 NOTIFY_QUEUE = "notify_tornado"
+DEFAULT_DATABASE_URL = "host=127.0.0.1 port=5432 dbname=eventq"
+_OFF = ("0", "false", "no", "off")
 
 
 def default_state_dir(env: Mapping[str, str]) -> Path:
@@ -139,6 +141,10 @@ class ProducerConfig:
     confirm_timeout_secs: float = 10.0
     # The sharding config; None: one server process.
     sharding_path: Path | None = None
+    # Where `send_event` writes the event log (generation/eventlog.py);
+    # `event_log` False (EVENTQ_EVENT_LOG=0) sends notices without a position.
+    database_url: str = DEFAULT_DATABASE_URL
+    event_log: bool = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ProducerConfig:
@@ -150,6 +156,8 @@ class ProducerConfig:
             state_dir=state_dir_from(env),
             configured_secret=env.get("EVENTQ_SHARED_SECRET", ""),
             sharding_path=sharding_path_from(env),
+            database_url=env.get("EVENTQ_DATABASE_URL") or DEFAULT_DATABASE_URL,
+            event_log=env.get("EVENTQ_EVENT_LOG", "1").strip().lower() not in _OFF,
         )
 
     def shard_map(self) -> sharding.ShardMap | None:

@@ -1,11 +1,14 @@
 """The notice: one event and the users it goes to, as it travels to the server.
 
-Wire form (orjson): `{"event": {"type": str, ...}, "users": [...], "realm_id": int}`.
+Wire form (orjson): `{"event": {"type": str, ...}, "users": [...], "realm_id": int,
+"position": int}`.
 `users` holds user ids, or dicts `{"id": int, ...}` whose other keys are that
 user's own data (for message events, `flags`). `realm_id` is optional on the
 wire for compatibility with Zulip's notices; when present the server delivers
 only to queues of that realm, and public channel messages also reach the
-realm's `all_public_streams` queues.
+realm's `all_public_streams` queues. `position` is the event's place in the
+event log (`generation.eventlog`), set once the log row is written; a notice
+without one (an ephemeral event, an older producer) is delivered as it comes.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class Notice:
     event: dict[str, Any]
     users: list[NoticeUser]
     realm_id: int | None = None
+    position: int | None = None
 
 
 def _is_int(value: object) -> bool:
@@ -109,7 +113,13 @@ def parse_notice(raw: bytes | str) -> Notice:
         raise BadNotice("notice is not an object")
     if "event" not in data or "users" not in data:
         raise BadNotice("notice needs 'event' and 'users'")
-    return make_notice(data["event"], data["users"], data.get("realm_id"))
+    notice = make_notice(data["event"], data["users"], data.get("realm_id"))
+    position = data.get("position")
+    if position is None:
+        return notice
+    if not _is_int(position) or position <= 0:
+        raise BadNotice("position is not a positive integer")
+    return dataclasses.replace(notice, position=position)
 
 
 def encode_notice(notice: Notice) -> bytes:
@@ -119,6 +129,8 @@ def encode_notice(notice: Notice) -> bytes:
     body: dict[str, Any] = {"event": notice.event, "users": notice.users}
     if notice.realm_id is not None:
         body["realm_id"] = notice.realm_id
+    if notice.position is not None:
+        body["position"] = notice.position
     try:
         return orjson.dumps(body)
     except orjson.JSONEncodeError as exc:

@@ -9,24 +9,29 @@ RabbitMQ has it, or raises `PublishError`. With `EVENTQ_AMQP_URL` empty it is
 POSTed to the server's internal notify endpoint instead (a developer machine
 without RabbitMQ).
 
-Inside a database transaction, use `send_event_on_commit` within
-`transaction(conn)`: the notice goes out after the commit, never on rollback.
+The event is first written to the event log (generation/eventlog.py) in a
+transaction of its own, which gives it a position; EVENTQ_EVENT_LOG=0 skips
+that. Inside a database transaction, use `send_event_on_commit` within
+`transaction(conn)`: the event is logged in that transaction and the notice
+goes out after the commit, never on rollback.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from generation import publisher
+from generation import eventlog, publisher
 from generation.config import ProducerConfig, SecretMissing
 from generation.errors import BadNotice
 from generation.notice import Notice, encode_notice, make_notice
@@ -36,6 +41,7 @@ from generation.sharding import ShardingError, reach_of
 __all__ = [
     "BadNotice",
     "PublishError",
+    "close_for_thread",
     "prepare_notice",
     "publish_notice",
     "send_event",
@@ -97,7 +103,9 @@ def publish_notice(
     failed: list[str] = []
     for name, users in parts.items():
         part = (
-            body if len(parts) == 1 else encode_notice(Notice(notice.event, users, notice.realm_id))
+            body
+            if len(parts) == 1
+            else encode_notice(Notice(notice.event, users, notice.realm_id, notice.position))
         )
         try:
             publish_encoded(part, config.for_shard(shard_map.shards[name]), notice_id)
@@ -129,19 +137,76 @@ def send_event(
     if notice_id is not None and not (isinstance(notice_id, str) and 0 < len(notice_id) <= 200):
         raise BadNotice("notice_id must be a string of 1 to 200 characters")
     notice, body = prepare_notice(realm_id, event, users)
-    publish_notice(notice, body, config or ProducerConfig.from_env(), notice_id)
+    resolved = config or ProducerConfig.from_env()
+    if resolved.event_log:
+        position = _log_alone(resolved.database_url, notice, body)
+        notice = dataclasses.replace(notice, position=position)
+        body = eventlog.with_position(body, position)
+    publish_notice(notice, body, resolved, notice_id)
 
 
-# connection -> stack of callback lists, one per open `transaction` block.
-_pending: weakref.WeakKeyDictionary[psycopg.Connection[Any], list[list[Callable[[], None]]]]
+_local = threading.local()
+
+
+def close_for_thread() -> None:
+    """Close this thread's broker and event-log connections (a worker thread
+    that ends)."""
+    publisher.close_for_thread()
+    conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
+    _local.conn = None
+    if conn is not None:
+        conn.close()
+
+
+def _log_alone(database_url: str, notice: Notice, body: bytes) -> int:
+    """Write one event to the log in a transaction of its own, on this
+    thread's connection (opened once, reopened once after a failure)."""
+    for attempt in (1, 2):
+        conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
+        try:
+            if conn is None or conn.closed or getattr(_local, "url", None) != database_url:
+                if conn is not None:
+                    conn.close()
+                conn = psycopg.connect(
+                    database_url,
+                    autocommit=True,
+                    application_name="eventq-send",
+                    connect_timeout=10,
+                )
+                _local.conn, _local.url = conn, database_url
+            return eventlog.write(conn, [(notice, body)])[0]
+        except psycopg.Error as exc:
+            if conn is not None:
+                conn.close()
+            _local.conn = None
+            if attempt == 2 or isinstance(exc, psycopg.errors.UndefinedTable):
+                raise PublishError(
+                    f"the event log could not be written ({exc}); is the database at"
+                    f" {database_url!r} migrated (`eventq db migrate`)? EVENTQ_EVENT_LOG=0"
+                    " sends without it"
+                ) from exc
+    raise AssertionError("unreachable")
+
+
+# connection -> stack of pending notice lists, one per open `transaction` block.
+_pending: weakref.WeakKeyDictionary[psycopg.Connection[Any], list[list[_Pending]]]
 _pending = weakref.WeakKeyDictionary()
+
+
+@dataclasses.dataclass(slots=True)
+class _Pending:
+    notice: Notice
+    body: bytes
+    config: ProducerConfig
 
 
 @contextmanager
 def transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
-    """A psycopg transaction that runs `send_event_on_commit` notices after it
-    commits. Nested blocks are savepoints: notices of a savepoint that rolls
-    back are dropped, the others wait for the outermost commit.
+    """A psycopg transaction that writes the `send_event_on_commit` events to
+    the event log just before it commits (so each exists exactly when its
+    change does) and publishes them after. Nested blocks are savepoints: the
+    events of a savepoint that rolls back are dropped, the others wait for the
+    outermost commit.
 
     The outermost block must start outside any transaction (so that leaving it
     really commits).
@@ -155,21 +220,32 @@ def transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[An
     try:
         with conn.transaction():
             yield conn
+            if len(stack) == 1:
+                # Last in the transaction, after the change's own writes.
+                _log_pending(conn, stack[0])
     except BaseException:
         stack.pop()
         raise
-    callbacks = stack.pop()
+    pending = stack.pop()
     if stack:
-        stack[-1].extend(callbacks)
+        stack[-1].extend(pending)
         return
     errors: list[Exception] = []
-    for callback in callbacks:
+    for item in pending:
         try:
-            callback()
-        except Exception as exc:  # run the others; report the first below
+            publish_notice(item.notice, item.body, item.config)
+        except Exception as exc:  # publish the others; report the first below
             errors.append(exc)
     if errors:
         raise errors[0]
+
+
+def _log_pending(conn: psycopg.Connection[Any], pending: list[_Pending]) -> None:
+    logged = [item for item in pending if item.config.event_log]
+    positions = eventlog.write(conn, [(item.notice, item.body) for item in logged])
+    for item, position in zip(logged, positions, strict=True):
+        item.notice = dataclasses.replace(item.notice, position=position)
+        item.body = eventlog.with_position(item.body, position)
 
 
 def send_event_on_commit(
@@ -180,12 +256,12 @@ def send_event_on_commit(
     *,
     config: ProducerConfig | None = None,
 ) -> None:
-    """`send_event` once the enclosing `transaction(conn)` commits. The notice
-    is validated and encoded now, so bad input raises here, inside the
-    transaction."""
+    """`send_event` for the change the enclosing `transaction(conn)` makes:
+    the event is written to the event log in that transaction (rolled back
+    with it) and published once it commits. The notice is validated and
+    encoded now, so bad input raises here, inside the transaction."""
     stack = _pending.get(conn)
     if not stack:
         raise RuntimeError("send_event_on_commit needs an enclosing eventq transaction(conn)")
     notice, body = prepare_notice(realm_id, event, users)
-    resolved = config or ProducerConfig.from_env()
-    stack[-1].append(lambda: publish_notice(notice, body, resolved))
+    stack[-1].append(_Pending(notice, body, config or ProducerConfig.from_env()))

@@ -15,8 +15,8 @@ import requests
 
 from generation import accounts
 from generation.config import ProducerConfig
-from generation.publisher import PublishError, close_for_thread
-from generation.send import send_event
+from generation.publisher import PublishError
+from generation.send import close_for_thread, send_event
 
 
 class Watcher:

@@ -141,6 +141,7 @@ class Cluster:
         env: dict[str, str] | None = None,
     ):
         self.amqp_url = amqp_url
+        self.database_url = database_url
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self.config_path = directory / "sharding.toml"
@@ -199,6 +200,7 @@ class Cluster:
             state_dir=self.state_dir,
             configured_secret=SECRET,
             sharding_path=self.config_path,
+            database_url=self.database_url,
         )
 
 

@@ -253,6 +253,7 @@ class ServerProcess:
             "notify_queue": self.notify_queue,
             "state_dir": self.state_dir,
             "configured_secret": SECRET,
+            "database_url": self.database_url,
         }
         return ProducerConfig(**(fields | overrides))
 

@@ -8,9 +8,10 @@ An action is an async function taking an `ActionContext` first:
             ...queries on ctx.conn...
             outbox.send(realm_id, event, users)
 
-The notices are validated when `send` is called (inside the transaction) and
-handed to the context's sink only after the outermost transaction commits;
-none is sent if it rolls back.
+The notices are validated when `send` is called (inside the transaction),
+written to the event log with their positions at the end of the outermost
+transaction, and handed to the context's sink only after it commits; none is
+logged or sent if it rolls back.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import class_row
 
+from generation import eventlog
 from generation.accounts import ROLES
-from generation.notice import Notice, make_notice
+from generation.notice import Notice, encode_notice, make_notice
 
 Connection = psycopg.AsyncConnection[Any]
 
@@ -73,6 +75,8 @@ class ActionContext:
 
     conn: Connection
     sink: EventSink
+    # Write each event to the event log, in the transaction (generation/eventlog.py).
+    log_events: bool = True
     _stack: list[Outbox] = dataclasses.field(default_factory=list)
 
     @asynccontextmanager
@@ -86,6 +90,14 @@ class ActionContext:
         try:
             async with self.conn.transaction():
                 yield outbox
+                if len(self._stack) == 1 and self.log_events and outbox.notices:
+                    # Last in the transaction, after the action's own writes.
+                    entries = [(notice, encode_notice(notice)) for notice in outbox.notices]
+                    positions = await eventlog.write_async(self.conn, entries)
+                    outbox.notices = [
+                        dataclasses.replace(notice, position=position)
+                        for notice, position in zip(outbox.notices, positions, strict=True)
+                    ]
         except BaseException:
             self._stack.pop()
             raise

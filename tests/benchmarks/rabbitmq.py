@@ -111,8 +111,7 @@ from fanout import (
 from quickmode import parse_with_quick
 
 from generation.config import NOTIFY_QUEUE, ProducerConfig
-from generation.publisher import close_for_thread
-from generation.send import prepare_notice, send_event
+from generation.send import close_for_thread, prepare_notice, send_event
 
 DEFAULT_AMQP_BASE = "amqp://guest:guest@127.0.0.1:5672"
 # How often a drain asks the server for its consumer counters. Each stats call
@@ -268,7 +267,8 @@ def publisher_main(plan: PublishPlan, pipe: Connection) -> None:
     sends ("done", result) or ("error", text)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us
     die_with_parent()
-    config = ProducerConfig(amqp_url=plan.url, notify_queue=plan.queue)
+    # The broker's path alone: the event log's cost is tests/benchmarks/positions.py's.
+    config = ProducerConfig(amqp_url=plan.url, notify_queue=plan.queue, event_log=False)
     try:
         prepare_us = _time_prepare(plan)
         # Connects, opens the confirmed channel and declares the queue.

@@ -16,8 +16,8 @@ import pytest
 from generation.config import ProducerConfig
 from generation.errors import BadNotice
 from generation.notice import NOTICE_ID_HEADER
-from generation.publisher import PublishError, close_for_thread
-from generation.send import send_event, send_event_on_commit, transaction
+from generation.publisher import PublishError
+from generation.send import close_for_thread, send_event, send_event_on_commit, transaction
 from tests.support import REPO, Api, ServerProcess, rabbitmqctl, wait_for
 
 
@@ -262,7 +262,7 @@ def test_bad_producer_input_raises_before_the_broker_is_touched(realm_id, event,
 
 
 def test_an_unreachable_broker_is_a_publish_error():
-    config = ProducerConfig(amqp_url="amqp://guest:guest@127.0.0.1:1/%2F")
+    config = ProducerConfig(amqp_url="amqp://guest:guest@127.0.0.1:1/%2F", event_log=False)
     with pytest.raises(PublishError, match="RabbitMQ did not take the notice"):
         send_event(1, {"type": "x"}, [1], config=config)
 
@@ -395,7 +395,7 @@ def test_user_data_cannot_override_the_event(api, server):
 
 
 def test_a_producer_without_a_secret_is_told_how_to_get_one(tmp_path):
-    config = ProducerConfig(amqp_url="", state_dir=tmp_path / "nothing-here")
+    config = ProducerConfig(amqp_url="", state_dir=tmp_path / "nothing-here", event_log=False)
     with pytest.raises(PublishError, match="no shared secret: set EVENTQ_SHARED_SECRET"):
         send_event(1, {"type": "x"}, [1], config=config)
     assert not (tmp_path / "nothing-here").exists()

@@ -10,8 +10,7 @@ import pytest
 import requests
 
 from generation import accounts
-from generation.publisher import close_for_thread
-from generation.send import send_event
+from generation.send import close_for_thread, send_event
 from tests.shards import Cluster, running
 from tests.support import World, wait_for
 

@@ -1,0 +1,86 @@
+"""The event log: every event written to PostgreSQL with its position, in the
+transaction of the change it describes (a transactional outbox; the table is
+`deploy/migrations/0005_event_log.sql`).
+
+A position comes from the `event_log_position` sequence when the row is
+written, which the callers do at the very end of their transaction, after
+the change's own writes: two transactions that touch the same rows then get
+positions in their commit order. Unrelated transactions may commit out of
+position order and a rolled-back one leaves a hole; the server reads only
+the contiguous prefix as complete (`queues.stream`).
+
+Every event is logged, typing and presence too: a queue rebuilt after a crash
+must number its events as before, so it must see every event it saw then.
+
+The row holds the notice's wire form without its position (the position is
+the row's key); `with_position` adds it to the copy RabbitMQ carries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from generation.notice import Notice
+
+_ONE = (
+    "INSERT INTO event_log (position, realm_id, event_type, notice)"
+    " VALUES (nextval('event_log_position'), %s, %s, %s) RETURNING position"
+)
+_RESERVE = "SELECT nextval('event_log_position') FROM generate_series(1, %s)"
+_MANY = (
+    "INSERT INTO event_log (position, realm_id, event_type, notice)"
+    " SELECT * FROM unnest(%s::bigint[], %s::integer[], %s::text[], %s::bytea[])"
+)
+
+Entry = tuple[Notice, bytes]
+
+
+def with_position(body: bytes, position: int) -> bytes:
+    """The wire form `body` (an encoded notice, without a position) with its
+    position added, without encoding the notice again."""
+    if not body.endswith(b"}"):
+        raise ValueError("not an encoded notice")
+    return b'%s,"position":%d}' % (body[:-1], position)
+
+
+def _columns(entries: Sequence[Entry], positions: list[int]) -> tuple[list[Any], ...]:
+    return (
+        positions,
+        [notice.realm_id for notice, _ in entries],
+        [notice.event["type"] for notice, _ in entries],
+        [body for _, body in entries],
+    )
+
+
+def write(conn: psycopg.Connection[Any], entries: Sequence[Entry]) -> list[int]:
+    """Write `entries` (notice, wire form) in `conn`'s current transaction
+    (or in one of its own in autocommit); their positions, in order."""
+    if not entries:
+        return []
+    if len(entries) == 1:
+        notice, body = entries[0]
+        row = conn.execute(_ONE, (notice.realm_id, notice.event["type"], body)).fetchone()
+        assert row is not None
+        return [int(row[0])]
+    positions = sorted(int(r[0]) for r in conn.execute(_RESERVE, (len(entries),)).fetchall())
+    conn.execute(_MANY, _columns(entries, positions))
+    return positions
+
+
+async def write_async(conn: psycopg.AsyncConnection[Any], entries: Sequence[Entry]) -> list[int]:
+    """`write` on an async connection."""
+    if not entries:
+        return []
+    if len(entries) == 1:
+        notice, body = entries[0]
+        cur = await conn.execute(_ONE, (notice.realm_id, notice.event["type"], body))
+        row = await cur.fetchone()
+        assert row is not None
+        return [int(row[0])]
+    cur = await conn.execute(_RESERVE, (len(entries),))
+    positions = sorted(int(r[0]) for r in await cur.fetchall())
+    await conn.execute(_MANY, _columns(entries, positions))
+    return positions
