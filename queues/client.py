@@ -119,6 +119,7 @@ class ClientDescriptor:
     """
 
     __slots__ = (
+        "covered",
         "created_at",
         "event_queue",
         "last_active",
@@ -149,6 +150,9 @@ class ClientDescriptor:
         self.last_active = now
         # The request parked on this queue, if any; at most one at a time.
         self.waiter: Waiter | None = None
+        # Event log positions above the stream position at creation whose
+        # effect is in the state register fetched: not delivered again.
+        self.covered: frozenset[int] = frozenset()
 
     def accepts(self, event_type: str, event: Mapping[str, Any]) -> bool:
         """Whether this queue takes an event of `event_type` (before any narrow).
@@ -182,7 +186,7 @@ class ClientDescriptor:
             "idle_secs": max(0.0, now - self.last_active),
             "age_secs": max(0.0, now - self.created_at),
             "event_queue": self.event_queue.to_dict(),
-        }
+        } | ({"covered": sorted(self.covered)} if self.covered else {})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], now: float, encode: Encoder) -> ClientDescriptor:
@@ -214,4 +218,10 @@ class ClientDescriptor:
         except (ValueError, BadNarrow) as exc:
             raise ValueError(f"queue {queue_id}: {exc}") from exc
         client.last_active = now - float(idle)
+        covered = data.get("covered", [])
+        if not isinstance(covered, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) for p in covered
+        ):
+            raise ValueError(f"queue {queue_id}: covered is not a list of positions")
+        client.covered = frozenset(covered)
         return client

@@ -105,6 +105,9 @@ class QueueRegistry:
     def __len__(self) -> int:
         return len(self._clients)
 
+    def __contains__(self, client: object) -> bool:
+        return isinstance(client, ClientDescriptor) and self._clients.get(client.queue_id) is client
+
     def __iter__(self) -> Iterator[ClientDescriptor]:
         return iter(list(self._clients.values()))
 
@@ -319,6 +322,7 @@ class QueueRegistry:
         realm_id: int | None,
         now: float,
         origin: object = None,
+        position: int | None = None,
     ) -> DeliveryReport:
         """Put `event` into every queue of `users` that accepts it, plus, for a
         public channel message of `realm_id`, every all_public_streams queue of
@@ -326,7 +330,8 @@ class QueueRegistry:
 
         `event` must have a string "type" and must not be mutated afterwards.
         When `realm_id` is given, queues of other realms are skipped. `origin`
-        is attached to every payload built (see `Payload.origin`).
+        is attached to every payload built (see `Payload.origin`). A queue
+        whose `covered` holds `position` already has the event's effect.
         """
         event_type: str = event["type"]
         payloads = NoticePayloads(event, self.encode, origin)
@@ -356,7 +361,9 @@ class QueueRegistry:
                     # A recipient's queue is served here, with its own flags,
                     # or not at all: never again by the realm-wide pass.
                     reached.add(client.queue_id)
-                if not client.accepts(event_type, event):
+                if not client.accepts(event_type, event) or (
+                    client.covered and position in client.covered
+                ):
                     continue
                 payload = payloads.for_client(client, data)
                 if payload is None:
@@ -367,6 +374,8 @@ class QueueRegistry:
             assert realm_id is not None
             for client in self._public_by_realm[realm_id].values():
                 if client.queue_id in reached or not client.accepts(event_type, event):
+                    continue
+                if client.covered and position in client.covered:
                     continue
                 payload = payloads.for_client(client, None)
                 if payload is None:
@@ -403,6 +412,14 @@ class QueueRegistry:
         return {
             "version": SNAPSHOT_VERSION,
             "queues": [client.to_dict(now) for client in self._clients.values()],
+            "tombstones": [[qid, user, reason] for qid, (user, reason) in self._tombstones.items()],
+        }
+
+    def snapshot_without_queues(self) -> dict[str, Any]:
+        """The parts of a `snapshot` other than the queues (which the caller
+        saves in slices)."""
+        return {
+            "version": SNAPSHOT_VERSION,
             "tombstones": [[qid, user, reason] for qid, (user, reason) in self._tombstones.items()],
         }
 
@@ -450,6 +467,15 @@ class QueueRegistry:
             ):
                 self._tombstones[entry[0]] = (entry[1], entry[2])
         return clients, errors
+
+    def restore_queue(self, raw: object, now: float) -> ClientDescriptor:
+        """Load one saved queue (`ClientDescriptor.to_dict`) into the registry;
+        ValueError for bad data or a queue that is already here."""
+        client = self._restore_one(raw, now)
+        if client.queue_id in self._clients:
+            raise ValueError(f"queue {client.queue_id} appears twice")
+        self._insert(client)
+        return client
 
     def _restore_one(self, raw: object, now: float) -> ClientDescriptor:
         if not isinstance(raw, dict):

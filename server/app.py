@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import psycopg
 import tornado.netutil
 import tornado.web
 from tornado.ioloop import PeriodicCallback
@@ -35,7 +36,7 @@ from server import persistence
 from server.auth import Authenticator
 from server.config import Settings
 from server.consumer import NoticeConsumer
-from server.db import Database
+from server.db import Database, DatabaseUnavailable
 from server.deliverylog import DeliveryLog
 from server.httpserver import EventHTTPServer, Refusals
 from server.longpoll import AnswerSlices, heartbeat_delay
@@ -46,6 +47,7 @@ from server.observe import Observer, Origin
 from server.ratelimit import RateLimiter
 from server.responses import encode
 from server.routes import make_dispatcher
+from server.stream import EventStream
 from server.version import ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION
 
 log = logging.getLogger("eventq.server")
@@ -128,6 +130,12 @@ class EventServer:
         self._publisher: ThreadPoolExecutor | None = None
         if settings.sharding is not None and len(settings.sharding.shards) > 1:
             self._publisher = ThreadPoolExecutor(1, thread_name_prefix="eventq-publish")
+        # Positioned notices reach the queues in position order (server/stream.py).
+        self.stream = EventStream(
+            self.db, self._deliver_now, gap_timeout_secs=settings.gap_timeout_secs
+        )
+        self._checkpoint: PeriodicCallback | None = None
+        self._checkpointing = False
         self.consumer: NoticeConsumer | None = None
         if settings.amqp_url:
             self.consumer = NoticeConsumer(
@@ -190,6 +198,11 @@ class EventServer:
             )
         self._gc = PeriodicCallback(self.collect_garbage, self.settings.gc_interval_secs * 1000)
         self._gc.start()
+        if self.settings.checkpoint_secs > 0:
+            self._checkpoint = PeriodicCallback(
+                self._checkpoint_soon, self.settings.checkpoint_secs * 1000
+            )
+            self._checkpoint.start()
         self._http = EventHTTPServer(
             make_dispatcher(self),
             # The handlers enforce their own (smaller) limits with a JSON 413;
@@ -198,6 +211,9 @@ class EventServer:
             refusals=self.refusals,
             idle_connection_timeout=3600,
         )
+        if self.settings.checkpoint_secs > 0:
+            # Right away: the restart event pushed to restored queues is in it.
+            await self.checkpoint()
         self._http.add_sockets(sockets)
         log.info(
             "listening on http://%s:%d (generation %d, %d queues)",
@@ -221,6 +237,8 @@ class EventServer:
         log.info("shutting down: answering %d parked requests", self.registry.parked)
         if self._gc is not None:
             self._gc.stop()
+        if self._checkpoint is not None:
+            self._checkpoint.stop()
         now = self.clock()
         # A heartbeat is an answer every client already handles; the queues
         # keep it, so the ids stay consistent across the restart.
@@ -235,6 +253,7 @@ class EventServer:
                 self.in_flight,
                 self.settings.shutdown_grace_secs,
             )
+        await self.stream.stop()
         await self.save_queues()
         if self._http is not None:
             await self._http.close_all_connections()
@@ -260,19 +279,39 @@ class EventServer:
     # -- queues -------------------------------------------------------------
 
     async def _restore_queues(self) -> None:
-        path = persistence.queue_file(self.settings.state_dir, self.settings.shard)
+        """Bring back the queues of the last run: those saved by a graceful
+        stop or, after a crash, those of the last checkpoint; then deliver the
+        logged events each queue missed since it was saved."""
+        state_dir, shard = self.settings.state_dir, self.settings.shard
+        path = persistence.queue_file(state_dir, shard)
+        checkpoint = persistence.checkpoint_file(state_dir, shard)
         loop = asyncio.get_running_loop()
-        try:
-            data = await loop.run_in_executor(None, persistence.load, path)
-        except persistence.CorruptSnapshot as exc:
-            kept = await loop.run_in_executor(None, persistence.quarantine, path)
-            log.error("%s; starting with no queues (the file is kept as %s)", exc, kept)
-            return
+        data: dict[str, Any] | None = None
+        for candidate in (path, checkpoint):
+            try:
+                data = await loop.run_in_executor(None, persistence.load, candidate)
+            except persistence.CorruptSnapshot as exc:
+                kept = await loop.run_in_executor(None, persistence.quarantine, candidate)
+                log.error("%s; not used (the file is kept as %s)", exc, kept)
+                continue
+            if data is not None:
+                path = candidate
+                break
         if data is None:
             log.info("no saved queues at %s", path)
+            await self._start_stream()
             return
+        crashed = path == checkpoint
+        if crashed:
+            age = time.time() - float(data.get("saved_at", time.time()))
+            log.warning(
+                "the last run did not stop cleanly: rebuilding its queues from the checkpoint"
+                " of %.1f s before (%s) and the event log",
+                age,
+                path,
+            )
         try:
-            clients, errors = self.registry.restore(data, self.clock())
+            clients, errors = await self._load_saved(data)
         except ValueError as exc:
             kept = await loop.run_in_executor(None, persistence.quarantine, path)
             log.error(
@@ -281,6 +320,7 @@ class EventServer:
                 exc,
                 kept,
             )
+            await self._start_stream()
             return
         if errors:
             kept = await loop.run_in_executor(None, persistence.keep_copy, path)
@@ -294,26 +334,110 @@ class EventServer:
             )
         if self.consumer is not None:
             self.consumer.remember(data.get("notice_ids"))
-        last = persistence.last_file(self.settings.state_dir, self.settings.shard)
-        await loop.run_in_executor(None, path.replace, last)
+        if crashed:
+            await loop.run_in_executor(None, checkpoint.unlink)
+        else:
+            last = persistence.last_file(state_dir, shard)
+            await loop.run_in_executor(None, path.replace, last)
+            path = last
         restarted = self.registry.push_to_accepting(self.restart_event(), self.clock())
         log.info(
-            "restored %d queues from %s (moved to %s); restart event sent to %d",
+            "restored %d queues (kept as %s); restart event sent to %d",
             len(clients),
             path,
-            last,
             restarted,
         )
 
+    async def _start_stream(self) -> None:
+        position = await self.stream.start_fresh()
+        log.info("event log: starting at position %d", position)
+
+    async def _load_saved(self, data: dict[str, Any]) -> tuple[list[ClientDescriptor], list[str]]:
+        """Restore saved queues and deliver the logged events each missed:
+        a queue saved at position P gets every logged event above P, in
+        order, the others arriving as they come. A file without positions
+        (an older version) is restored as it is."""
+        now = self.clock()
+        raw_queues = data.get("queues")
+        if not isinstance(raw_queues, list):
+            raise ValueError("queues is not a list")
+        default = data.get("stream_position")
+        if not isinstance(default, int) and not any(
+            isinstance(raw, dict) and isinstance(raw.get("stream_position"), int)
+            for raw in raw_queues
+        ):
+            old = self.registry.restore(data, now)
+            await self._start_stream()
+            return old
+        # Tombstones (and the version check) first, queues in position order.
+        _, errors = self.registry.restore({**data, "queues": []}, now)
+        saved: list[tuple[int, int, object]] = []
+        for index, raw in enumerate(raw_queues):
+            position = raw.get("stream_position", default) if isinstance(raw, dict) else None
+            if not isinstance(position, int) or position < 0:
+                errors.append(f"saved queue {index}: no stream position")
+                continue
+            saved.append((position, index, raw))
+        saved.sort(key=lambda entry: entry[:2])
+        clients: list[ClientDescriptor] = []
+        cursor = 0
+
+        def bring_back(below: int) -> None:
+            nonlocal cursor
+            while cursor < len(saved) and saved[cursor][0] < below:
+                _, index, raw = saved[cursor]
+                cursor += 1
+                try:
+                    clients.append(self.registry.restore_queue(raw, now))
+                except ValueError as exc:
+                    errors.append(f"saved queue {index}: {exc}")
+
+        start = saved[0][0] if saved else (default if isinstance(default, int) else 0)
+        self.stream.reader.allow_late(
+            p for p in data.get("late_positions", []) if isinstance(p, int)
+        )
+        started = time.monotonic()
+        try:
+            delivered, late = await self.stream.catch_up(start, bring_back)
+        except (DatabaseUnavailable, psycopg.Error) as exc:
+            log.error(
+                "cannot read the event log (%s): the restored queues miss the events logged"
+                " since they were saved, other than those still in RabbitMQ",
+                exc,
+            )
+            delivered = late = 0
+        bring_back(2**63)
+        log.info(
+            "event log: %d events above position %d delivered to the restored queues in"
+            " %.0f ms; now at %d (%d positions not logged yet, accepted if they come)",
+            delivered,
+            start,
+            (time.monotonic() - started) * 1000,
+            self.stream.position,
+            late,
+        )
+        return clients, errors
+
+    def _snapshot_extras(self) -> dict[str, Any]:
+        extras: dict[str, Any] = {
+            "stream_position": self.stream.position,
+            "late_positions": self.stream.reader.late()[-10_000:],
+        }
+        if self.consumer is not None:
+            extras["notice_ids"] = self.consumer.recent_ids()
+        return extras
+
     async def save_queues(self) -> None:
         path = persistence.queue_file(self.settings.state_dir, self.settings.shard)
-        snapshot = self.registry.snapshot(self.clock())
-        if self.consumer is not None:
-            snapshot["notice_ids"] = self.consumer.recent_ids()
+        snapshot = self.registry.snapshot(self.clock()) | self._snapshot_extras()
         started = time.monotonic()
-        size = await asyncio.get_running_loop().run_in_executor(
+        loop = asyncio.get_running_loop()
+        size = await loop.run_in_executor(
             None, persistence.save, path, snapshot, self.server_generation
         )
+        # The graceful save supersedes the last checkpoint.
+        checkpoint = persistence.checkpoint_file(self.settings.state_dir, self.settings.shard)
+        await loop.run_in_executor(None, lambda: checkpoint.unlink(missing_ok=True))
         log.info(
             "saved %d queues to %s (%d bytes, %.0f ms)",
             len(snapshot["queues"]),
@@ -321,6 +445,46 @@ class EventServer:
             size,
             (time.monotonic() - started) * 1000,
         )
+
+    def _checkpoint_soon(self) -> None:
+        if not self._checkpointing and not self.stopping:
+            asyncio.get_running_loop().create_task(self.checkpoint())
+
+    async def checkpoint(self, slice_secs: float = 0.002) -> float:
+        """Save every queue with the stream position it is complete up to, for
+        recovery after a crash. Queues are copied a slice at a time (at most
+        `slice_secs` of the loop per iteration), each with the position of
+        its own slice; the file is written off the loop. Returns the seconds
+        it took."""
+        if self._checkpointing:
+            return 0.0
+        self._checkpointing = True
+        started = time.monotonic()
+        try:
+            clients = list(self.registry)
+            saved: list[dict[str, Any]] = []
+            index = 0
+            while index < len(clients):
+                slice_end = time.perf_counter() + slice_secs
+                now, position = self.clock(), self.stream.position
+                while index < len(clients) and time.perf_counter() < slice_end:
+                    client = clients[index]
+                    index += 1
+                    if client in self.registry:
+                        saved.append(client.to_dict(now) | {"stream_position": position})
+                if index < len(clients):
+                    await asyncio.sleep(0)
+            body = self.registry.snapshot_without_queues() | {"queues": saved}
+            body |= self._snapshot_extras()
+            path = persistence.checkpoint_file(self.settings.state_dir, self.settings.shard)
+            await asyncio.get_running_loop().run_in_executor(
+                None, persistence.save, path, body, self.server_generation
+            )
+        finally:
+            self._checkpointing = False
+        took = time.monotonic() - started
+        log.debug("checkpoint of %d queues in %.0f ms", len(saved), took * 1000)
+        return took
 
     def restart_event(self) -> dict[str, Any]:
         return {
@@ -424,11 +588,11 @@ class EventServer:
         # their order with the next action's.
         own = parts.pop(self.settings.shard, None)
         if own is not None:
-            part = Notice(notice.event, own, notice.realm_id)
+            part = Notice(notice.event, own, notice.realm_id, notice.position)
             self.deliver(part, len(encode(part.event)))
         loop = asyncio.get_running_loop()
         for name, users in parts.items():
-            part = Notice(notice.event, users, notice.realm_id)
+            part = Notice(notice.event, users, notice.realm_id, notice.position)
             config = self.settings.producer.for_shard(shard_map.shards[name])
             try:
                 await loop.run_in_executor(
@@ -459,9 +623,11 @@ class EventServer:
     def deliver(
         self, notice: Notice, encoded_size: int, published_at: float | None = None
     ) -> DeliveryReport:
-        """Deliver a validated notice whose wire form is `encoded_size` bytes.
-        Raises `BadNotice` for an event no queue could hold: delivering it
-        would end every recipient's queue."""
+        """Deliver a validated notice whose wire form is `encoded_size` bytes,
+        in position order (server/stream.py); the report is empty when it
+        waits behind a gap or was a duplicate. Raises `BadNotice` for an
+        event no queue could hold: delivering it would end every recipient's
+        queue."""
         limit = self.registry.limits.max_bytes - PER_EVENT_OVERHEAD
         if encoded_size > limit:  # cheap test first: the notice contains the event
             size = len(encode(notice.event))
@@ -469,10 +635,21 @@ class EventServer:
                 raise BadNotice(
                     f"the event is {size} bytes, more than a queue holds ({limit} bytes)"
                 )
+        report = self.stream.offer(notice, encoded_size, published_at)
+        return report if isinstance(report, DeliveryReport) else DeliveryReport()
+
+    def _deliver_now(
+        self, notice: Notice, _encoded_size: int, published_at: float | None
+    ) -> DeliveryReport:
         now = self.clock()
         wall = time.time()
         report = self.registry.deliver(
-            notice.event, notice.users, notice.realm_id, now, Origin(wall, published_at)
+            notice.event,
+            notice.users,
+            notice.realm_id,
+            now,
+            Origin(wall, published_at, notice.position),
+            notice.position,
         )
         for observer in self.observers:
             observer.notice_delivered(notice.event["type"], report, wall)
@@ -506,6 +683,7 @@ class EventServer:
             "auth_lookups": self.auth.lookups,
             "loop_lag": self.loop_lag.percentiles(),
             "poll_paths": dict(self.poll_paths),
+            "stream": self.stream.stats(),
             "db_pool": self.db.stats(),
         }
         if self.consumer is not None:

@@ -86,6 +86,10 @@ class Settings:
     queue_idle_timeout_secs: float = 600.0
     queue_max_lifespan_secs: float = 7 * 24 * 3600.0
     gc_interval_secs: float = 60.0
+    # Queues are checkpointed this often (0: never) for recovery after a crash;
+    # a gap in the event log is waited on at most gap_timeout_secs.
+    checkpoint_secs: float = 5.0
+    gap_timeout_secs: float = 5.0
     # Advertised to clients as their long-poll timeout: longer than the
     # heartbeat, so a live server never times a client out.
     longpoll_timeout_secs: float = 90.0
@@ -224,6 +228,8 @@ class Settings:
             queue_idle_timeout_secs=idle,
             queue_max_lifespan_secs=max_lifespan,
             gc_interval_secs=_number(env, "EVENTQ_GC_INTERVAL_SECS", 60.0, minimum=0.001),
+            checkpoint_secs=_number(env, "EVENTQ_CHECKPOINT_SECS", 5.0),
+            gap_timeout_secs=_number(env, "EVENTQ_GAP_TIMEOUT_SECS", 5.0, minimum=0.001),
             longpoll_timeout_secs=longpoll,
             queue_max_events=_integer(env, "EVENTQ_QUEUE_MAX_EVENTS", cls.queue_max_events),
             queue_max_bytes=_integer(env, "EVENTQ_QUEUE_MAX_BYTES", cls.queue_max_bytes),

@@ -123,5 +123,44 @@ class Database:
                 (keyed, user_id, legacy),
             )
 
+    async def log_lookup(self, positions: list[int]) -> tuple[int, int, dict[int, bytes]]:
+        """For missing positions, read in one statement (one snapshot): the
+        oldest transaction id still running (xmin), the next one to be
+        assigned (xmax), and the logged notices among `positions`."""
+        async with self.connection() as conn:
+            cur = await conn.execute(
+                """
+                SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
+                       pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
+                       l.position, l.notice
+                FROM (SELECT 1) one
+                LEFT JOIN event_log l ON l.position = ANY(%s)
+                """,
+                (positions,),
+            )
+            rows = await cur.fetchall()
+        found = {int(r[2]): bytes(r[3]) for r in rows if r[2] is not None}
+        return int(rows[0][0]), int(rows[0][1]), found
+
+    async def log_after(self, position: int, limit: int) -> list[tuple[int, bytes]]:
+        """Logged notices above `position`, in position order (at most `limit`)."""
+        async with self.connection() as conn:
+            cur = await conn.execute(
+                "SELECT position, notice FROM event_log WHERE position > %s"
+                " ORDER BY position LIMIT %s",
+                (position, limit),
+            )
+            return [(int(r[0]), bytes(r[1])) for r in await cur.fetchall()]
+
+    async def log_bounds(self) -> tuple[int, int]:
+        """The lowest and highest position still logged (0, 0 when empty)."""
+        async with self.connection() as conn:
+            cur = await conn.execute(
+                "SELECT coalesce(min(position), 0), coalesce(max(position), 0) FROM event_log"
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
     def stats(self) -> dict[str, int]:
         return dict(self._pool.get_stats())

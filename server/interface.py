@@ -28,6 +28,7 @@ from server.httpserver import Refusals
 from server.longpoll import AnswerSlices
 from server.looplag import LoopLagMonitor
 from server.ratelimit import RateLimiter
+from server.stream import EventStream
 
 
 class ServerApi(Protocol):
@@ -40,6 +41,11 @@ class ServerApi(Protocol):
 
     @property
     def registry(self) -> QueueRegistry: ...
+
+    @property
+    def stream(self) -> EventStream:
+        """Positioned notices in position order (server/stream.py)."""
+        ...
 
     @property
     def db(self) -> Database: ...

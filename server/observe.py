@@ -29,6 +29,8 @@ class Origin:
     # producer published it (None when it did not say).
     enqueued_at: float
     published_at: float | None = None
+    # The event's place in the event log (None: not logged).
+    position: int | None = None
 
 
 class Observer:

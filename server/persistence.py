@@ -30,6 +30,13 @@ def last_file(state_dir: Path, shard: str = "") -> Path:
     return state_dir / (f"event_queues.{shard}.last.json" if shard else "event_queues.json.last")
 
 
+def checkpoint_file(state_dir: Path, shard: str = "") -> Path:
+    """Where the periodic checkpoint goes (read only after an unclean stop)."""
+    return state_dir / (
+        f"event_queues.{shard}.checkpoint.json" if shard else "event_queues.checkpoint.json"
+    )
+
+
 def save(path: Path, snapshot: dict[str, Any], server_generation: int) -> int:
     """Write the snapshot: temp file, fsync, rename, fsync of the directory, so
     that a crash leaves either the old file or the complete new one. Returns

@@ -1,0 +1,258 @@
+"""The event log as this process reads it: notices with a position are handed
+to the queues in position order, over the contiguous prefix of complete
+positions (`queues.stream.StreamReader`).
+
+A notice above a gap waits while the gap is looked up in the event log: a
+position found there was committed (its event is delivered from the log; its
+own notice, if it comes, is a duplicate); a position still missing once every
+transaction that was running when the gap was seen has ended (the snapshot's
+xmin passed their horizon) was rolled back. A gap that stays open longer than
+`gap_timeout_secs` (a writer stalled between writing and committing) is given
+up on, with a warning: the events behind it are delivered, and the missing
+ones still are if they come, out of order. Notices without a position (an
+ephemeral event from an older producer, `EVENTQ_EVENT_LOG=0`) are delivered
+as they come.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+
+import psycopg
+
+from generation.errors import BadNotice
+from generation.notice import Notice, parse_notice
+from queues.stream import StreamReader
+from server.db import Database, DatabaseUnavailable
+
+log = logging.getLogger("eventq.stream")
+
+# The resolver's first wait between two looks at the log, doubling to the
+# second: a commit usually lands within a millisecond or two.
+FIRST_WAIT_SECS = 0.001
+MAX_WAIT_SECS = 0.05
+# Positions read from the log per query when catching up.
+CATCH_UP_PAGE = 1000
+# How far below the newest logged position a fresh start accepts late events.
+START_WINDOW = 10_000
+
+# A notice, the size of its wire form, and when its producer published it.
+Arrival = tuple[Notice, int, float | None]
+Deliver = Callable[[Notice, int, float | None], object]
+
+
+def notice_from_log(position: int, body: bytes) -> Notice:
+    """A logged notice with its position (`BadNotice` if the row is corrupt)."""
+    return dataclasses.replace(parse_notice(body), position=position)
+
+
+class EventStream:
+    """Orders this process's positioned notices. Every method runs on the loop."""
+
+    def __init__(
+        self,
+        db: Database,
+        deliver: Deliver,
+        *,
+        gap_timeout_secs: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.db = db
+        self._deliver = deliver
+        self.gap_timeout_secs = gap_timeout_secs
+        self.clock = clock
+        self.reader: StreamReader[Arrival] = StreamReader()
+        # Missing position -> the xmax of a snapshot taken after it was missed.
+        self._horizons: dict[int, int] = {}
+        self._resolver: asyncio.Task[None] | None = None
+        self._db_warned = False
+        self._unanchored = False
+
+    @property
+    def position(self) -> int:
+        """Every logged event at or below this has been delivered here."""
+        return self.reader.current
+
+    def stats(self) -> dict[str, int]:
+        reader = self.reader
+        return {
+            "position": reader.current,
+            "held": reader.held,
+            "duplicates": reader.duplicates,
+            "late_arrivals": reader.late_arrivals,
+            "rolled_back": reader.aborted,
+            "given_up": reader.given_up,
+        }
+
+    def offer(self, notice: Notice, size: int, published_at: float | None = None) -> object:
+        """A notice arrived; returns what delivering it returned, or None if it
+        was not delivered now (held above a gap, or a duplicate). An error
+        delivering it propagates; one delivering an event let through behind
+        it is logged."""
+        if notice.position is None:
+            return self._deliver(notice, size, published_at)
+        if self._unanchored:
+            # The log could not be read at start: this position starts the stream.
+            self._unanchored = False
+            self.reader.current = max(self.reader.current, notice.position - 1)
+        released = self.reader.offer(notice.position, (notice, size, published_at), self.clock())
+        own: list[object] = []
+        self._hand_on(released, notice.position, own)
+        if self.reader.held and (self._resolver is None or self._resolver.done()):
+            self._resolver = asyncio.get_running_loop().create_task(self._resolve())
+        if not own:
+            return None
+        if isinstance(own[0], BaseException):
+            raise own[0]
+        return own[0]
+
+    def _hand_on(
+        self, released: list[tuple[int, Arrival]], own: int = 0, result: list[object] | None = None
+    ) -> None:
+        for position, (notice, size, published_at) in released:
+            try:
+                outcome = self._deliver(notice, size, published_at)
+            except Exception as exc:  # one bad event must not stop the ones behind it
+                if position == own and result is not None:
+                    result.append(exc)
+                else:
+                    log.exception("event at position %d could not be delivered", position)
+                continue
+            if position == own and result is not None:
+                result.append(outcome)
+
+    async def stop(self) -> None:
+        if self._resolver is not None:
+            self._resolver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._resolver
+
+    async def _resolve(self) -> None:
+        wait = FIRST_WAIT_SECS
+        reader = self.reader
+        while reader.held:
+            missing = reader.missing()
+            released: list[tuple[int, Arrival]] = []
+            if missing:
+                released = await self._look_up(missing)
+            self._hand_on(released)
+            if released:
+                wait = FIRST_WAIT_SECS
+                continue
+            now = self.clock()
+            since = reader.waiting_since
+            if reader.overflowing or (since is not None and now - since >= self.gap_timeout_secs):
+                gap = reader.missing()
+                skipped, released = reader.give_up(now)
+                for position in skipped:
+                    self._horizons.pop(position, None)
+                log.warning(
+                    "gave up waiting for event log position%s %s after %.1f s (%s); %d events"
+                    " held behind them are delivered now, and the missing ones will be if"
+                    " they come",
+                    "s" if len(skipped) > 1 else "",
+                    _ranges(skipped or gap),
+                    now - (since or now),
+                    "too many events held"
+                    if reader.overflowing
+                    else "a transaction took them and has neither committed nor rolled back",
+                    len(released),
+                )
+                self._hand_on(released)
+                wait = FIRST_WAIT_SECS
+                continue
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, MAX_WAIT_SECS)
+
+    async def _look_up(self, missing: list[int]) -> list[tuple[int, Arrival]]:
+        try:
+            xmin, xmax, rows = await self.db.log_lookup(missing)
+        except (DatabaseUnavailable, psycopg.Error) as exc:
+            if not self._db_warned:
+                log.warning("cannot read the event log to fill a gap (%s); waiting", exc)
+                self._db_warned = True
+            return []
+        self._db_warned = False
+        found: dict[int, Arrival] = {}
+        for position, body in rows.items():
+            try:
+                found[position] = (notice_from_log(position, body), len(body), None)
+            except BadNotice as exc:
+                log.error("event log position %d is unreadable (%s); skipped", position, exc)
+        never = []
+        for position in missing:
+            if position in found:
+                self._horizons.pop(position, None)
+                continue
+            horizon = self._horizons.setdefault(position, xmax)
+            if xmin >= horizon and position not in rows:
+                # Every transaction running when the gap was seen has ended.
+                never.append(position)
+                del self._horizons[position]
+        return self.reader.resolve(found, never, self.clock())
+
+    async def catch_up(
+        self, start: int, before: Callable[[int], None] | None = None
+    ) -> tuple[int, int]:
+        """Deliver every logged event above `start` (the position saved queues
+        were complete up to), in order; `before(p)` runs before the event at
+        `p` is delivered (it brings back the queues saved at lower
+        positions). Holes in the log are accepted late. Returns (events
+        delivered, positions accepted late)."""
+        reader = self.reader
+        reader.current = start
+        delivered = late = 0
+        while True:
+            rows = await self.db.log_after(reader.current, CATCH_UP_PAGE)
+            for position, body in rows:
+                late += len(reader.skip_to(position))
+                if before is not None:
+                    before(position)
+                try:
+                    notice = notice_from_log(position, body)
+                except BadNotice as exc:
+                    log.error("event log position %d is unreadable (%s); skipped", position, exc)
+                    reader.current = position
+                    continue
+                delivered += 1
+                self._hand_on(reader.offer(position, (notice, len(body), None), self.clock()))
+            if len(rows) < CATCH_UP_PAGE:
+                return delivered, late
+
+    async def start_fresh(self) -> int:
+        """With no saved queues: start at the newest logged position, accepting
+        late the holes just below it (transactions still committing).
+        Returns that position. If the log cannot be read, the first
+        positioned notice to arrive starts the stream."""
+        try:
+            _, newest = await self.db.log_bounds()
+        except (DatabaseUnavailable, psycopg.Error) as exc:
+            log.warning("cannot read the event log at start (%s): the first event starts it", exc)
+            self._unanchored = True
+            return 0
+        self.reader.current = max(0, newest - START_WINDOW)
+        await self.catch_up_positions_only(newest)
+        return newest
+
+    async def catch_up_positions_only(self, newest: int) -> None:
+        """Move to `newest` without delivering (no queue can want the events),
+        accepting late the positions not logged yet."""
+        reader = self.reader
+        while reader.current < newest:
+            rows = await self.db.log_after(reader.current, CATCH_UP_PAGE)
+            for position, _ in rows:
+                reader.skip_to(position)
+                reader.current = position
+            if len(rows) < CATCH_UP_PAGE:
+                break
+
+
+def _ranges(positions: list[int]) -> str:
+    if len(positions) <= 5:
+        return ", ".join(map(str, positions))
+    return f"{positions[0]}..{positions[-1]} ({len(positions)})"
