@@ -36,6 +36,36 @@ async def fetch_initial_state(
     return state
 
 
+async def fetch_at_snapshot(
+    conn: Any,
+    ctx: StateContext,
+    want: Want,
+    since: int,
+    late: Sequence[int] = (),
+    *,
+    sections: Sequence[Section] | None = None,
+    between: Between | None = None,
+) -> tuple[State, frozenset[int]]:
+    """The state at one snapshot, with the event log positions it covers:
+    every wanted section read in one REPEATABLE READ transaction on `conn`
+    (an autocommit psycopg AsyncConnection), and, in the same snapshot, the
+    logged positions above `since` (the stream position when the queue was
+    made) or in `late` (given up on, may still arrive) that are visible.
+    Their changes are in the state, so they are neither applied nor
+    delivered again; every other event reaching the queue is not in it,
+    since an event is logged in its change's transaction. Exact by
+    construction, whatever order writers commit in."""
+    async with conn.transaction():
+        await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        state = await fetch_initial_state(conn, ctx, want, sections=sections, between=between)
+        cur = await conn.execute(
+            "SELECT position FROM event_log WHERE position > %s OR position = ANY(%s)",
+            (since, list(late)),
+        )
+        covered = frozenset(int(row[0]) for row in await cur.fetchall())
+    return state, covered
+
+
 def apply_events(
     state: State,
     events: Iterable[Event],

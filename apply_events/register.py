@@ -28,11 +28,14 @@ async def register(
     queue_events: Callable[[str], list[Event]],
     drop_queue: Callable[[str], None],
     post_process: bool = True,
+    newest_id: Callable[[str], int | None] | None = None,
 ) -> State:
     """Run register for one client. If fetching fails, the queue is dropped
     and the error propagates. With `post_process` False the state keeps its
     intermediate structures, so that later events can still be applied (the
-    race tests continue from there)."""
+    race tests continue from there). `newest_id` gives the queue's newest
+    event id when `queue_events` leaves some out (those whose effect the
+    fetched state already has): the client acknowledges them too."""
     want = make_want(fetch_event_types)
     queue_id = allocate_queue()
     ctx = make_context(queue_id)
@@ -46,5 +49,8 @@ async def register(
     if post_process:
         post_process_state(state, want, ctx)
     state["queue_id"] = queue_id
-    state["last_event_id"] = events[-1]["id"] if events else -1
+    newest = newest_id(queue_id) if newest_id is not None else None
+    if newest is None:
+        newest = events[-1]["id"] if events else -1
+    state["last_event_id"] = newest
     return state

@@ -9,13 +9,14 @@ import logging
 import time
 from typing import Any
 
-from apply_events.engine import fetch_initial_state
+from apply_events.engine import fetch_at_snapshot
 from apply_events.fetch.realm import RealmGone
 from apply_events.register import register
 from apply_events.state import Event, State, StateContext, Want
 from queues.errors import BadQueueId
 from server.errors import ApiError
 from server.handlers.base import BaseHandler
+from server.observe import Origin
 from server.options import include_subscribers, register_options
 from server.version import ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION
 
@@ -24,6 +25,10 @@ log = logging.getLogger("eventq.register")
 # Parameters register validates that do not change anything yet; they are not
 # reported back as ignored.
 _KNOWN_WITHOUT_EFFECT = ("presence_history_limit_days",)
+
+
+def _covered(origin: object, covered: frozenset[int]) -> bool:
+    return isinstance(origin, Origin) and origin.position in covered
 
 
 class RegisterHandler(BaseHandler):
@@ -48,7 +53,14 @@ class RegisterHandler(BaseHandler):
         params.integer("presence_history_limit_days", minimum=0, maximum=100_000)
         ignored = [name for name in params.unread() if name not in _KNOWN_WITHOUT_EFFECT]
 
+        # The stream position when the queue was made, the log positions whose
+        # changes the fetched state has, and the position it is complete to.
+        since = [0]
+        covered: list[frozenset[int]] = [frozenset()]
+        complete = [0]
+
         def allocate() -> str:
+            since[0] = server.stream.position
             return registry.allocate(user.user_id, user.realm_id, options, server.clock()).queue_id
 
         def make_context(queue_id: str) -> StateContext:
@@ -67,13 +79,23 @@ class RegisterHandler(BaseHandler):
 
         async def fetch(ctx: StateContext, want: Want) -> State:
             async with server.db.connection() as conn:
-                return await fetch_initial_state(conn, ctx, want)
+                state, covered[0] = await fetch_at_snapshot(
+                    conn, ctx, want, since[0], server.stream.reader.late()
+                )
+            return state
 
         def queue_events(queue_id: str) -> list[Event]:
             # Raises BadQueueId if the queue ended meanwhile (deleted or
             # overflowed): the client registers again.
             client = registry.get(queue_id, user.user_id)
-            return [payload.client_event(i) for i, payload in client.event_queue.contents()]
+            # From now on the queue takes no event whose change the state has.
+            client.covered = covered[0]
+            complete[0] = server.stream.position
+            return [
+                payload.client_event(i)
+                for i, payload in client.event_queue.contents()
+                if not _covered(payload.origin, covered[0])
+            ]
 
         def drop(queue_id: str) -> None:
             with contextlib.suppress(BadQueueId):  # already gone
@@ -87,12 +109,18 @@ class RegisterHandler(BaseHandler):
                 fetch_state=fetch,
                 queue_events=queue_events,
                 drop_queue=drop,
+                newest_id=lambda queue_id: registry.get(
+                    queue_id, user.user_id
+                ).event_queue.last_id(),
             )
         except RealmGone:
             raise ApiError(
                 "This organization has been deactivated", "REALM_DEACTIVATED", 401
             ) from None
         body: dict[str, Any] = {
+            # Every logged event at or below it is in this state (or not for
+            # this client); an addition to Zulip's answer.
+            "stream_position": complete[0],
             "zulip_version": ZULIP_VERSION,
             "zulip_feature_level": ZULIP_FEATURE_LEVEL,
             "zulip_merge_base": ZULIP_MERGE_BASE,

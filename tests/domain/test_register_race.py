@@ -4,6 +4,15 @@ each section's fetch, before the queue's events are taken, and after register
 returns). After each register, its state plus every event its queue received
 up to a quiet point must equal a fresh fetch.
 
+Events reach the registry as the server's would from several writers: late
+(held back a random while, so one committed before the state's snapshot may
+arrive after the queue was made, or after register returned), reordered
+(released in a random order, put back in position order by a StreamReader),
+and duplicated (a copy redelivered). Register is exact by position: an event
+whose change the snapshot has is neither replayed nor delivered, and no
+event is applied twice, which the test checks by position, not by the
+appliers being idempotent.
+
 EVENTQ_RACE_ITERATIONS (default 1000) and EVENTQ_RACE_SEED choose the run.
 """
 
@@ -18,7 +27,12 @@ from typing import Any
 
 import psycopg
 
-from apply_events.engine import apply_events, fetch_initial_state, post_process_state
+from apply_events.engine import (
+    apply_events,
+    fetch_at_snapshot,
+    fetch_initial_state,
+    post_process_state,
+)
 from apply_events.register import register
 from apply_events.state import StateContext, make_want
 from generation.actions.base import ActionContext
@@ -26,6 +40,7 @@ from generation.events.users import deactivated_user_id
 from generation.notice import Notice
 from queues.client import QueueOptions
 from queues.registry import QueueRegistry
+from queues.stream import StreamReader
 from tests.domain.harness import MODERN, Domain, diff, encode
 from tests.domain.race_actions import ACTIONS
 
@@ -71,6 +86,7 @@ async def _one_register(
     actions: ActionContext,
     fetch_conn: Any,
     registry: QueueRegistry,
+    wire: Wire,
 ) -> list[str]:
     """One register with interleaved actions; the differences found (none
     when correct). `actions` delivers its events into `registry`."""
@@ -100,24 +116,39 @@ async def _one_register(
     )
     client_box: list[Any] = []
 
+    since: list[int] = []
+    covered: list[frozenset[int]] = []
+    in_snapshot: list[frozenset[int]] = []
+
     def allocate() -> str:
+        since.append(wire.reader.current)
         client = registry.allocate(base.user_id, domain.realm_id, options, 0.0)
         client_box.append(client)
         return client.queue_id
 
     async def between(_section: str) -> None:
         await _run_actions(actions, domain, rng, rng.randint(0, 2))
+        wire.release_some()
 
     async def fetch(ctx: StateContext, want_: Callable[[str], bool]) -> dict[str, Any]:
         await between("before")
-        state = await fetch_initial_state(fetch_conn, ctx, want_, between=between)
+        # What the snapshot must have, known independently of the log: every
+        # event committed by now (actions run only between the test's steps).
+        in_snapshot.append(frozenset(p for p in wire.committed if p > since[0]))
+        state, seen = await fetch_at_snapshot(
+            fetch_conn, ctx, want_, since[0], wire.reader.late(), between=between
+        )
+        covered.append(seen)
         await between("after")
         return state
 
     replay: list[Any] = []
 
     def queue_events(queue_id: str) -> list[dict[str, Any]]:
-        replay.extend(client_box[0].event_queue.contents())
+        client_box[0].covered = covered[0]
+        replay.extend(
+            (i, p) for i, p in client_box[0].event_queue.contents() if p.origin not in covered[0]
+        )
         return [p.client_event(i) for i, p in replay]
 
     state = await register(
@@ -128,14 +159,23 @@ async def _one_register(
         queue_events=queue_events,
         drop_queue=lambda queue_id: None,
         post_process=False,
+        newest_id=lambda queue_id: client_box[0].event_queue.last_id(),
     )
     ctx = dataclasses.replace(base, queue_id=client_box[0].queue_id)
     # More changes after register, then a quiet point: the client's first
     # polls acknowledge the replayed events and get the rest.
     await _run_actions(actions, domain, rng, rng.randint(0, 3))
+    wire.release_all()
     queue = client_box[0].event_queue
     queue.prune(state["last_event_id"])
-    later = [p.client_event(i) for i, p in queue.contents()]
+    after = queue.contents()
+    later = [p.client_event(i) for i, p in after]
+    # Exact by position: nothing the snapshot has, nothing twice.
+    applied = [p.origin for _, p in replay] + [p.origin for _, p in after]
+    twice = sorted({pos for pos in applied if applied.count(pos) > 1})
+    again = sorted(set(applied) & in_snapshot[0])
+    if twice or again:
+        return [f"applied twice: {twice}; applied though in the snapshot: {again}"]
     apply_events(state, later, want, ctx)
     post_process_state(state, want, ctx)
     fresh = await fetch_initial_state(fetch_conn, ctx, want)
@@ -153,26 +193,66 @@ async def _one_register(
     return differences
 
 
+class Wire:
+    """Between the writers and the registry: holds notices back, releases them
+    in random order and sometimes twice; a StreamReader puts them in order."""
+
+    def __init__(self, registry: QueueRegistry, rng: random.Random, start: int):
+        self.registry = registry
+        self.rng = rng
+        self.reader: StreamReader[Notice] = StreamReader(start)
+        self.pending: list[Notice] = []
+        self.committed: list[int] = []
+
+    async def sink(self, notice: Notice) -> None:
+        assert notice.position is not None, "every action's event is logged"
+        self.committed.append(notice.position)
+        self.pending.append(notice)
+        if self.rng.random() < 0.2:
+            self.pending.append(notice)  # redelivered
+
+    def release_some(self) -> None:
+        self.rng.shuffle(self.pending)
+        count = self.rng.randint(0, len(self.pending))
+        released, self.pending = self.pending[:count], self.pending[count:]
+        for notice in released:
+            self._offer(notice)
+
+    def release_all(self) -> None:
+        self.rng.shuffle(self.pending)
+        released, self.pending = self.pending, []
+        for notice in released:
+            self._offer(notice)
+        assert not self.reader.held, self.reader
+
+    def _offer(self, notice: Notice) -> None:
+        assert notice.position is not None
+        for position, ready in self.reader.offer(notice.position, notice, 0.0):
+            # As the server does: a deactivated user's queues end.
+            self.registry.deliver(
+                ready.event, ready.users, ready.realm_id, 0.0, origin=position, position=position
+            )
+            deactivated = deactivated_user_id(ready.event)
+            if deactivated is not None:
+                self.registry.end_user(deactivated, "deactivated", 0.0)
+
+
 def test_register_state_plus_events_equals_a_fresh_fetch(domain):
     rng = random.Random(SEED)
 
     async def go() -> None:
         registry = QueueRegistry(encode)
-
-        async def sink(notice: Notice) -> None:
-            # As the server does: a deactivated user's queues end.
-            registry.deliver(notice.event, notice.users, notice.realm_id, 0.0)
-            deactivated = deactivated_user_id(notice.event)
-            if deactivated is not None:
-                registry.end_user(deactivated, "deactivated", 0.0)
-
         async with (
             await psycopg.AsyncConnection.connect(domain.database_url, autocommit=True) as conn,
             await psycopg.AsyncConnection.connect(domain.database_url, autocommit=True) as fetch,
         ):
-            actions = ActionContext(conn, sink)
+            cur = await conn.execute("SELECT coalesce(max(position), 0) FROM event_log")
+            row = await cur.fetchone()
+            assert row is not None
+            wire = Wire(registry, rng, int(row[0]))
+            actions = ActionContext(conn, wire.sink)
             for iteration in range(ITERATIONS):
-                differences = await _one_register(domain, rng, actions, fetch, registry)
+                differences = await _one_register(domain, rng, actions, fetch, registry, wire)
                 assert not differences, (
                     f"iteration {iteration} (EVENTQ_RACE_SEED={SEED}):\n"
                     + "\n".join(differences[:30])
