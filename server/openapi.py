@@ -66,6 +66,9 @@ class _RegisterBase(TypedDict):
     msg: str
     queue_id: str
     last_event_id: int
+    # eventq's addition (Zulip clients ignore it): every logged event at or
+    # below this event log position is in the returned state.
+    stream_position: int
     zulip_version: str
     zulip_feature_level: int
     zulip_merge_base: str

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -228,3 +229,25 @@ def test_logsynth_quick_writes_the_records_asked_in_the_servers_schema():
     for kind, weight in figures["kind_weight"].items():
         assert abs(figures["kind_share"][kind] - weight) < 0.01, kind
     assert_positive(figures, "bytes", "bytes_per_record", "records_per_sec")
+
+
+def test_positions_quick_prints_both_costs_and_drops_its_database(database_url):
+    before = _bench_databases(database_url)
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.benchmarks.positions", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=RUN_LIMIT_SECS,
+        check=True,
+    )
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("transactions: 200 ")
+    assert any(line.strip().startswith("without the log: p50") for line in lines)
+    assert any(line.strip().startswith("added by send_event_on_commit: p50") for line in lines)
+    assert _bench_databases(database_url) == before
+
+
+def _bench_databases(database_url: str) -> set[str]:
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'eventq_bench_%'")
+        return {row[0] for row in rows.fetchall()}
