@@ -19,6 +19,7 @@ goes out after the commit, never on rollback.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import urllib.error
 import urllib.parse
@@ -37,6 +38,8 @@ from generation.errors import BadNotice
 from generation.notice import Notice, encode_notice, make_notice
 from generation.publisher import PublishError
 from generation.sharding import ShardingError, reach_of
+
+_log = logging.getLogger("eventq.send")
 
 __all__ = [
     "BadNotice",
@@ -142,6 +145,14 @@ def send_event(
         position = _log_alone(resolved.database_url, notice, body)
         notice = dataclasses.replace(notice, position=position)
         body = eventlog.with_position(body, position)
+        try:
+            publish_notice(notice, body, resolved, notice_id)
+        except PublishError as exc:
+            # Logged, so delivered: the server reads it from the log when the
+            # next notice shows the gap. Raising would make the caller send
+            # it again, as a second event.
+            _log.warning("event at position %d logged but not published (%s)", position, exc)
+        return
     publish_notice(notice, body, resolved, notice_id)
 
 

@@ -136,6 +136,8 @@ class EventServer:
         )
         self._checkpoint: PeriodicCallback | None = None
         self._checkpointing = False
+        # Restored queues that got the restart event.
+        self._restarted = 0
         self.consumer: NoticeConsumer | None = None
         if settings.amqp_url:
             self.consumer = NoticeConsumer(
@@ -292,7 +294,7 @@ class EventServer:
                 data = await loop.run_in_executor(None, persistence.load, candidate)
             except persistence.CorruptSnapshot as exc:
                 kept = await loop.run_in_executor(None, persistence.quarantine, candidate)
-                log.error("%s; not used (the file is kept as %s)", exc, kept)
+                log.error("%s; starting with no queues from it (the file is kept as %s)", exc, kept)
                 continue
             if data is not None:
                 path = candidate
@@ -340,7 +342,7 @@ class EventServer:
             last = persistence.last_file(state_dir, shard)
             await loop.run_in_executor(None, path.replace, last)
             path = last
-        restarted = self.registry.push_to_accepting(self.restart_event(), self.clock())
+        restarted, self._restarted = self._restarted, 0
         log.info(
             "restored %d queues (kept as %s); restart event sent to %d",
             len(clients),
@@ -367,6 +369,7 @@ class EventServer:
             for raw in raw_queues
         ):
             old = self.registry.restore(data, now)
+            self._restarted = self.registry.push_to_accepting(self.restart_event(), now)
             await self._start_stream()
             return old
         # Tombstones (and the version check) first, queues in position order.
@@ -396,6 +399,10 @@ class EventServer:
         self.stream.reader.allow_late(
             p for p in data.get("late_positions", []) if isinstance(p, int)
         )
+        # Queues saved at the lowest position (all of them after a graceful
+        # stop) come back now and get the restart event before what they missed.
+        bring_back(start + 1)
+        self._restarted = self.registry.push_to_accepting(self.restart_event(), self.clock())
         started = time.monotonic()
         try:
             delivered, late = await self.stream.catch_up(start, bring_back)
