@@ -52,6 +52,8 @@ from server.version import ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION
 
 log = logging.getLogger("eventq.server")
 
+# How often the event log's tail is read for events whose notice never came.
+TAIL_SECS = 1.0
 # How long start() waits for the consumer before accepting clients anyway.
 CONSUMER_START_WAIT_SECS = 5.0
 
@@ -136,8 +138,7 @@ class EventServer:
         )
         self._checkpoint: PeriodicCallback | None = None
         self._checkpointing = False
-        # Restored queues that got the restart event.
-        self._restarted = 0
+        self._tail: PeriodicCallback | None = None
         self.consumer: NoticeConsumer | None = None
         if settings.amqp_url:
             self.consumer = NoticeConsumer(
@@ -200,6 +201,8 @@ class EventServer:
             )
         self._gc = PeriodicCallback(self.collect_garbage, self.settings.gc_interval_secs * 1000)
         self._gc.start()
+        self._tail = PeriodicCallback(self._read_tail_soon, TAIL_SECS * 1000)
+        self._tail.start()
         if self.settings.checkpoint_secs > 0:
             self._checkpoint = PeriodicCallback(
                 self._checkpoint_soon, self.settings.checkpoint_secs * 1000
@@ -239,8 +242,9 @@ class EventServer:
         log.info("shutting down: answering %d parked requests", self.registry.parked)
         if self._gc is not None:
             self._gc.stop()
-        if self._checkpoint is not None:
-            self._checkpoint.stop()
+        for timer in (self._checkpoint, self._tail):
+            if timer is not None:
+                timer.stop()
         now = self.clock()
         # A heartbeat is an answer every client already handles; the queues
         # keep it, so the ids stay consistent across the restart.
@@ -313,7 +317,7 @@ class EventServer:
                 path,
             )
         try:
-            clients, errors = await self._load_saved(data)
+            clients, errors, restarted = await self._load_saved(data)
         except ValueError as exc:
             kept = await loop.run_in_executor(None, persistence.quarantine, path)
             log.error(
@@ -342,7 +346,6 @@ class EventServer:
             last = persistence.last_file(state_dir, shard)
             await loop.run_in_executor(None, path.replace, last)
             path = last
-        restarted, self._restarted = self._restarted, 0
         log.info(
             "restored %d queues (kept as %s); restart event sent to %d",
             len(clients),
@@ -354,11 +357,15 @@ class EventServer:
         position = await self.stream.start_fresh()
         log.info("event log: starting at position %d", position)
 
-    async def _load_saved(self, data: dict[str, Any]) -> tuple[list[ClientDescriptor], list[str]]:
+    async def _load_saved(
+        self, data: dict[str, Any]
+    ) -> tuple[list[ClientDescriptor], list[str], int]:
         """Restore saved queues and deliver the logged events each missed:
         a queue saved at position P gets every logged event above P, in
         order, the others arriving as they come. A file without positions
-        (an older version) is restored as it is."""
+        (an older version) is restored as it is. Returns the queues, one
+        message per queue that could not be restored, and how many got the
+        restart event."""
         now = self.clock()
         raw_queues = data.get("queues")
         if not isinstance(raw_queues, list):
@@ -368,10 +375,10 @@ class EventServer:
             isinstance(raw, dict) and isinstance(raw.get("stream_position"), int)
             for raw in raw_queues
         ):
-            old = self.registry.restore(data, now)
-            self._restarted = self.registry.push_to_accepting(self.restart_event(), now)
+            restored, refused = self.registry.restore(data, now)
+            restarted = self.registry.push_to_accepting(self.restart_event(), now)
             await self._start_stream()
-            return old
+            return restored, refused, restarted
         # Tombstones (and the version check) first, queues in position order.
         _, errors = self.registry.restore({**data, "queues": []}, now)
         saved: list[tuple[int, int, object]] = []
@@ -402,7 +409,7 @@ class EventServer:
         # Queues saved at the lowest position (all of them after a graceful
         # stop) come back now and get the restart event before what they missed.
         bring_back(start + 1)
-        self._restarted = self.registry.push_to_accepting(self.restart_event(), self.clock())
+        restarted = self.registry.push_to_accepting(self.restart_event(), self.clock())
         started = time.monotonic()
         try:
             delivered, late = await self.stream.catch_up(start, bring_back)
@@ -423,7 +430,7 @@ class EventServer:
             self.stream.position,
             late,
         )
-        return clients, errors
+        return clients, errors, restarted
 
     def _snapshot_extras(self) -> dict[str, Any]:
         extras: dict[str, Any] = {
@@ -452,6 +459,10 @@ class EventServer:
             size,
             (time.monotonic() - started) * 1000,
         )
+
+    def _read_tail_soon(self) -> None:
+        if not self.stopping:
+            asyncio.get_running_loop().create_task(self.stream.read_tail())
 
     def _checkpoint_soon(self) -> None:
         if not self._checkpointing and not self.stopping:
@@ -642,12 +653,10 @@ class EventServer:
                 raise BadNotice(
                     f"the event is {size} bytes, more than a queue holds ({limit} bytes)"
                 )
-        report = self.stream.offer(notice, encoded_size, published_at)
+        report = self.stream.offer(notice, published_at)
         return report if isinstance(report, DeliveryReport) else DeliveryReport()
 
-    def _deliver_now(
-        self, notice: Notice, _encoded_size: int, published_at: float | None
-    ) -> DeliveryReport:
+    def _deliver_now(self, notice: Notice, published_at: float | None) -> DeliveryReport:
         now = self.clock()
         wall = time.time()
         report = self.registry.deliver(

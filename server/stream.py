@@ -11,7 +11,9 @@ xmin passed their horizon) was rolled back. A gap that stays open longer than
 up on, with a warning: the events behind it are delivered, and the missing
 ones still are if they come, out of order. Notices without a position (an
 ephemeral event from an older producer, `EVENTQ_EVENT_LOG=0`) are delivered
-as they come.
+as they come. The log's tail is also read every second (`read_tail`), so an
+event whose notice never came (the broker was down when it was sent) is
+delivered all the same.
 """
 
 from __future__ import annotations
@@ -41,9 +43,9 @@ CATCH_UP_PAGE = 1000
 # How far below the newest logged position a fresh start accepts late events.
 START_WINDOW = 10_000
 
-# A notice, the size of its wire form, and when its producer published it.
-Arrival = tuple[Notice, int, float | None]
-Deliver = Callable[[Notice, int, float | None], object]
+# A notice and when its producer published it.
+Arrival = tuple[Notice, float | None]
+Deliver = Callable[[Notice, float | None], object]
 
 
 def notice_from_log(position: int, body: bytes) -> Notice:
@@ -89,22 +91,21 @@ class EventStream:
             "given_up": reader.given_up,
         }
 
-    def offer(self, notice: Notice, size: int, published_at: float | None = None) -> object:
+    def offer(self, notice: Notice, published_at: float | None = None) -> object:
         """A notice arrived; returns what delivering it returned, or None if it
         was not delivered now (held above a gap, or a duplicate). An error
         delivering it propagates; one delivering an event let through behind
         it is logged."""
         if notice.position is None:
-            return self._deliver(notice, size, published_at)
+            return self._deliver(notice, published_at)
         if self._unanchored:
             # The log could not be read at start: this position starts the stream.
             self._unanchored = False
             self.reader.current = max(self.reader.current, notice.position - 1)
-        released = self.reader.offer(notice.position, (notice, size, published_at), self.clock())
+        released = self.reader.offer(notice.position, (notice, published_at), self.clock())
         own: list[object] = []
         self._hand_on(released, notice.position, own)
-        if self.reader.held and (self._resolver is None or self._resolver.done()):
-            self._resolver = asyncio.get_running_loop().create_task(self._resolve())
+        self._resolve_soon()
         if not own:
             return None
         if isinstance(own[0], BaseException):
@@ -114,9 +115,9 @@ class EventStream:
     def _hand_on(
         self, released: list[tuple[int, Arrival]], own: int = 0, result: list[object] | None = None
     ) -> None:
-        for position, (notice, size, published_at) in released:
+        for position, (notice, published_at) in released:
             try:
-                outcome = self._deliver(notice, size, published_at)
+                outcome = self._deliver(notice, published_at)
             except Exception as exc:  # one bad event must not stop the ones behind it
                 if position == own and result is not None:
                     result.append(exc)
@@ -125,6 +126,31 @@ class EventStream:
                 continue
             if position == own and result is not None:
                 result.append(outcome)
+
+    def _resolve_soon(self) -> None:
+        if self.reader.held and (self._resolver is None or self._resolver.done()):
+            self._resolver = asyncio.get_running_loop().create_task(self._resolve())
+
+    async def read_tail(self) -> int:
+        """Offer the logged events above the stream position, as if their
+        notices had come: an event whose notice was never published (the
+        broker was down when it was sent) or was lost still arrives. Left to
+        the gap resolver while events are held. Returns how many were new."""
+        if self.reader.held or self._unanchored:
+            return 0
+        try:
+            rows = await self.db.log_after(self.reader.current, CATCH_UP_PAGE)
+        except (DatabaseUnavailable, psycopg.Error):
+            return 0  # the resolver and the next read say so when it matters
+        before = self.reader.current
+        for position, body in rows:
+            try:
+                notice = notice_from_log(position, body)
+            except BadNotice:
+                continue  # found again, and logged, by the gap resolver
+            self._hand_on(self.reader.offer(position, (notice, None), self.clock()))
+        self._resolve_soon()
+        return self.reader.current - before
 
     async def stop(self) -> None:
         if self._resolver is not None:
@@ -181,7 +207,7 @@ class EventStream:
         found: dict[int, Arrival] = {}
         for position, body in rows.items():
             try:
-                found[position] = (notice_from_log(position, body), len(body), None)
+                found[position] = (notice_from_log(position, body), None)
             except BadNotice as exc:
                 log.error("event log position %d is unreadable (%s); skipped", position, exc)
         never = []
@@ -220,7 +246,7 @@ class EventStream:
                     reader.current = position
                     continue
                 delivered += 1
-                self._hand_on(reader.offer(position, (notice, len(body), None), self.clock()))
+                self._hand_on(reader.offer(position, (notice, None), self.clock()))
             if len(rows) < CATCH_UP_PAGE:
                 return delivered, late
 

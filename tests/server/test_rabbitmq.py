@@ -399,3 +399,15 @@ def test_a_producer_without_a_secret_is_told_how_to_get_one(tmp_path):
     with pytest.raises(PublishError, match="no shared secret: set EVENTQ_SHARED_SECRET"):
         send_event(1, {"type": "x"}, [1], config=config)
     assert not (tmp_path / "nothing-here").exists()
+
+
+def test_an_event_logged_while_the_broker_is_unreachable_still_arrives(api, server):
+    # The event is in the event log; its notice cannot be published. The
+    # server reads the log's tail and delivers it all the same, once.
+    reader = api()
+    queue_id = reader.register()["queue_id"]
+    config = server.producer(amqp_url="amqp://guest:guest@127.0.0.1:1/%2F")
+    send_event(reader.user.realm_id, {"type": "logged_only"}, [reader.user.user_id], config=config)
+    [event] = _collect(reader, queue_id, 1)
+    assert event["type"] == "logged_only"
+    close_for_thread()
