@@ -29,6 +29,12 @@ _ONE = (
     "INSERT INTO event_log (position, realm_id, event_type, notice)"
     " VALUES (nextval('event_log_position'), %s, %s, %s) RETURNING position"
 )
+_ONE_WITH_ID = (
+    "INSERT INTO event_log (position, realm_id, event_type, notice, notice_id)"
+    " VALUES (nextval('event_log_position'), %s, %s, %s, %s)"
+    " ON CONFLICT (notice_id) WHERE notice_id IS NOT NULL DO NOTHING RETURNING position"
+)
+_BY_ID = "SELECT position FROM event_log WHERE notice_id = %s"
 _RESERVE = "SELECT nextval('event_log_position') FROM generate_series(1, %s)"
 _MANY = (
     "INSERT INTO event_log (position, realm_id, event_type, notice)"
@@ -53,6 +59,19 @@ def _columns(entries: Sequence[Entry], positions: list[int]) -> tuple[list[Any],
         [notice.event["type"] for notice, _ in entries],
         [body for _, body in entries],
     )
+
+
+def write_once(conn: psycopg.Connection[Any], entry: Entry, notice_id: str) -> int:
+    """Write one event known by `notice_id`, unless a row with that id is
+    already there (an earlier try of the same send); its position either way."""
+    notice, body = entry
+    row = conn.execute(
+        _ONE_WITH_ID, (notice.realm_id, notice.event["type"], body, notice_id)
+    ).fetchone()
+    if row is None:
+        row = conn.execute(_BY_ID, (notice_id,)).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def write(conn: psycopg.Connection[Any], entries: Sequence[Entry]) -> list[int]:

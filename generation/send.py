@@ -19,7 +19,6 @@ goes out after the commit, never on rollback.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import threading
 import urllib.error
 import urllib.parse
@@ -38,8 +37,6 @@ from generation.errors import BadNotice
 from generation.notice import Notice, encode_notice, make_notice
 from generation.publisher import PublishError
 from generation.sharding import ShardingError, reach_of
-
-_log = logging.getLogger("eventq.send")
 
 __all__ = [
     "BadNotice",
@@ -142,17 +139,9 @@ def send_event(
     notice, body = prepare_notice(realm_id, event, users)
     resolved = config or ProducerConfig.from_env()
     if resolved.event_log:
-        position = _log_alone(resolved.database_url, notice, body)
+        position = _log_alone(resolved.database_url, notice, body, notice_id)
         notice = dataclasses.replace(notice, position=position)
         body = eventlog.with_position(body, position)
-        try:
-            publish_notice(notice, body, resolved, notice_id)
-        except PublishError as exc:
-            # Logged, so delivered: the server reads it from the log when the
-            # next notice shows the gap. Raising would make the caller send
-            # it again, as a second event.
-            _log.warning("event at position %d logged but not published (%s)", position, exc)
-        return
     publish_notice(notice, body, resolved, notice_id)
 
 
@@ -169,9 +158,10 @@ def close_for_thread() -> None:
         conn.close()
 
 
-def _log_alone(database_url: str, notice: Notice, body: bytes) -> int:
+def _log_alone(database_url: str, notice: Notice, body: bytes, notice_id: str | None) -> int:
     """Write one event to the log in a transaction of its own, on this
-    thread's connection (opened once, reopened once after a failure)."""
+    thread's connection (opened once, reopened once after a failure). With a
+    `notice_id`, a retry finds its first try's row."""
     for attempt in (1, 2):
         conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
         try:
@@ -185,6 +175,8 @@ def _log_alone(database_url: str, notice: Notice, body: bytes) -> int:
                     connect_timeout=10,
                 )
                 _local.conn, _local.url = conn, database_url
+            if notice_id is not None:
+                return eventlog.write_once(conn, (notice, body), notice_id)
             return eventlog.write(conn, [(notice, body)])[0]
         except psycopg.Error as exc:
             if conn is not None:

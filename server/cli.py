@@ -31,8 +31,8 @@ from generation.actions import users as user_actions
 from generation.actions.base import ActionContext, ActionError, EventSink
 from generation.config import ProducerConfig, SecretInvalid
 from generation.errors import BadNotice
-from generation.notice import Notice
-from generation.send import PublishError, send_event
+from generation.notice import Notice, encode_notice
+from generation.send import PublishError, publish_notice, send_event
 from server.config import ConfigError, Settings
 from server.migrate import MigrationError, migrate
 
@@ -155,17 +155,22 @@ def cmd_realm_active(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _publishing_sink(config: ProducerConfig) -> EventSink:
-    """Where the command line's actions send their events: `send_event`,
-    through RabbitMQ (or the server without a broker). The change is already
-    committed when a notice goes out, so a delivery failure is a warning:
-    connected clients miss the event and catch up when they next register."""
+    """Where the command line's actions send their events, already logged
+    with their positions in the action's transaction: through RabbitMQ (or
+    the server without a broker). The change is committed when a notice goes
+    out, so a delivery failure is a warning: the server reads the event from
+    the log's tail all the same."""
 
     async def sink(notice: Notice) -> None:
-        assert notice.realm_id is not None  # actions always name the realm
         try:
-            send_event(notice.realm_id, notice.event, notice.users, config=config)
+            publish_notice(notice, encode_notice(notice), config)
         except PublishError as exc:
-            log.warning("connected clients were not told (%s event): %s", notice.event["type"], exc)
+            log.warning(
+                "connected clients were not told (%s event): %s; the server reads it from"
+                " the event log",
+                notice.event["type"],
+                exc,
+            )
 
     return sink
 

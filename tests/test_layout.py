@@ -35,6 +35,7 @@ ONLY_IN = {
     ("generation", "psycopg"): {
         "generation/accounts.py",
         "generation/actions/",
+        "generation/eventlog.py",
         "generation/send.py",
     },
     ("apply_events", "psycopg"): {"apply_events/fetch/"},

@@ -401,13 +401,34 @@ def test_a_producer_without_a_secret_is_told_how_to_get_one(tmp_path):
     assert not (tmp_path / "nothing-here").exists()
 
 
-def test_an_event_logged_while_the_broker_is_unreachable_still_arrives(api, server):
-    # The event is in the event log; its notice cannot be published. The
-    # server reads the log's tail and delivers it all the same, once.
+def test_an_event_logged_while_the_broker_is_unreachable_still_arrives_once(api, server):
+    # The event is in the event log; its notice cannot be published, and the
+    # producer is told. A retry with the same notice id finds the logged row
+    # instead of logging the event again; the server reads the log's tail and
+    # delivers it, once.
     reader = api()
     queue_id = reader.register()["queue_id"]
     config = server.producer(amqp_url="amqp://guest:guest@127.0.0.1:1/%2F")
-    send_event(reader.user.realm_id, {"type": "logged_only"}, [reader.user.user_id], config=config)
-    [event] = _collect(reader, queue_id, 1)
-    assert event["type"] == "logged_only"
+    for _ in range(2):
+        with pytest.raises(PublishError, match="RabbitMQ did not take the notice"):
+            send_event(
+                reader.user.realm_id,
+                {"type": "logged_only"},
+                [reader.user.user_id],
+                config=config,
+                notice_id="logged-only-1",
+            )
+    # Read from the log's tail: no other notice shows the gap.
+    [logged] = _collect(reader, queue_id, 1)
+    assert logged["type"] == "logged_only"
+    # Once: a second log row from the retry would come before an event sent
+    # afterwards.
+    send_event(
+        reader.user.realm_id, {"type": "after"}, [reader.user.user_id], config=server.producer()
+    )
+    later = wait_for(
+        lambda: [e for e in reader.events(queue_id, logged["id"]) if e["type"] != "heartbeat"],
+        what="the next event",
+    )
+    assert [e["type"] for e in later] == ["after"]
     close_for_thread()
