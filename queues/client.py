@@ -34,7 +34,7 @@ CAPABILITIES = frozenset(
 _LEGACY_SETTINGS_EVENTS = frozenset({"update_display_settings", "update_global_notifications"})
 
 # Why a parked request is being answered.
-WakeReason = Literal["events", "displaced", "deleted", "overflow"]
+WakeReason = Literal["events", "heartbeat", "displaced", "deleted", "overflow"]
 
 
 class Waiter(Protocol):

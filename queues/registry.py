@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from queues.client import ClientDescriptor, QueueOptions, Waiter
 from queues.errors import BadQueueId, TooManyQueues
-from queues.event_queue import EventQueue
+from queues.event_queue import EventQueue, Item
 from queues.payload import Encoder, Event, Payload
 from queues.specialize import NoticePayloads, is_public_channel_message
 
@@ -385,12 +385,64 @@ class QueueRegistry:
         report.overflowed = self._end_overflowed(overflowed, now)
         return report
 
-    def push_heartbeat(self, client: ClientDescriptor, now: float) -> None:
-        """Push a heartbeat (bypassing `event_types`) and wake the request."""
-        if client.queue_id in self._clients:
-            overflowed: list[ClientDescriptor] = []
-            self._push(client, self._heartbeat, now, overflowed)
-            self._end_overflowed(overflowed, now)
+    def deliver_to(
+        self,
+        client: ClientDescriptor,
+        event: Event,
+        users: Sequence[NoticeUser],
+        realm_id: int | None,
+        now: float,
+        origin: object = None,
+    ) -> bool:
+        """Put `event` into `client`'s queue alone, exactly as `deliver` would
+        have put it there (a queue resumed from the event log is filled with
+        what it missed). Returns whether the queue took it; a queue pushed
+        over a bound is ended."""
+        if client.queue_id not in self._clients:
+            return False
+        if realm_id is not None and client.realm_id != realm_id:
+            return False
+        data: Mapping[str, Any] | None = None
+        for user in users:
+            if isinstance(user, int):
+                if user == client.user_id:
+                    break
+            elif user["id"] == client.user_id:
+                data = user
+                break
+        else:
+            # Not a recipient: only a public channel message reaches it.
+            if not (
+                client.options.all_public_streams
+                and realm_id is not None
+                and is_public_channel_message(event)
+            ):
+                return False
+        if not client.accepts(event["type"], event):
+            return False
+        payload = NoticePayloads(event, self.encode, origin).for_client(client, data)
+        if payload is None:
+            return False
+        overflowed: list[ClientDescriptor] = []
+        self._push(client, payload, now, overflowed)
+        self._end_overflowed(overflowed, now)
+        return True
+
+    def wake_for_heartbeat(self, client: ClientDescriptor, now: float) -> None:
+        """Answer the parked request with a heartbeat. A heartbeat takes no id
+        of its own (`heartbeat_items`): ids count only the queue's events, so
+        a queue rebuilt from the event log after a crash numbers them as
+        before."""
+        waiter = client.waiter
+        if waiter is not None and client.queue_id in self._clients:
+            self._detach(client, now)
+            waiter.wake("heartbeat")
+
+    def heartbeat_items(self, client: ClientDescriptor) -> list[Item]:
+        """What a request woken for a heartbeat gets when no event came
+        meanwhile: one heartbeat carrying the newest acknowledged id (which
+        acknowledging again changes nothing)."""
+        return [(client.event_queue.newest_pruned_id, self._heartbeat)]
 
     def push_to_accepting(self, event: Event, now: float) -> int:
         """Push `event` to every queue whose `event_types` accepts it (the

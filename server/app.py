@@ -46,6 +46,7 @@ from server.migrate import latest_migration
 from server.observe import Observer, Origin
 from server.ratelimit import RateLimiter
 from server.responses import encode
+from server.retention import Pruned, prune_event_log
 from server.routes import make_dispatcher
 from server.stream import EventStream
 from server.version import ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION
@@ -138,6 +139,12 @@ class EventServer:
         )
         self._checkpoint: PeriodicCallback | None = None
         self._checkpointing = False
+        # The last checkpoint: queues saved, its time, its longest stretch on the loop.
+        self.last_checkpoint: dict[str, float] = {}
+        # The lowest position the last checkpoint's queues need from the log.
+        self._checkpoint_floor: int | None = None
+        self._prune: PeriodicCallback | None = None
+        self._pruning = False
         self._tail: PeriodicCallback | None = None
         self.consumer: NoticeConsumer | None = None
         if settings.amqp_url:
@@ -208,6 +215,9 @@ class EventServer:
                 self._checkpoint_soon, self.settings.checkpoint_secs * 1000
             )
             self._checkpoint.start()
+        if self.settings.log_prune_secs > 0:
+            self._prune = PeriodicCallback(self._prune_soon, self.settings.log_prune_secs * 1000)
+            self._prune.start()
         self._http = EventHTTPServer(
             make_dispatcher(self),
             # The handlers enforce their own (smaller) limits with a JSON 413;
@@ -242,15 +252,15 @@ class EventServer:
         log.info("shutting down: answering %d parked requests", self.registry.parked)
         if self._gc is not None:
             self._gc.stop()
-        for timer in (self._checkpoint, self._tail):
+        for timer in (self._checkpoint, self._tail, self._prune):
             if timer is not None:
                 timer.stop()
         now = self.clock()
-        # A heartbeat is an answer every client already handles; the queues
-        # keep it, so the ids stay consistent across the restart.
-        for client in self.registry:
+        # A heartbeat is an answer every client already handles; it takes no
+        # id, so the ids stay consistent across the restart.
+        for client in list(self.registry):
             if client.waiter is not None:
-                self.registry.push_heartbeat(client, now)
+                self.registry.wake_for_heartbeat(client, now)
         try:
             await asyncio.wait_for(self._idle.wait(), self.settings.shutdown_grace_secs)
         except TimeoutError:
@@ -317,7 +327,7 @@ class EventServer:
                 path,
             )
         try:
-            clients, errors, restarted = await self._load_saved(data)
+            clients, errors, restarted = await self._load_saved(data, crashed)
         except ValueError as exc:
             kept = await loop.run_in_executor(None, persistence.quarantine, path)
             log.error(
@@ -358,7 +368,7 @@ class EventServer:
         log.info("event log: starting at position %d", position)
 
     async def _load_saved(
-        self, data: dict[str, Any]
+        self, data: dict[str, Any], crashed: bool
     ) -> tuple[list[ClientDescriptor], list[str], int]:
         """Restore saved queues and deliver the logged events each missed:
         a queue saved at position P gets every logged event above P, in
@@ -381,11 +391,21 @@ class EventServer:
             return restored, refused, restarted
         # Tombstones (and the version check) first, queues in position order.
         _, errors = self.registry.restore({**data, "queues": []}, now)
+        try:
+            pruned = await self.db.log_pruned_through()
+        except (DatabaseUnavailable, psycopg.Error):
+            pruned = 0  # catching up says what cannot be read
         saved: list[tuple[int, int, object]] = []
         for index, raw in enumerate(raw_queues):
             position = raw.get("stream_position", default) if isinstance(raw, dict) else None
             if not isinstance(position, int) or position < 0:
                 errors.append(f"saved queue {index}: no stream position")
+                continue
+            if position < pruned:
+                errors.append(
+                    f"saved queue {index}: saved at position {position}, but the event log"
+                    f" is pruned through {pruned}, so the events it missed are gone"
+                )
                 continue
             saved.append((position, index, raw))
         saved.sort(key=lambda entry: entry[:2])
@@ -407,9 +427,14 @@ class EventServer:
             p for p in data.get("late_positions", []) if isinstance(p, int)
         )
         # Queues saved at the lowest position (all of them after a graceful
-        # stop) come back now and get the restart event before what they missed.
+        # stop) come back now. After a graceful stop they get the restart
+        # event before what they missed. After a crash it comes last: the
+        # events replayed from the log must take the ids they had before it,
+        # which the clients have acknowledged.
         bring_back(start + 1)
-        restarted = self.registry.push_to_accepting(self.restart_event(), self.clock())
+        restarted = 0
+        if not crashed:
+            restarted = self.registry.push_to_accepting(self.restart_event(), self.clock())
         started = time.monotonic()
         try:
             delivered, late = await self.stream.catch_up(start, bring_back)
@@ -421,6 +446,8 @@ class EventServer:
             )
             delivered = late = 0
         bring_back(2**63)
+        if crashed:
+            restarted = self.registry.push_to_accepting(self.restart_event(), self.clock())
         log.info(
             "event log: %d events above position %d delivered to the restored queues in"
             " %.0f ms; now at %d (%d positions not logged yet, accepted if they come)",
@@ -464,6 +491,34 @@ class EventServer:
         if not self.stopping:
             asyncio.get_running_loop().create_task(self.stream.read_tail())
 
+    def _prune_soon(self) -> None:
+        if not self._pruning and not self.stopping:
+            asyncio.get_running_loop().create_task(self.prune_log())
+
+    async def prune_log(self) -> Pruned | None:
+        """Apply the event log's retention (server/retention.py), keeping what
+        this server's last checkpoint needs to rebuild its queues."""
+        if self._pruning:
+            return None
+        self._pruning = True
+        settings = self.settings
+        ceiling = self.stream.position
+        if settings.checkpoint_secs > 0:
+            ceiling = min(ceiling, self._checkpoint_floor or 0)
+        try:
+            return await prune_event_log(
+                self.db,
+                max_age_hours=settings.log_retention_hours,
+                max_bytes=settings.log_retention_bytes,
+                batch=settings.log_prune_batch,
+                ceiling=ceiling,
+            )
+        except (DatabaseUnavailable, psycopg.Error) as exc:
+            log.warning("cannot prune the event log (%s); trying again later", exc)
+            return None
+        finally:
+            self._pruning = False
+
     def _checkpoint_soon(self) -> None:
         if not self._checkpointing and not self.stopping:
             asyncio.get_running_loop().create_task(self.checkpoint())
@@ -478,29 +533,42 @@ class EventServer:
             return 0.0
         self._checkpointing = True
         started = time.monotonic()
+        slice_started = time.perf_counter()
         try:
+            floor = self.stream.position
             clients = list(self.registry)
             saved: list[dict[str, Any]] = []
             index = 0
+            longest = time.perf_counter() - slice_started
             while index < len(clients):
-                slice_end = time.perf_counter() + slice_secs
+                slice_started = time.perf_counter()
+                slice_end = slice_started + slice_secs
                 now, position = self.clock(), self.stream.position
                 while index < len(clients) and time.perf_counter() < slice_end:
                     client = clients[index]
                     index += 1
                     if client in self.registry:
                         saved.append(client.to_dict(now) | {"stream_position": position})
+                longest = max(longest, time.perf_counter() - slice_started)
                 if index < len(clients):
                     await asyncio.sleep(0)
+            slice_started = time.perf_counter()
             body = self.registry.snapshot_without_queues() | {"queues": saved}
             body |= self._snapshot_extras()
+            longest = max(longest, time.perf_counter() - slice_started)
             path = persistence.checkpoint_file(self.settings.state_dir, self.settings.shard)
             await asyncio.get_running_loop().run_in_executor(
                 None, persistence.save, path, body, self.server_generation
             )
+            self._checkpoint_floor = floor
         finally:
             self._checkpointing = False
         took = time.monotonic() - started
+        self.last_checkpoint = {
+            "queues": len(saved),
+            "took_ms": round(took * 1000, 3),
+            "longest_slice_ms": round(longest * 1000, 3),
+        }
         log.debug("checkpoint of %d queues in %.0f ms", len(saved), took * 1000)
         return took
 
@@ -545,7 +613,7 @@ class EventServer:
 
     def heartbeat(self, client: ClientDescriptor) -> None:
         """Timer callback: the parked request has waited a heartbeat period."""
-        self.registry.push_heartbeat(client, self.clock())
+        self.registry.wake_for_heartbeat(client, self.clock())
 
     def collect_garbage(self) -> None:
         started = time.monotonic()
@@ -700,6 +768,7 @@ class EventServer:
             "loop_lag": self.loop_lag.percentiles(),
             "poll_paths": dict(self.poll_paths),
             "stream": self.stream.stats(),
+            "checkpoint": self.last_checkpoint,
             "db_pool": self.db.stats(),
         }
         if self.consumer is not None:

@@ -90,6 +90,12 @@ class Settings:
     # a gap in the event log is waited on at most gap_timeout_secs.
     checkpoint_secs: float = 5.0
     gap_timeout_secs: float = 5.0
+    # The event log keeps events this long and about this many bytes, pruned
+    # every log_prune_secs (0: never) in batches of log_prune_batch rows.
+    log_retention_hours: float = 24.0
+    log_retention_bytes: int = 1 << 30
+    log_prune_secs: float = 60.0
+    log_prune_batch: int = 5000
     # Advertised to clients as their long-poll timeout: longer than the
     # heartbeat, so a live server never times a client out.
     longpoll_timeout_secs: float = 90.0
@@ -230,6 +236,16 @@ class Settings:
             gc_interval_secs=_number(env, "EVENTQ_GC_INTERVAL_SECS", 60.0, minimum=0.001),
             checkpoint_secs=_number(env, "EVENTQ_CHECKPOINT_SECS", 5.0),
             gap_timeout_secs=_number(env, "EVENTQ_GAP_TIMEOUT_SECS", 5.0, minimum=0.001),
+            log_retention_hours=_number(
+                env, "EVENTQ_EVENT_LOG_RETENTION_HOURS", 24.0, minimum=0.0001
+            ),
+            log_retention_bytes=_integer(
+                env, "EVENTQ_EVENT_LOG_RETENTION_BYTES", cls.log_retention_bytes, minimum=1
+            ),
+            log_prune_secs=_number(env, "EVENTQ_EVENT_LOG_PRUNE_SECS", 60.0),
+            log_prune_batch=_integer(
+                env, "EVENTQ_EVENT_LOG_PRUNE_BATCH", cls.log_prune_batch, minimum=1
+            ),
             longpoll_timeout_secs=longpoll,
             queue_max_events=_integer(env, "EVENTQ_QUEUE_MAX_EVENTS", cls.queue_max_events),
             queue_max_bytes=_integer(env, "EVENTQ_QUEUE_MAX_BYTES", cls.queue_max_bytes),

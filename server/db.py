@@ -18,6 +18,9 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 log = logging.getLogger("eventq.db")
 
+# The advisory lock that one pruner of the event log holds per batch.
+_PRUNE_LOCK = 0x6576_656E_7471_0001
+
 
 class DatabaseUnavailable(Exception):
     """Raised by `Database` when PostgreSQL cannot be reached or a query fails
@@ -161,6 +164,91 @@ class Database:
             row = await cur.fetchone()
         assert row is not None
         return int(row[0]), int(row[1])
+
+    async def log_pruned_through(self) -> int:
+        """Every logged position at or below this may have been pruned."""
+        async with self.connection() as conn:
+            cur = await conn.execute("SELECT through FROM event_log_pruned")
+            row = await cur.fetchone()
+        return 0 if row is None else int(row[0])
+
+    async def log_for_realm(
+        self, after: int, upto: int, realm_id: int, event_types: list[str] | None, limit: int
+    ) -> list[tuple[int, bytes]]:
+        """Logged notices of `realm_id` (or of no realm) with a position in
+        (`after`, `upto`], in order, at most `limit`; only the types in
+        `event_types` when given."""
+        async with self.connection() as conn:
+            cur = await conn.execute(
+                """
+                SELECT position, notice FROM event_log
+                WHERE position > %s AND position <= %s
+                  AND (realm_id = %s OR realm_id IS NULL)
+                  AND (%s::text[] IS NULL OR event_type = ANY(%s::text[]))
+                ORDER BY position LIMIT %s
+                """,
+                (after, upto, realm_id, event_types, event_types, limit),
+            )
+            return [(int(r[0]), bytes(r[1])) for r in await cur.fetchall()]
+
+    async def log_cut(self, max_age_hours: float, max_bytes: int) -> tuple[int, int]:
+        """The position to prune the log through so that what is left is
+        younger than `max_age_hours` and about `max_bytes` (the size is
+        estimated from the span of positions and a sample of row sizes, so
+        that no query reads the whole log), and the current pruned-through."""
+        async with self.connection() as conn:
+            cur = await conn.execute(
+                """
+                SELECT
+                  (SELECT coalesce(max(position), 0) FROM event_log
+                   WHERE created_at < now() - make_interval(secs => %s)),
+                  (SELECT coalesce(min(position), 0) FROM event_log),
+                  (SELECT coalesce(max(position), 0) FROM event_log),
+                  (SELECT avg(octet_length(notice) + 64) FROM
+                     (SELECT notice FROM event_log ORDER BY position DESC LIMIT 1000) newest),
+                  (SELECT through FROM event_log_pruned)
+                """,
+                (max_age_hours * 3600,),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        by_age, oldest, newest, mean, through = (row[0], row[1], row[2], row[3], row[4])
+        cut = int(by_age)
+        if mean and newest:
+            keep = int(max_bytes / float(mean))
+            if newest - oldest + 1 > keep:
+                cut = max(cut, int(newest) - keep)
+        return cut, int(through)
+
+    async def log_prune_batch(self, through: int, batch: int) -> int:
+        """Delete up to `batch` of the oldest rows at or below `through` and
+        record the pruned-through position in the same transaction; returns
+        how many rows went. Two processes pruning at once take turns."""
+        async with self.connection() as conn, conn.transaction():
+            cur = await conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (_PRUNE_LOCK,))
+            locked = await cur.fetchone()
+            if locked is None or not locked[0]:
+                return 0
+            cur = await conn.execute(
+                """
+                WITH gone AS (
+                  DELETE FROM event_log WHERE position IN (
+                    SELECT position FROM event_log WHERE position <= %s
+                    ORDER BY position LIMIT %s)
+                  RETURNING position)
+                SELECT count(*), max(position) FROM gone
+                """,
+                (through, batch),
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            deleted = int(row[0])
+            # Below a batch that was not full, nothing at or below `through` is left.
+            done = through if deleted < batch else int(row[1])
+            await conn.execute(
+                "UPDATE event_log_pruned SET through = greatest(through, %s)", (done,)
+            )
+            return deleted
 
     def stats(self) -> dict[str, int]:
         return dict(self._pool.get_stats())

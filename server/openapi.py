@@ -69,6 +69,9 @@ class _RegisterBase(TypedDict):
     # eventq's addition (Zulip clients ignore it): every logged event at or
     # below this event log position is in the returned state.
     stream_position: int
+    # eventq's addition: the register was a resume (`resume_from`); the queue
+    # holds the events logged after it and no state is returned.
+    resumed_from: NotRequired[int]
     zulip_version: str
     zulip_feature_level: int
     zulip_merge_base: str
@@ -289,6 +292,9 @@ def document() -> dict[str, Any]:
             "events": {"type": "array", "items": {"$ref": "#/components/schemas/Event"}},
             "queue_id": {"type": "string"},
             "displaced": {"type": "boolean"},
+            # eventq's addition: every logged event for the queue at or below
+            # this position is in `events` or was acknowledged before.
+            "stream_position": {"type": "integer", "minimum": 0},
         },
         "required": ["result", "msg", "events"],
         "additionalProperties": False,
@@ -332,6 +338,13 @@ def document() -> dict[str, Any]:
                     "parameters": [
                         *queue_params,
                         _json_param("fetch_event_types", string_list, "State sections to fetch"),
+                        _json_param(
+                            "resume_from",
+                            {"type": "integer", "minimum": 0},
+                            "eventq: a stream_position the client last saw; the new queue holds"
+                            " the events logged after it and no state is fetched"
+                            " (RESUME_EXPIRED when the log no longer has them)",
+                        ),
                         _json_param(
                             "queue_lifespan_secs",
                             {"type": "integer", "minimum": 0},

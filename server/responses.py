@@ -28,9 +28,13 @@ def events_body(
     items: Sequence[tuple[int, Payload]],
     queue_id: str | None = None,
     extra: Mapping[str, Any] | None = None,
+    position: int | None = None,
 ) -> bytes:
-    """`{"result": "success", "msg": "", "events": [...], "queue_id"?: ...}`."""
+    """`{"result": "success", "msg": "", "events": [...], "queue_id"?: ...,
+    "stream_position"?: ...}`."""
     parts = [_EVENTS_PREFIX, b",".join([b'{"id":%d,%s' % (i, p.tail) for i, p in items]), b"]"]
+    if position is not None:
+        parts.append(b',"stream_position":%d' % position)
     if queue_id is not None:
         parts.append(b',"queue_id":')
         parts.append(orjson.dumps(queue_id))

@@ -49,7 +49,9 @@ class Watcher:
         while not self._stop.is_set():
             try:
                 response = self.session.post(
-                    f"{self.url()}/api/v1/register", data={"event_types": '["load"]'}, timeout=10
+                    f"{self.url()}/api/v1/register",
+                    data={"event_types": '["load", "restart"]'},
+                    timeout=10,
                 )
             except requests.RequestException as exc:
                 self.saw[f"register: {type(exc).__name__}"] += 1
@@ -91,6 +93,9 @@ class Watcher:
                 continue
             self.saw["200"] += 1
             for event in response.json()["events"]:
+                if event["type"] == "heartbeat":
+                    # Carries the newest acknowledged id; it takes none of its own.
+                    continue
                 if event["id"] <= self.last:
                     self.duplicate_ids += 1
                     continue

@@ -87,7 +87,7 @@ class EventsHandler(BaseHandler):
         queue_id: str | None = None,
         extra: dict[str, bool] | None = None,
     ) -> None:
-        body = events_body(items, queue_id, extra)
+        body = events_body(items, queue_id, extra, self.server.stream.position)
         self.write_body(body)
         self.server.observe_response(client, items, len(body), outcome, waited_secs)
 
@@ -121,8 +121,10 @@ class EventsHandler(BaseHandler):
         if outcome == "displaced":
             self._respond(client, [], "displaced", waited, client.queue_id, {"displaced": True})
             return
-        # "events" (a heartbeat is an event) or "deleted": whatever is held.
+        # "events", "heartbeat" or "deleted": whatever is held.
         items = client.event_queue.contents()
+        if not items and outcome == "heartbeat":
+            items = server.registry.heartbeat_items(client)
         kind = "deleted" if outcome == "deleted" else poll_outcome(items)
         self._respond(client, items, kind, waited, client.queue_id)
 

@@ -262,6 +262,8 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
                 self._respond(client, [], "displaced", waited, client.queue_id, {"displaced": True})
                 return
             items = client.event_queue.contents()
+            if not items and reason == "heartbeat":
+                items = server.registry.heartbeat_items(client)
             kind = "deleted" if reason == "deleted" else poll_outcome(items)
             self._respond(client, items, kind, waited, client.queue_id, None)
         except Exception:
@@ -289,7 +291,7 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
     ) -> None:
         """As `handlers.events.EventsHandler` answers: the queue id only in
         the answer to a request that was parked."""
-        body = events_body(items, queue_id, extra)
+        body = events_body(items, queue_id, extra, self.server.stream.position)
         self._write(200, body, None)
         self.server.observe_response(client, items, len(body), outcome, waited_secs)
 

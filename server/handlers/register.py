@@ -18,6 +18,7 @@ from server.errors import ApiError
 from server.handlers.base import BaseHandler
 from server.observe import Origin
 from server.options import include_subscribers, register_options
+from server.resume import resume_queue
 from server.version import ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION
 
 log = logging.getLogger("eventq.register")
@@ -51,7 +52,40 @@ class RegisterHandler(BaseHandler):
         )
         subscribers = include_subscribers(params)
         params.integer("presence_history_limit_days", minimum=0, maximum=100_000)
+        resume_from = params.integer("resume_from", minimum=0)
         ignored = [name for name in params.unread() if name not in _KNOWN_WITHOUT_EFFECT]
+        if resume_from is not None:
+            if fetch_event_types is not None:
+                raise ApiError(
+                    "resume_from fetches no state: leave out fetch_event_types",
+                    "BAD_REQUEST",
+                )
+            client, position = await resume_queue(
+                server, user.user_id, user.realm_id, options, resume_from
+            )
+            server.observe_registered(client, time.monotonic() - started)
+            resumed: dict[str, Any] = {
+                "queue_id": client.queue_id,
+                # The client polls from the start of its new queue.
+                "last_event_id": -1,
+                "stream_position": position,
+                "resumed_from": resume_from,
+                "event_queue_longpoll_timeout_seconds": int(server.settings.longpoll_timeout_secs),
+                "zulip_version": ZULIP_VERSION,
+                "zulip_feature_level": ZULIP_FEATURE_LEVEL,
+                "zulip_merge_base": ZULIP_MERGE_BASE,
+            }
+            if ignored:
+                resumed["ignored_parameters_unsupported"] = ignored
+            log.info(
+                "queue %s of user %d resumed from position %d with %d events",
+                client.queue_id,
+                user.user_id,
+                resume_from,
+                len(client.event_queue),
+            )
+            self.write_success(resumed)
+            return
 
         # The stream position when the queue was made, the log positions whose
         # changes the fetched state has, and the position it is complete to.

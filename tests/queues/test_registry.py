@@ -127,20 +127,28 @@ def test_heartbeat_bypasses_event_types_and_wakes_the_request():
     waiter = FakeWaiter()
     registry.park(client, waiter, 1.0)
 
-    registry.push_heartbeat(client, 46.0)
+    registry.wake_for_heartbeat(client, 46.0)
 
-    assert waiter.reasons == ["events"]
+    assert waiter.reasons == ["heartbeat"]
     assert client.waiter is None
-    assert client_events(client) == [{"id": 0, "type": "heartbeat"}]
+    # The heartbeat takes no id: the queue holds nothing, and the answer
+    # carries the newest acknowledged id.
+    assert client_events(client) == []
+    assert [p.client_event(i) for i, p in registry.heartbeat_items(client)] == [
+        {"id": -1, "type": "heartbeat"}
+    ]
 
 
 def test_heartbeat_for_an_ended_queue_is_ignored():
     registry = make_registry()
     client = registry.allocate(1, REALM, options(), 0.0)
+    waiter = FakeWaiter()
+    registry.park(client, waiter, 1.0)
     registry.delete(client.queue_id, 1, 1.0)
 
-    registry.push_heartbeat(client, 46.0)
+    registry.wake_for_heartbeat(client, 46.0)
 
+    assert waiter.reasons == ["deleted"]
     assert client.event_queue.empty()
 
 
@@ -523,20 +531,26 @@ def test_delete_wakes_the_parked_request_and_ends_the_queue():
     assert registry.users() == 0
 
 
-def test_a_heartbeat_wakes_a_parked_request_and_stays_in_the_queue():
-    """What shutdown does to every parked request."""
+def test_a_heartbeat_takes_no_id_so_the_next_event_gets_the_one_it_would_have():
+    """What shutdown does to every parked request, and why a queue rebuilt
+    from the event log after a crash numbers its events as before."""
     registry = make_registry()
-    client = registry.allocate(1, REALM, options(event_types=["message"]), 0.0)
+    client = registry.allocate(1, REALM, options(), 0.0)
+    registry.deliver({"type": "realm"}, [1], REALM, 1.0)
+    client.event_queue.prune(0)
     waiter = FakeWaiter()
     registry.park(client, waiter, 1.0)
 
-    registry.push_heartbeat(client, 2.0)
+    registry.wake_for_heartbeat(client, 2.0)
 
-    assert waiter.reasons == ["events"]
+    assert waiter.reasons == ["heartbeat"]
     assert registry.parked == 0
-    assert [p.client_event(i) for i, p in client.event_queue.contents()] == [
+    assert [p.client_event(i) for i, p in registry.heartbeat_items(client)] == [
         {"type": "heartbeat", "id": 0}
     ]
+    client.event_queue.prune(0)  # acknowledging it again changes nothing
+    registry.deliver({"type": "realm"}, [1], REALM, 3.0)
+    assert [i for i, _ in client.event_queue.contents()] == [1]
 
 
 def test_restart_event_goes_to_every_accepting_queue():
@@ -741,16 +755,16 @@ def test_collapsed_flag_events_count_against_the_byte_budget():
     assert info.value.reason == "overflow"
 
 
-def test_heartbeat_that_overflows_ends_the_queue():
+def test_a_heartbeat_never_overflows_a_queue():
     registry = make_registry(max_events=1)
     client = registry.allocate(1, REALM, options(), 0.0)
     registry.deliver({"type": "a"}, [1], REALM, 1.0)
+    client.event_queue.prune(0)
+    registry.park(client, FakeWaiter(), 2.0)
 
-    registry.push_heartbeat(client, 50.0)
+    registry.wake_for_heartbeat(client, 50.0)
 
-    with pytest.raises(BadQueueId) as info:
-        registry.get(client.queue_id, 1)
-    assert info.value.reason == "overflow"
+    assert registry.get(client.queue_id, 1) is client
 
 
 def test_oldest_tombstones_are_forgotten():

@@ -199,21 +199,28 @@ def test_sigterm_then_start_again(start_server, load_on):
 
 
 def test_sigkill_then_start_again(start_server, load_on):
-    server = start_server(EVENTQ_CHECKPOINT_SECS="0.5")
+    # Heartbeats often, so that parked clients get them between events.
+    server = start_server(EVENTQ_CHECKPOINT_SECS="3", EVENTQ_HEARTBEAT_SECS="0.005")
     server.wait_consuming()
     load, watchers = load_on(server)
     state = server.state_dir
     checkpoint = persistence.checkpoint_file(state)
 
-    def checkpointed() -> bool:
+    def past_the_checkpoint() -> bool:
+        """Every client's queue is in the checkpoint, and each client has
+        acknowledged events delivered after it: the replay from the log
+        must give those the ids they had, or the client loses or repeats
+        them."""
         try:
             data = persistence.load(checkpoint)
         except persistence.CorruptSnapshot:
             return False  # being replaced
-        saved = {q["queue_id"] for q in (data or {}).get("queues", [])}
-        return all(w.queue_id in saved for w in watchers)
+        saved = {
+            q["queue_id"]: q["event_queue"]["next_event_id"] for q in (data or {}).get("queues", [])
+        }
+        return all(w.queue_id in saved and w.last > saved[w.queue_id] + 5 for w in watchers)
 
-    wait_for(checkpointed, 30, "a checkpoint with every client's queue")
+    wait_for(past_the_checkpoint, 30, "clients past a checkpoint with every queue")
     assert server.stop(signal.SIGKILL) == -signal.SIGKILL
     # Nothing half-written, and no graceful save: only the checkpoint.
     assert not list(state.glob(".*.tmp"))
@@ -229,6 +236,7 @@ def test_sigkill_then_start_again(start_server, load_on):
     for row in rows:
         assert not any("BAD_EVENT_QUEUE_ID" in seen for seen in row["saw"]), row
     assert all(len(w.epochs) == 1 for w in watchers)
+    assert all(row["id_gaps"] == 0 for row in rows), rows
     assert "rebuilding its queues from the checkpoint" in server.log()
 
 

@@ -90,6 +90,7 @@ def test_a_parked_lean_poll_is_answered_displaced_and_after_its_client_left(api,
         "events": [],
         "queue_id": queue_id,
         "displaced": True,
+        "stream_position": server.stats()["stream"]["position"],
     }
     server.notify({"type": "test"}, [client.user.user_id])
     assert second.result(timeout=10).json()["events"] == [{"type": "test", "id": 0}]

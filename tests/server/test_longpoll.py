@@ -17,15 +17,18 @@ def test_a_parked_request_gets_a_heartbeat_event(start_server, world):
     queue_id = client.register(event_types=["message"])["queue_id"]
     response = client.get_events(queue_id=queue_id, last_event_id=-1)
     assert response.status_code == 200
-    assert response.json() == {
+    body = response.json()
+    assert body == {
         "result": "success",
         "msg": "",
-        "events": [{"type": "heartbeat", "id": 0}],
+        # A heartbeat takes no id of its own: it carries the newest
+        # acknowledged one (-1 before any), which the client sends back.
+        "events": [{"type": "heartbeat", "id": -1}],
         "queue_id": queue_id,
+        "stream_position": body["stream_position"],
     }
-    # Acknowledged like any event; the next poll waits for the next heartbeat.
-    assert client.get_events(queue_id=queue_id, last_event_id=0).json()["events"] == [
-        {"type": "heartbeat", "id": 1}
+    assert client.get_events(queue_id=queue_id, last_event_id=-1).json()["events"] == [
+        {"type": "heartbeat", "id": -1}
     ]
     client.close()
 

@@ -64,9 +64,9 @@ def test_sigint_saves_too_and_parked_requests_are_answered_first(start_server, w
     assert server.stop(signal.SIGINT) == 0
     answered = parked.result(timeout=10)
     assert answered.status_code == 200
-    assert answered.json()["events"] == [{"type": "heartbeat", "id": 0}]
+    assert answered.json()["events"] == [{"type": "heartbeat", "id": -1}]
     server.start()
-    events = client.events(queue_id, 0)
+    events = client.events(queue_id, -1)
     assert [e["type"] for e in events] == ["restart"]
     client.close()
 

@@ -1,0 +1,190 @@
+"""Stream positions as a client sees them: `stream_position` on every answer,
+`resume_from` after a lost queue, and the event log's retention (issue 15)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import conninfo
+
+from generation.send import close_for_thread, send_event
+from server.migrate import migrate
+from tests.support import Api, ServerProcess, World, wait_for
+
+
+@pytest.fixture
+def send(server: ServerProcess) -> Iterator[Any]:
+    """Send a logged event (its own transaction, then RabbitMQ) to users."""
+
+    def sending(realm_id: int, event: dict[str, Any], users: list[Any]) -> None:
+        send_event(realm_id, event, users, config=server.producer())
+
+    yield sending
+    close_for_thread()
+
+
+def _collect(client: Api, queue_id: str, count: int) -> tuple[list[dict[str, Any]], int]:
+    """Poll until `count` events other than heartbeats came; returns them and
+    the last answer's stream_position."""
+    seen: list[dict[str, Any]] = []
+    last = -1
+    position = -1
+
+    def more() -> bool:
+        nonlocal last, position
+        response = client.get_events(queue_id=queue_id, last_event_id=last, dont_block=True)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        position = body["stream_position"]
+        for event in body["events"]:
+            last = max(last, event["id"])
+            if event["type"] != "heartbeat":
+                seen.append(event)
+        return len(seen) >= count
+
+    wait_for(more, 30, f"{count} events")
+    return seen, position
+
+
+def test_a_client_resumes_from_its_last_position_with_exactly_what_it_missed(api, world, send):
+    realm_name = world.realm()
+    alice = api(realm_name)
+    bob = api(realm_name)
+    realm = alice.user.realm_id
+    queue_id = alice.register(event_types=["note", "other"])["queue_id"]
+    for n in range(3):
+        send(realm, {"type": "note", "n": n}, [alice.user.user_id])
+    events, seen_at = _collect(alice, queue_id, 3)
+    assert [e["n"] for e in events] == [0, 1, 2]
+    assert seen_at > 0
+    # The queue is lost (here: deleted); events keep coming meanwhile.
+    assert alice.request("DELETE", "events", queue_id=queue_id).status_code == 200
+    send(realm, {"type": "note", "n": 3}, [alice.user.user_id])
+    send(realm, {"type": "note", "n": 99}, [bob.user.user_id])  # not hers
+    send(realm, {"type": "unwanted", "n": 98}, [alice.user.user_id])  # not a type she takes
+    send(realm, {"type": "other", "n": 4}, [{"id": alice.user.user_id, "flags": ["x"]}])
+    # Wait until the server has them all (its stream passed them).
+    with psycopg.connect(alice.server.database_url) as conn:
+        row = conn.execute("SELECT max(position) FROM event_log").fetchone()
+    assert row is not None
+    wait_for(lambda: alice.server.stats()["stream"]["position"] >= row[0], 10, "the stream")
+
+    resumed = alice.register(event_types=["note", "other"], resume_from=seen_at)
+    assert resumed["resumed_from"] == seen_at
+    assert resumed["last_event_id"] == -1
+    assert resumed["stream_position"] >= seen_at
+    assert "realm_users" not in resumed  # no state: the client has its own
+    events, _ = _collect(alice, resumed["queue_id"], 2)
+    assert [(e["id"], e["type"], e["n"]) for e in events] == [(0, "note", 3), (1, "other", 4)]
+    # The per-user data is hers, as a live delivery would have it.
+    assert events[1].get("flags") == ["x"]
+    # Live events follow the replayed ones, in the same queue.
+    send(realm, {"type": "note", "n": 5}, [alice.user.user_id])
+    live = alice.events(resumed["queue_id"], 1)
+    assert [(e["id"], e["n"]) for e in live] == [(2, 5)]
+
+    # From before everything, she gets everything.
+    again = alice.register(event_types=["note"], resume_from=seen_at - 3)
+    events, _ = _collect(alice, again["queue_id"], 5)
+    assert [e["n"] for e in events][:5] == [0, 1, 2, 3, 5]
+
+
+def test_resume_refuses_what_it_cannot_do(api):
+    client = api()
+    for params, message in [
+        ({"resume_from": -1}, "resume_from is too small"),
+        ({"resume_from": "x"}, 'Argument "resume_from" is not valid JSON.'),
+        (
+            {"resume_from": 0, "fetch_event_types": ["realm"]},
+            "resume_from fetches no state: leave out fetch_event_types",
+        ),
+    ]:
+        response = client.request("POST", "register", **params)
+        assert response.status_code == 400, response.text
+        assert response.json()["msg"].startswith(message), response.json()
+
+
+@pytest.fixture
+def own_database() -> Iterator[str]:
+    """A database of this test's own: retention prunes the whole log."""
+    base = os.environ.get("EVENTQ_DATABASE_URL") or "host=127.0.0.1 port=5432 dbname=eventq"
+    name = f"eventq_test_{uuid.uuid4().hex[:8]}"
+    admin = conninfo.make_conninfo(base, dbname="postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"'.encode())
+    url = conninfo.make_conninfo(base, dbname=name)
+    try:
+        migrate(url)
+        yield url
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
+
+
+def _log(url: str) -> tuple[int, int]:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM event_log), (SELECT through FROM event_log_pruned)"
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def test_retention_prunes_the_log_in_batches_and_resume_says_when_it_is_too_late(
+    own_database: str, amqp_url: str, tmp_path: Path
+):
+    server = ServerProcess(
+        own_database,
+        tmp_path / "state",
+        {
+            # About two notices' worth of bytes: all but the newest go.
+            "EVENTQ_EVENT_LOG_RETENTION_BYTES": "600",
+            "EVENTQ_EVENT_LOG_PRUNE_SECS": "0.2",
+            "EVENTQ_EVENT_LOG_PRUNE_BATCH": "3",
+            "EVENTQ_CHECKPOINT_SECS": "0.2",
+        },
+        amqp_url,
+    )
+    server.start()
+    try:
+        world = World(own_database)
+        user = world.user()
+        client = Api(server, user)
+        queue_id = client.register(event_types=["note"])["queue_id"]
+        config = server.producer()
+        for n in range(20):
+            send_event(user.realm_id, {"type": "note", "n": n, "pad": "x" * 100}, [user.user_id],
+                       config=config)  # fmt: skip
+        close_for_thread()
+        events, position = _collect(client, queue_id, 20)
+        assert [e["n"] for e in events] == list(range(20))
+        # Pruned down to the size limit, a few rows per batch.
+        wait_for(
+            lambda: _log(own_database)[0] <= 5 and "event log pruned through" in server.log(),
+            30,
+            "the log pruned",
+        )
+        rows, through = _log(own_database)
+        assert rows <= 5
+        assert through >= position - 5
+        assert " rows in 1 batches" not in server.log()
+
+        # A client that last saw the first events cannot resume: told so.
+        refused = client.request("POST", "register", event_types=["note"], resume_from=1)
+        assert refused.status_code == 400
+        body = refused.json()
+        assert body["code"] == "RESUME_EXPIRED"
+        assert body["pruned_through"] >= through
+        assert "fetch the state afresh" in body["msg"]
+        # One that saw everything can.
+        resumed = client.register(event_types=["note"], resume_from=position)
+        assert client.events(resumed["queue_id"], -1, dont_block=True) == []
+        client.close()
+    finally:
+        server.stop()
