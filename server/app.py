@@ -39,6 +39,7 @@ from server.consumer import NoticeConsumer
 from server.db import Database, DatabaseUnavailable
 from server.deliverylog import DeliveryLog
 from server.httpserver import EventHTTPServer, Refusals
+from server.journal import QueueJournal
 from server.longpoll import AnswerSlices, heartbeat_delay
 from server.looplag import LoopLagMonitor
 from server.metrics import make_metrics
@@ -138,6 +139,10 @@ class EventServer:
             self.db, self._deliver_now, gap_timeout_secs=settings.gap_timeout_secs
         )
         self._checkpoint: PeriodicCallback | None = None
+        # Queues registered since the last checkpoint (server/journal.py).
+        self.journal = QueueJournal(
+            self.db, f"{settings.shard_name}:{settings.state_dir.resolve()}"
+        )
         self._checkpointing = False
         # The last checkpoint: queues saved, its time, its longest stretch on the loop.
         self.last_checkpoint: dict[str, float] = {}
@@ -380,6 +385,19 @@ class EventServer:
         raw_queues = data.get("queues")
         if not isinstance(raw_queues, list):
             raise ValueError("queues is not a list")
+        journal_from = data.get("journal_from")
+        if isinstance(journal_from, int | float):
+            # Queues registered after the file was begun, journaled at register.
+            known = {raw.get("queue_id") for raw in raw_queues if isinstance(raw, dict)}
+            later = [
+                d for d in await self.journal.since(journal_from) if d.get("queue_id") not in known
+            ]
+            if later:
+                log.info(
+                    "%d queues registered after the checkpoint come back from the queue journal",
+                    len(later),
+                )
+                raw_queues = [*raw_queues, *later]
         default = data.get("stream_position")
         if not isinstance(default, int) and not any(
             isinstance(raw, dict) and isinstance(raw.get("stream_position"), int)
@@ -470,12 +488,17 @@ class EventServer:
 
     async def save_queues(self) -> None:
         path = persistence.queue_file(self.settings.state_dir, self.settings.shard)
+        await self.journal.drain()
+        began = time.time()
         snapshot = self.registry.snapshot(self.clock()) | self._snapshot_extras()
+        snapshot["journal_from"] = began
         started = time.monotonic()
         loop = asyncio.get_running_loop()
         size = await loop.run_in_executor(
             None, persistence.save, path, snapshot, self.server_generation
         )
+        self.journal.checkpoint_saved(began)
+        await self.journal.drain()
         # The graceful save supersedes the last checkpoint.
         checkpoint = persistence.checkpoint_file(self.settings.state_dir, self.settings.shard)
         await loop.run_in_executor(None, lambda: checkpoint.unlink(missing_ok=True))
@@ -536,6 +559,8 @@ class EventServer:
         slice_started = time.perf_counter()
         try:
             floor = self.stream.position
+            began = time.time()
+            self.journal.checkpoint_began()
             clients = list(self.registry)
             saved: list[dict[str, Any]] = []
             index = 0
@@ -554,6 +579,7 @@ class EventServer:
                     await asyncio.sleep(0)
             slice_started = time.perf_counter()
             body = self.registry.snapshot_without_queues() | {"queues": saved}
+            body["journal_from"] = began
             body |= self._snapshot_extras()
             longest = max(longest, time.perf_counter() - slice_started)
             path = persistence.checkpoint_file(self.settings.state_dir, self.settings.shard)
@@ -561,6 +587,7 @@ class EventServer:
                 None, persistence.save, path, body, self.server_generation
             )
             self._checkpoint_floor = floor
+            self.journal.checkpoint_saved(began)
         finally:
             self._checkpointing = False
         took = time.monotonic() - started
@@ -571,6 +598,12 @@ class EventServer:
         }
         log.debug("checkpoint of %d queues in %.0f ms", len(saved), took * 1000)
         return took
+
+    def journal_queue(self, client: ClientDescriptor) -> None:
+        """Journal a queue just registered, as it is now (server/journal.py);
+        only when checkpoints are on, the journal being their complement."""
+        if self.settings.checkpoint_secs > 0:
+            self.journal.record(client, self.stream.position, self.clock(), time.time())
 
     def restart_event(self) -> dict[str, Any]:
         return {
@@ -633,6 +666,7 @@ class EventServer:
             )
 
     def _on_queue_end(self, client: ClientDescriptor, reason: EndReason, last: bool) -> None:
+        self.journal.ended(client.queue_id)
         if self.observers:
             lifetime = self.clock() - client.created_at
             wall = time.time()

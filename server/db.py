@@ -250,5 +250,35 @@ class Database:
             )
             return deleted
 
+    async def journal_write(self, queue_id: str, shard: str, at: float, definition: bytes) -> None:
+        async with self.connection() as conn:
+            await conn.execute(
+                "INSERT INTO queue_journal (queue_id, shard, journaled_at, definition)"
+                " VALUES (%s, %s, %s, %s) ON CONFLICT (queue_id) DO UPDATE"
+                " SET journaled_at = excluded.journaled_at, definition = excluded.definition",
+                (queue_id, shard, at, definition),
+            )
+
+    async def journal_delete(self, queue_ids: list[str]) -> None:
+        async with self.connection() as conn:
+            await conn.execute("DELETE FROM queue_journal WHERE queue_id = ANY(%s)", (queue_ids,))
+
+    async def journal_trim(self, shard: str, before: float) -> None:
+        """Forget the definitions journaled before `before` (a checkpoint has them)."""
+        async with self.connection() as conn:
+            await conn.execute(
+                "DELETE FROM queue_journal WHERE shard = %s AND journaled_at < %s", (shard, before)
+            )
+
+    async def journal_since(self, shard: str, since: float) -> list[bytes]:
+        """The definitions journaled at or after `since`, oldest first."""
+        async with self.connection() as conn:
+            cur = await conn.execute(
+                "SELECT definition FROM queue_journal WHERE shard = %s AND journaled_at >= %s"
+                " ORDER BY journaled_at",
+                (shard, since),
+            )
+            return [bytes(row[0]) for row in await cur.fetchall()]
+
     def stats(self) -> dict[str, int]:
         return dict(self._pool.get_stats())

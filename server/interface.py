@@ -129,6 +129,10 @@ class ServerApi(Protocol):
 
     def observe_registered(self, client: ClientDescriptor, latency_secs: float) -> None: ...
 
+    def journal_queue(self, client: ClientDescriptor) -> None:
+        """A queue just registered, to be rebuilt after a crash before the
+        next checkpoint has it."""
+
     def observe_poll_failed(
         self, user_id: int, realm_id: int, queue_id: str | None, code: str
     ) -> None: ...

@@ -85,6 +85,7 @@ class RegisterHandler(BaseHandler):
                 len(client.event_queue),
             )
             self.write_success(resumed)
+            server.journal_queue(client)
             return
 
         # The stream position when the queue was made, the log positions whose
@@ -170,3 +171,4 @@ class RegisterHandler(BaseHandler):
         if ignored:
             body["ignored_parameters_unsupported"] = ignored
         self.write_success(body)
+        server.journal_queue(registry.get(state["queue_id"], user.user_id))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -188,3 +189,41 @@ def test_retention_prunes_the_log_in_batches_and_resume_says_when_it_is_too_late
         client.close()
     finally:
         server.stop()
+
+
+def _journaled(url: str) -> set[str]:
+    with psycopg.connect(url) as conn:
+        return {row[0] for row in conn.execute("SELECT queue_id FROM queue_journal")}
+
+
+def test_a_queue_registered_after_the_last_checkpoint_survives_a_crash(start_server, world):
+    # Checkpoints only at start: the queues below exist only in the journal.
+    server = start_server(EVENTQ_CHECKPOINT_SECS="3600")
+    server.wait_consuming()
+    user = world.user()
+    client = Api(server, user)
+    kept = client.register(event_types=["note"])["queue_id"]
+    gone = client.register(event_types=["note"])["queue_id"]
+    assert client.request("DELETE", "events", queue_id=gone).status_code == 200
+    config = server.producer()
+    for n in range(3):
+        send_event(user.realm_id, {"type": "note", "n": n}, [user.user_id], config=config)
+    events, _ = _collect(client, kept, 3)
+    assert [(e["id"], e["n"]) for e in events] == [(0, 0), (1, 1), (2, 2)]
+    client.events(kept, 1)  # acknowledges 0 and 1
+    wait_for(lambda: kept in _journaled(server.database_url), 10, "the journal row")
+    assert gone not in _journaled(server.database_url)
+
+    server.stop(signal.SIGKILL)
+    for n in range(3, 5):  # sent while it is down
+        send_event(user.realm_id, {"type": "note", "n": n}, [user.user_id], config=config)
+    close_for_thread()
+    server.start()
+
+    # The same ids as before the crash: the client's acknowledgement holds.
+    events = wait_for(lambda: client.events(kept, 1) if len(client.events(kept, 1)) >= 3 else None)
+    assert [(e["id"], e["n"]) for e in events] == [(2, 2), (3, 3), (4, 4)]
+    assert "come back from the queue journal" in server.log()
+    response = client.get_events(queue_id=gone, last_event_id=-1, dont_block=True)
+    assert response.json()["code"] == "BAD_EVENT_QUEUE_ID"
+    client.close()
