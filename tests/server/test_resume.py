@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import uuid
@@ -15,7 +16,9 @@ import pytest
 from psycopg import conninfo
 
 from generation.send import close_for_thread, send_event
+from server.db import Database
 from server.migrate import migrate
+from server.retention import Pruned, prune_event_log
 from tests.support import Api, ServerProcess, World, wait_for
 
 
@@ -227,3 +230,32 @@ def test_a_queue_registered_after_the_last_checkpoint_survives_a_crash(start_ser
     response = client.get_events(queue_id=gone, last_event_id=-1, dont_block=True)
     assert response.json()["code"] == "BAD_EVENT_QUEUE_ID"
     client.close()
+
+
+def test_retention_by_age_prunes_the_old_rows_only(own_database: str):
+    with psycopg.connect(own_database, autocommit=True) as conn:
+        for hours_ago in (50, 30, 25, 2, 1, 0):
+            conn.execute(
+                "INSERT INTO event_log (position, realm_id, event_type, notice, created_at)"
+                " VALUES (nextval('event_log_position'), 1, 'note', '{}',"
+                " now() - make_interval(hours => %s))",
+                (hours_ago,),
+            )
+
+    async def prune() -> Pruned:
+        db = Database(own_database)
+        await db.open()
+        try:
+            return await prune_event_log(db, max_age_hours=24, max_bytes=1 << 30, batch=2)
+        finally:
+            await db.close()
+
+    pruned = asyncio.run(prune())
+    assert (pruned.rows, pruned.through, pruned.batches) == (3, 3, 2)
+    with psycopg.connect(own_database) as conn:
+        left = [r[0] for r in conn.execute("SELECT position FROM event_log ORDER BY 1")]
+    assert left == [4, 5, 6]
+    assert _log(own_database) == (3, 3)
+    # Nothing more to do the second time.
+    again = asyncio.run(prune())
+    assert (again.rows, again.through) == (0, 3)
