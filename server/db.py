@@ -250,25 +250,26 @@ class Database:
             )
             return deleted
 
-    async def journal_write(self, queue_id: str, shard: str, at: float, definition: bytes) -> None:
-        async with self.connection() as conn:
-            await conn.execute(
-                "INSERT INTO queue_journal (queue_id, shard, journaled_at, definition)"
-                " VALUES (%s, %s, %s, %s) ON CONFLICT (queue_id) DO UPDATE"
-                " SET journaled_at = excluded.journaled_at, definition = excluded.definition",
-                (queue_id, shard, at, definition),
-            )
-
-    async def journal_delete(self, queue_ids: list[str]) -> None:
-        async with self.connection() as conn:
-            await conn.execute("DELETE FROM queue_journal WHERE queue_id = ANY(%s)", (queue_ids,))
-
-    async def journal_trim(self, shard: str, before: float) -> None:
-        """Forget the definitions journaled before `before` (a checkpoint has them)."""
-        async with self.connection() as conn:
-            await conn.execute(
-                "DELETE FROM queue_journal WHERE shard = %s AND journaled_at < %s", (shard, before)
-            )
+    async def journal_apply(self, key: str, ops: list[tuple[str, str, float, bytes]]) -> None:
+        """Apply journal operations in order, in one transaction: ("write",
+        queue_id, at, definition), ("delete", queue_id, _, _) and ("trim", _,
+        before, _) (forget what was journaled before a checkpoint)."""
+        async with self.connection() as conn, conn.transaction():
+            for kind, queue_id, at, definition in ops:
+                if kind == "write":
+                    await conn.execute(
+                        "INSERT INTO queue_journal (queue_id, shard, journaled_at, definition)"
+                        " VALUES (%s, %s, %s, %s) ON CONFLICT (queue_id) DO UPDATE SET"
+                        " journaled_at = excluded.journaled_at, definition = excluded.definition",
+                        (queue_id, key, at, definition),
+                    )
+                elif kind == "delete":
+                    await conn.execute("DELETE FROM queue_journal WHERE queue_id = %s", (queue_id,))
+                else:
+                    await conn.execute(
+                        "DELETE FROM queue_journal WHERE shard = %s AND journaled_at < %s",
+                        (key, at),
+                    )
 
     async def journal_since(self, shard: str, since: float) -> list[bytes]:
         """The definitions journaled at or after `since`, oldest first."""

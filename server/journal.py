@@ -26,13 +26,22 @@ from server.db import Database, DatabaseUnavailable
 log = logging.getLogger("eventq.journal")
 
 
+# One journal operation: kind, queue id, time, definition (see Database.journal_apply).
+Op = tuple[str, str, float, bytes]
+
+
 class QueueJournal:
+    """Operations are applied in the order they were made (a queue deleted
+    just after register loses its row), by one writer, all those pending
+    at once in one transaction."""
+
     def __init__(self, db: Database, key: str):
         self.db = db
         self.key = key
         # Queues journaled since the last checkpoint began.
         self._recent: set[str] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._pending: list[Op] = []
+        self._writer: asyncio.Task[None] | None = None
         self._warned = False
         self.written = 0
 
@@ -40,19 +49,19 @@ class QueueJournal:
         """Journal `client` as it is now, complete up to `position`."""
         body = orjson.dumps(client.to_dict(now) | {"stream_position": position})
         self._recent.add(client.queue_id)
-        self._spawn(self._write(client.queue_id, wall, body))
+        self._add(("write", client.queue_id, wall, body))
 
     def ended(self, queue_id: str) -> None:
         if queue_id in self._recent:
             self._recent.discard(queue_id)
-            self._spawn(self._run(self.db.journal_delete([queue_id])))
+            self._add(("delete", queue_id, 0.0, b""))
 
     def checkpoint_began(self) -> None:
         self._recent.clear()
 
     def checkpoint_saved(self, began: float) -> None:
         """The checkpoint begun at wall time `began` is on disk."""
-        self._spawn(self._run(self.db.journal_trim(self.key, began)))
+        self._add(("trim", "", began, b""))
 
     async def since(self, began: float) -> list[dict[str, Any]]:
         """The queues journaled at or after `began` (an unreadable row is skipped)."""
@@ -74,27 +83,28 @@ class QueueJournal:
         return definitions
 
     async def drain(self) -> None:
-        """Wait for the writes under way (at a graceful stop)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        """Wait until every operation made so far is applied (or failed)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
 
-    def _spawn(self, coroutine: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coroutine)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _add(self, op: Op) -> None:
+        self._pending.append(op)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write())
 
-    async def _write(self, queue_id: str, wall: float, body: bytes) -> None:
-        if await self._run(self.db.journal_write(queue_id, self.key, wall, body)):
-            self.written += 1
-
-    async def _run(self, query: Any) -> bool:
-        try:
-            await query
-        except (DatabaseUnavailable, psycopg.Error) as exc:
-            if not self._warned:
-                log.warning("cannot write the queue journal (%s): a crash now would lose the"
-                            " queues registered since the last checkpoint", exc)  # fmt: skip
-                self._warned = True
-            return False
-        self._warned = False
-        return True
+    async def _write(self) -> None:
+        while self._pending:
+            ops, self._pending = self._pending, []
+            try:
+                await self.db.journal_apply(self.key, ops)
+            except (DatabaseUnavailable, psycopg.Error) as exc:
+                if not self._warned:
+                    log.warning(
+                        "cannot write the queue journal (%s): a crash now would lose"
+                        " the queues registered since the last checkpoint",
+                        exc,
+                    )
+                    self._warned = True
+                continue
+            self._warned = False
+            self.written += sum(1 for op in ops if op[0] == "write")

@@ -26,7 +26,8 @@ OPENAPI_VERSION = "3.1.0"
 
 # Every error: `code` is what a program matches; some carry data fields
 # (`queue_id` and `reason` with BAD_EVENT_QUEUE_ID, `var_name` with
-# REQUEST_VARIABLE_MISSING, `retry-after` in seconds with RATE_LIMIT_HIT).
+# REQUEST_VARIABLE_MISSING, `retry-after` in seconds with RATE_LIMIT_HIT,
+# `pruned_through` or `stream_position` with RESUME_EXPIRED).
 # The functional form: "retry-after" is not an identifier.
 ErrorResponse = TypedDict(
     "ErrorResponse",
@@ -38,6 +39,10 @@ ErrorResponse = TypedDict(
         "reason": NotRequired[str],
         "var_name": NotRequired[str],
         "retry-after": NotRequired[float],
+        # RESUME_EXPIRED (eventq): how far the event log is pruned, or this
+        # server's stream position when the one asked for is ahead of it.
+        "pruned_through": NotRequired[int],
+        "stream_position": NotRequired[int],
     },
 )
 
