@@ -61,7 +61,12 @@ async def resume_queue(
             pruned_through=through,
         )
     limit = server.registry.limits.max_events
-    types = None if options.event_types is None else sorted(options.event_types)
+    # A type with a NUL byte matches no logged event (PostgreSQL text has none).
+    types = (
+        None
+        if options.event_types is None
+        else sorted(t for t in options.event_types if "\x00" not in t)
+    )
     stream = server.stream
     found: list[Notice] = []
     after = resume_from

@@ -274,3 +274,10 @@ def test_a_position_this_server_never_gave_is_refused_at_once(api):
     assert body["code"] == "RESUME_EXPIRED"
     assert "ahead of this server's stream" in body["msg"]
     assert body["stream_position"] < 2**62
+
+
+def test_an_event_type_no_event_can_have_resumes_to_nothing(api):
+    client = api()
+    position = client.register(event_types=["note"])["stream_position"]
+    resumed = client.register(event_types=["a\x00b"], resume_from=position)
+    assert client.events(resumed["queue_id"], -1) == []
