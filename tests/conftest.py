@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -24,10 +25,10 @@ os.environ["EVENTQ_API_KEY_SECRET"] = API_KEY_SECRET
 DEFAULT_URL = "host=127.0.0.1 port=5432 dbname=eventq"
 
 
-@pytest.fixture(scope="session")
-def database_url() -> Iterator[str]:
+@contextmanager
+def scratch_database(name: str) -> Iterator[str]:
+    """A migrated database `name` on EVENTQ_DATABASE_URL's server, dropped after."""
     base = os.environ.get("EVENTQ_DATABASE_URL") or DEFAULT_URL
-    name = f"eventq_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     admin = conninfo.make_conninfo(base, dbname="postgres")
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"'.encode())
@@ -38,6 +39,12 @@ def database_url() -> Iterator[str]:
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    with scratch_database(f"eventq_test_{os.getpid()}_{uuid.uuid4().hex[:8]}") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

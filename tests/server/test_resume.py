@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import uuid
 from collections.abc import Iterator
@@ -13,12 +12,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import conninfo
 
 from generation.send import close_for_thread, send_event
 from server.db import Database
-from server.migrate import migrate
 from server.retention import Pruned, prune_event_log
+from tests.conftest import scratch_database
 from tests.support import Api, ServerProcess, World, wait_for
 
 
@@ -117,18 +115,8 @@ def test_resume_refuses_what_it_cannot_do(api):
 @pytest.fixture
 def own_database() -> Iterator[str]:
     """A database of this test's own: retention prunes the whole log."""
-    base = os.environ.get("EVENTQ_DATABASE_URL") or "host=127.0.0.1 port=5432 dbname=eventq"
-    name = f"eventq_test_{uuid.uuid4().hex[:8]}"
-    admin = conninfo.make_conninfo(base, dbname="postgres")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"'.encode())
-    url = conninfo.make_conninfo(base, dbname=name)
-    try:
-        migrate(url)
+    with scratch_database(f"eventq_test_{uuid.uuid4().hex[:8]}") as url:
         yield url
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'.encode())
 
 
 def _log(url: str) -> tuple[int, int]:
