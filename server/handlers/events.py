@@ -10,7 +10,13 @@ from queues.event_queue import Item
 from server.auth import AuthUser
 from server.errors import ApiError, bad_queue_id, from_queue_error
 from server.handlers.base import BaseHandler
-from server.handlers.poll import MAX_QUEUE_ID, begin_poll, poll_failed, poll_outcome
+from server.handlers.poll import (
+    MAX_QUEUE_ID,
+    begin_poll,
+    poll_failed,
+    poll_outcome,
+    woken_answer,
+)
 from server.longpoll import ParkedRequest
 from server.options import implicit_options
 from server.responses import events_body
@@ -121,11 +127,7 @@ class EventsHandler(BaseHandler):
         if outcome == "displaced":
             self._respond(client, [], "displaced", waited, client.queue_id, {"displaced": True})
             return
-        # "events", "heartbeat" or "deleted": whatever is held.
-        items = client.event_queue.contents()
-        if not items and outcome == "heartbeat":
-            items = server.registry.heartbeat_items(client)
-        kind = "deleted" if outcome == "deleted" else poll_outcome(items)
+        items, kind = woken_answer(server, client, outcome)
         self._respond(client, items, kind, waited, client.queue_id)
 
     def on_connection_close(self) -> None:

@@ -61,6 +61,18 @@ def poll_outcome(items: list[Item]) -> str:
     return "events"
 
 
+def woken_answer(
+    server: ServerApi, client: ClientDescriptor, reason: WakeReason
+) -> tuple[list[Item], str]:
+    """What a parked request woken for `reason` ("events", "heartbeat" or
+    "deleted") answers, and how the poll ended: whatever the queue holds, or
+    a heartbeat when nothing came meanwhile."""
+    items = client.event_queue.contents()
+    if not items and reason == "heartbeat":
+        items = server.registry.heartbeat_items(client)
+    return items, "deleted" if reason == "deleted" else poll_outcome(items)
+
+
 def begin_poll(
     server: ServerApi, user: AuthUser, queue_id: str, last_event_id: int | None
 ) -> ClientDescriptor:
@@ -261,10 +273,7 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
             if reason == "displaced":
                 self._respond(client, [], "displaced", waited, client.queue_id, {"displaced": True})
                 return
-            items = client.event_queue.contents()
-            if not items and reason == "heartbeat":
-                items = server.registry.heartbeat_items(client)
-            kind = "deleted" if reason == "deleted" else poll_outcome(items)
+            items, kind = woken_answer(server, client, reason)
             self._respond(client, items, kind, waited, client.queue_id, None)
         except Exception:
             app_log.error(
