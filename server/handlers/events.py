@@ -75,6 +75,7 @@ class EventsHandler(BaseHandler):
             client = registry.allocate(user.user_id, user.realm_id, options, server.clock())
             server.observe_registered(client, 0.0)
             self._respond(client, [], "empty", 0.0, client.queue_id)
+            server.journal_queue(client)
             return
         client = begin_poll(server, user, queue_id, last_event_id)
         server.poll_paths["full"] += 1
