@@ -25,17 +25,28 @@ import psycopg
 
 from generation.notice import Notice
 
+# The transaction takes its id (pg_current_xact_id) before its position: a
+# server that finds the position missing must see the writer among the
+# transactions still running, or it would take the gap for a rollback.
+# nextval alone does not assign one, and an INSERT only once it writes the row.
 _ONE = (
-    "INSERT INTO event_log (position, realm_id, event_type, notice)"
-    " VALUES (nextval('event_log_position'), %s, %s, %s) RETURNING position"
+    "WITH xact AS MATERIALIZED (SELECT pg_current_xact_id())"
+    " INSERT INTO event_log (position, realm_id, event_type, notice)"
+    " SELECT nextval('event_log_position'), %s::integer, %s::text, %s::bytea FROM xact"
+    " RETURNING position"
 )
 _ONE_WITH_ID = (
-    "INSERT INTO event_log (position, realm_id, event_type, notice, notice_id)"
-    " VALUES (nextval('event_log_position'), %s, %s, %s, %s)"
+    "WITH xact AS MATERIALIZED (SELECT pg_current_xact_id())"
+    " INSERT INTO event_log (position, realm_id, event_type, notice, notice_id)"
+    " SELECT nextval('event_log_position'), %s::integer, %s::text, %s::bytea, %s::text"
+    " FROM xact"
     " ON CONFLICT (notice_id) WHERE notice_id IS NOT NULL DO NOTHING RETURNING position"
 )
 _BY_ID = "SELECT position FROM event_log WHERE notice_id = %s"
-_RESERVE = "SELECT nextval('event_log_position') FROM generate_series(1, %s)"
+_RESERVE = (
+    "WITH xact AS MATERIALIZED (SELECT pg_current_xact_id())"
+    " SELECT nextval('event_log_position') FROM xact, generate_series(1, %s)"
+)
 _MANY = (
     "INSERT INTO event_log (position, realm_id, event_type, notice)"
     " SELECT * FROM unnest(%s::bigint[], %s::integer[], %s::text[], %s::bytea[])"
