@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import orjson
 import psycopg
 import tornado.netutil
 import tornado.web
@@ -411,8 +412,20 @@ class EventServer:
         _, errors = self.registry.restore({**data, "queues": []}, now)
         try:
             pruned = await self.db.log_pruned_through()
+            last = await self.db.log_last_position()
         except (DatabaseUnavailable, psycopg.Error):
-            pruned = 0  # catching up says what cannot be read
+            pruned, last = 0, None  # catching up says what cannot be read
+        newest_saved = max(
+            (raw.get("stream_position", default) for raw in raw_queues if isinstance(raw, dict)),
+            key=lambda p: p if isinstance(p, int) else -1,
+            default=default,
+        )
+        if last is not None and isinstance(newest_saved, int) and newest_saved > last:
+            # Its events would be taken for ones already delivered and dropped.
+            raise ValueError(
+                f"saved at event log position {newest_saved}, but this database's log has"
+                f" only reached {last}: the state directory belongs to another database"
+            )
         saved: list[tuple[int, int, object]] = []
         for index, raw in enumerate(raw_queues):
             position = raw.get("stream_position", default) if isinstance(raw, dict) else None
@@ -490,9 +503,9 @@ class EventServer:
         path = persistence.queue_file(self.settings.state_dir, self.settings.shard)
         await self.journal.drain()
         began = time.time()
+        started = time.monotonic()
         snapshot = self.registry.snapshot(self.clock()) | self._snapshot_extras()
         snapshot["journal_from"] = began
-        started = time.monotonic()
         loop = asyncio.get_running_loop()
         size = await loop.run_in_executor(
             None, persistence.save, path, snapshot, self.server_generation
@@ -562,7 +575,7 @@ class EventServer:
             began = time.time()
             self.journal.checkpoint_began()
             clients = list(self.registry)
-            saved: list[dict[str, Any]] = []
+            saved: list[bytes] = []
             index = 0
             longest = time.perf_counter() - slice_started
             while index < len(clients):
@@ -573,18 +586,19 @@ class EventServer:
                     client = clients[index]
                     index += 1
                     if client in self.registry:
-                        saved.append(client.to_dict(now) | {"stream_position": position})
+                        saved.append(
+                            orjson.dumps(client.to_dict(now) | {"stream_position": position})
+                        )
                 longest = max(longest, time.perf_counter() - slice_started)
                 if index < len(clients):
                     await asyncio.sleep(0)
             slice_started = time.perf_counter()
-            body = self.registry.snapshot_without_queues() | {"queues": saved}
+            body = self.registry.snapshot_without_queues() | self._snapshot_extras()
             body["journal_from"] = began
-            body |= self._snapshot_extras()
             longest = max(longest, time.perf_counter() - slice_started)
             path = persistence.checkpoint_file(self.settings.state_dir, self.settings.shard)
             await asyncio.get_running_loop().run_in_executor(
-                None, persistence.save, path, body, self.server_generation
+                None, persistence.save_encoded, path, body, saved, self.server_generation
             )
             self._checkpoint_floor = floor
             self.journal.checkpoint_saved(began)

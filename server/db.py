@@ -165,6 +165,15 @@ class Database:
         assert row is not None
         return int(row[0]), int(row[1])
 
+    async def log_last_position(self) -> int:
+        """The last position the sequence gave out (0 before any)."""
+        async with self.connection() as conn:
+            cur = await conn.execute(
+                "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM event_log_position"
+            )
+            row = await cur.fetchone()
+        return 0 if row is None else int(row[0])
+
     async def log_pruned_through(self) -> int:
         """Every logged position at or below this may have been pruned."""
         async with self.connection() as conn:

@@ -269,3 +269,34 @@ def test_an_event_type_no_event_can_have_resumes_to_nothing(api):
     position = client.register(event_types=["note"])["stream_position"]
     resumed = client.register(event_types=["a\x00b"], resume_from=position)
     assert client.events(resumed["queue_id"], -1) == []
+
+
+def test_queues_saved_against_another_database_are_set_aside(
+    start_server, world, own_database: str, amqp_url: str, tmp_path: Path
+):
+    first = start_server(state_dir=tmp_path / "state")
+    user = world.user()
+    client = Api(first, user)
+    client.register(event_types=["note"])
+    send_event(user.realm_id, {"type": "note"}, [user.user_id], config=first.producer())
+    close_for_thread()
+    wait_for(lambda: first.stats()["stream"]["position"] > 0, 10, "the event")
+    first.stop()
+    client.close()
+
+    # The same state directory, a new database: its log starts again at 1.
+    second = ServerProcess(own_database, tmp_path / "state", amqp_url=amqp_url)
+    second.start()
+    try:
+        assert "the state directory belongs to another database" in second.log()
+        other = World(own_database).user()
+        fresh = Api(second, other)
+        queue_id = fresh.register(event_types=["note"])["queue_id"]
+        send_event(other.realm_id, {"type": "note", "n": 1}, [other.user_id],
+                   config=second.producer())  # fmt: skip
+        close_for_thread()
+        events, _ = _collect(fresh, queue_id, 1)
+        assert events[0]["n"] == 1
+        fresh.close()
+    finally:
+        second.stop()
