@@ -35,6 +35,18 @@ def _may_reach(notice: Notice, user_id: int, options: QueueOptions) -> bool:
     return options.all_public_streams and is_public_channel_message(notice.event)
 
 
+async def _check_kept(server: ServerApi, resume_from: int) -> None:
+    through = await server.db.log_pruned_through()
+    if resume_from < through:
+        raise ApiError(
+            f"The events after position {resume_from} are no longer kept (the event log"
+            f" is pruned through {through}); register without resume_from and fetch the"
+            " state afresh",
+            RESUME_EXPIRED,
+            pruned_through=through,
+        )
+
+
 async def resume_queue(
     server: ServerApi, user_id: int, realm_id: int, options: QueueOptions, resume_from: int
 ) -> tuple[ClientDescriptor, int]:
@@ -51,15 +63,7 @@ async def resume_queue(
             RESUME_EXPIRED,
             stream_position=server.stream.position,
         )
-    through = await server.db.log_pruned_through()
-    if resume_from < through:
-        raise ApiError(
-            f"The events after position {resume_from} are no longer kept (the event log"
-            f" is pruned through {through}); register without resume_from and fetch the"
-            " state afresh",
-            RESUME_EXPIRED,
-            pruned_through=through,
-        )
+    await _check_kept(server, resume_from)
     limit = server.registry.limits.max_events
     # A type with a NUL byte matches no logged event (PostgreSQL text has none).
     types = (
@@ -92,6 +96,8 @@ async def resume_queue(
                 break
             after = rows[-1][0]
         after = upto
+        # Pruning may have run while the log was read.
+        await _check_kept(server, resume_from)
         if stream.position == upto:
             break  # no await from here on: nothing is delivered meanwhile
     registry = server.registry
