@@ -1,27 +1,21 @@
-"""tests/benchmarks/stream_costs.py in its --quick mode, run as
-tests/benchmarks/README.md runs it (`python -m tests.benchmarks.stream_costs
---quick --json`): every phase of issue 15's costs must finish and report
-every figure, every event sent must be read (phase 1) or found in its queues
-after each restart (phase 4) exactly once, and the run must leave nothing
-behind (database, vhost, working directory). No timing is checked; a quick
-run's figures mean nothing."""
+"""tests/benchmarks/stream_costs.py in its --quick mode, run as the other
+benchmarks' quick tests run theirs (`tests.support.run_quick_benchmark`):
+every phase of issue 15's costs must finish and report every figure, every
+event sent must be read (phase 1) or found in its queues after each restart
+(phase 4) exactly once, and the run must leave nothing behind (database,
+vhost, working directory). No timing is checked; a quick run's figures mean
+nothing."""
 
 from __future__ import annotations
 
 import math
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
-import orjson
 import pytest
 
+from tests.support import run_quick_benchmark
 from tests.test_benchmarks import CLEANUP_SECS, assert_spread, database_exists, vhosts
 
-REPO = Path(__file__).resolve().parent.parent
 # A quick run takes about 20 s on the 2-core machine; the rest is headroom
 # for a loaded one.
 RUN_LIMIT_SECS = 180
@@ -52,39 +46,14 @@ FIGURES = {
 } | MAY_BE_ZERO
 
 
-def run_quick(database_url: str) -> dict[str, Any]:
-    """The script's JSON. Past RUN_LIMIT_SECS it gets SIGTERM, so that it
-    still removes what it created, and the test fails with its stderr."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.benchmarks.stream_costs", "--quick", "--json"],
-        cwd=REPO,
-        env={**os.environ, "EVENTQ_DATABASE_URL": database_url},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        out, err = process.communicate(timeout=RUN_LIMIT_SECS)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGTERM)
-        try:
-            out, err = process.communicate(timeout=CLEANUP_SECS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            out, err = process.communicate()
-        raise AssertionError(
-            f"stream_costs --quick ran past {RUN_LIMIT_SECS} s; stderr ends:\n{err[-3000:]}"
-        ) from None
-    assert process.returncode == 0, (
-        f"stream_costs --quick exited {process.returncode}:\n{err[-4000:]}"
-    )
-    results: dict[str, Any] = orjson.loads(out)
-    return results
-
-
 @pytest.mark.timeout(RUN_LIMIT_SECS + CLEANUP_SECS + 30)
 def test_quick_mode_measures_every_cost_loses_nothing_and_removes_its_world(database_url):
-    results = run_quick(database_url)
+    results = run_quick_benchmark(
+        "stream_costs.py",
+        env={"EVENTQ_DATABASE_URL": database_url},
+        limit_secs=RUN_LIMIT_SECS,
+        cleanup_secs=CLEANUP_SECS,
+    )
     config = results["config"]
     assert config["quick"]
     assert results["completed"]

@@ -1290,6 +1290,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def remove_scratch(database: Database, vhost: Vhost, workdir: Path, *, keep: bool) -> None:
+    """Drop a run's database and vhost and remove its directory (or, with
+    `keep`, say where they are), reporting what could not be removed."""
+    if keep:
+        log(f"kept database {database.name}, vhost {vhost.name} and {workdir}")
+        return
+    try:
+        database.drop()
+    except psycopg.Error as exc:
+        log(f"could not drop database {database.name}: {exc}")
+    try:
+        vhost.delete()
+    except BenchError as exc:
+        log(f"could not delete vhost {vhost.name}: {exc}")
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -1374,18 +1391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         results["server_warnings"] = server.warnings()
         server.stop()
-        if args.keep_db:
-            log(f"kept database {database.name}, vhost {vhost.name} and {workdir}")
-        else:
-            try:
-                database.drop()
-            except psycopg.Error as exc:
-                log(f"could not drop database {database.name}: {exc}")
-            try:
-                vhost.delete()
-            except BenchError as exc:
-                log(f"could not delete vhost {vhost.name}: {exc}")
-            shutil.rmtree(workdir, ignore_errors=True)
+        remove_scratch(database, vhost, workdir, keep=args.keep_db)
     if status == 0 or results["latency"] or results["drain"]:
         if status != 0:
             log("partial results (the run did not finish):")

@@ -69,7 +69,6 @@ import math
 import multiprocessing
 import os
 import re
-import shutil
 import signal
 import sys
 import tempfile
@@ -90,7 +89,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import orjson
-import psycopg
 import uvloop
 from fanout import (
     HOST,
@@ -110,7 +108,15 @@ from fanout import (
     source_state,
 )
 from quickmode import parse_with_quick
-from rabbitmq import CpuMeter, FreezableServer, Publishers, Vhost, broker_pid, spread
+from rabbitmq import (
+    CpuMeter,
+    FreezableServer,
+    Publishers,
+    Vhost,
+    broker_pid,
+    remove_scratch,
+    spread,
+)
 from register import SECRET, populate_domain, run_phase
 
 from generation.config import NOTIFY_QUEUE, ProducerConfig
@@ -1299,18 +1305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         for server in run.servers:
             server.stop()
-        if args.keep_db:
-            log(f"kept database {database.name}, vhost {vhost.name} and {workdir}")
-        else:
-            try:
-                database.drop()
-            except psycopg.Error as exc:
-                log(f"could not drop database {database.name}: {exc}")
-            try:
-                vhost.delete()
-            except BenchError as exc:
-                log(f"could not delete vhost {vhost.name}: {exc}")
-            shutil.rmtree(workdir, ignore_errors=True)
+        remove_scratch(database, vhost, workdir, keep=args.keep_db)
     results["completed"] = status == 0
     results["figures"] = figures_of(results)
     results["problems"] = checks_of(results)
