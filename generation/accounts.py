@@ -51,6 +51,9 @@ def api_key_id(api_key: str) -> str:
 # How `users.api_key_hash` was computed (`users.api_key_hash_scheme`).
 HASH_SHA256 = 1  # before migration 0004; rewritten at the next authentication
 HASH_HMAC = 2
+# The keyed hash of a scheme-1 hash (`wrap_legacy_hash`), written by the
+# background update of migration 0009 without knowing the key.
+HASH_WRAPPED = 3
 
 
 def hash_api_key(api_key: str, secret: bytes | None = None) -> bytes:
@@ -63,6 +66,12 @@ def hash_api_key(api_key: str, secret: bytes | None = None) -> bytes:
 def legacy_hash_api_key(api_key: str) -> bytes:
     """The plain SHA-256 of rows written before keyed hashes (scheme 1)."""
     return hashlib.sha256(api_key.encode("utf-8")).digest()
+
+
+def wrap_legacy_hash(legacy: bytes, secret: bytes | None = None) -> bytes:
+    """HMAC-SHA256 of a scheme-1 hash with the API key secret (scheme 3)."""
+    key = api_key_secret() if secret is None else secret
+    return hmac.digest(key, legacy, "sha256")
 
 
 def is_well_formed_api_key(api_key: str) -> bool:

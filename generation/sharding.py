@@ -3,6 +3,7 @@
 A TOML file under the operator's control (`EVENTQ_SHARDING` names it):
 
     default_shard = "a"                 # realms not named below
+    background_tasks_on = "a"           # optional (default_shard): runs background updates
     internal_networks = ["10.1.0.0/16"] # besides loopback: other shards' hosts
 
     [shards.a]
@@ -53,7 +54,14 @@ _HOST_NAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9-]{1,63}(\.[A-Za-z0-9-]{1,63})*
 _MAP_KEYWORDS = {"default", "hostnames", "include", "volatile"}
 # What may follow nginx's `listen` and `server_name` (no ';', braces, quotes).
 _NGINX_ARGUMENT = re.compile(r"[A-Za-z0-9.:\[\]*_ -]{1,200}")
-_TOP_KEYS = {"default_shard", "internal_networks", "shards", "realms", "nginx"}
+_TOP_KEYS = {
+    "default_shard",
+    "background_tasks_on",
+    "internal_networks",
+    "shards",
+    "realms",
+    "nginx",
+}
 _SHARD_KEYS = {"host", "port"}
 _REALM_KEYS = {"id", "shards", "hosts"}
 _NGINX_KEYS = {"listen", "server_name"}
@@ -97,6 +105,8 @@ class ShardMap:
     nginx_listen: str = ""
     nginx_server_name: str = ""
     source: str = "<config>"
+    # The shard that runs the database's background updates (server/background.py).
+    background_tasks_on: str = ""
 
     def shards_of(self, realm_id: int | None) -> tuple[str, ...]:
         if realm_id is None:
@@ -312,6 +322,11 @@ def parse(text: str, source: str = "<config>") -> ShardMap:
         raise ShardingError(f"{source}: missing default_shard: name the shard of realms not listed")
     if not isinstance(default, str) or default not in shards:
         raise ShardingError(f"{source}: default_shard {default!r} is not one of the shards")
+    background = data.get("background_tasks_on", default)
+    if not isinstance(background, str) or background not in shards:
+        raise ShardingError(
+            f"{source}: background_tasks_on {background!r} is not one of the shards"
+        )
     realms, hosts = _realms(data.get("realms", []), shards, source)
     nginx = _table(data.get("nginx", {}), "[nginx]", _NGINX_KEYS, source)
     for key in _NGINX_KEYS:
@@ -343,6 +358,7 @@ def parse(text: str, source: str = "<config>") -> ShardMap:
         nginx_listen=str(nginx.get("listen", "")),
         nginx_server_name=str(nginx.get("server_name", "")),
         source=source,
+        background_tasks_on=background,
     )
 
 

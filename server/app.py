@@ -35,6 +35,7 @@ from queues.payload import PER_EVENT_OVERHEAD
 from queues.registry import DeliveryReport, EndReason, QueueRegistry
 from server import persistence
 from server.auth import Authenticator
+from server.background import Controller, DefaultController, Runner, load_modules
 from server.config import Settings
 from server.consumer import NoticeConsumer
 from server.db import Database, DatabaseUnavailable
@@ -48,15 +49,22 @@ from server.migrate import latest_migration
 from server.observe import Observer, Origin
 from server.ratelimit import RateLimiter
 from server.responses import encode
-from server.retention import Pruned, prune_event_log
 from server.routes import make_dispatcher
 from server.stream import EventStream
+from server.updates import standard_updates
 from server.version import ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION
 
 log = logging.getLogger("eventq.server")
 
 # How often the event log's tail is read for events whose notice never came.
 TAIL_SECS = 1.0
+# How often a server tells the retention update how far back it needs the log
+# (at most; after each checkpoint when they are more frequent), and how long
+# an unchanged floor goes without being said again.
+READER_FLOOR_SECS = 10.0
+READER_FLOOR_REFRESH_SECS = 60.0
+# At shutdown, the background update batch in progress gets this long to end.
+BACKGROUND_STOP_SECS = 5.0
 # How long start() waits for the consumer before accepting clients anyway.
 CONSUMER_START_WAIT_SECS = 5.0
 
@@ -141,16 +149,32 @@ class EventServer:
         )
         self._checkpoint: PeriodicCallback | None = None
         # Queues registered since the last checkpoint (server/journal.py).
-        self.journal = QueueJournal(
-            self.db, f"{settings.shard_name}:{settings.state_dir.resolve()}"
-        )
+        # Names this server's rows in queue_journal and stream_readers.
+        self.reader_key = f"{settings.shard_name}:{settings.state_dir.resolve()}"
+        self.journal = QueueJournal(self.db, self.reader_key)
         self._checkpointing = False
         # The last checkpoint: queues saved, its time, its longest stretch on the loop.
         self.last_checkpoint: dict[str, float] = {}
         # The lowest position the last checkpoint's queues need from the log.
         self._checkpoint_floor: int | None = None
-        self._prune: PeriodicCallback | None = None
-        self._pruning = False
+        # Tells the retention update how far back this server needs the log.
+        self._reader: PeriodicCallback | None = None
+        self._floor_said: tuple[int, float] = (-1, 0.0)
+        # The background updates' runner, when this process runs them.
+        self.background: Runner | None = None
+        self._background_task: asyncio.Task[None] | None = None
+        if settings.background_tasks:
+            controller = Controller(
+                DefaultController(settings.background_target_ms, settings.background_sleep_ms)
+            )
+            extra = load_modules(settings.modules, controller)
+            self.background = Runner(
+                settings.database_url,
+                [*standard_updates(settings, api_key_secret()), *extra],
+                controller,
+                idle_secs=settings.background_idle_secs,
+                application_name=f"eventq-background {settings.shard_name}",
+            )
         self._tail: PeriodicCallback | None = None
         self.consumer: NoticeConsumer | None = None
         if settings.amqp_url:
@@ -221,9 +245,13 @@ class EventServer:
                 self._checkpoint_soon, self.settings.checkpoint_secs * 1000
             )
             self._checkpoint.start()
-        if self.settings.log_prune_secs > 0:
-            self._prune = PeriodicCallback(self._prune_soon, self.settings.log_prune_secs * 1000)
-            self._prune.start()
+        every = READER_FLOOR_SECS
+        if self.settings.checkpoint_secs > 0:
+            every = min(every, self.settings.checkpoint_secs)
+        self._reader = PeriodicCallback(self._say_reader_floor_soon, every * 1000)
+        self._reader.start()
+        if self.background is not None:
+            self._background_task = asyncio.get_running_loop().create_task(self.background.run())
         self._http = EventHTTPServer(
             make_dispatcher(self),
             # The handlers enforce their own (smaller) limits with a JSON 413;
@@ -235,6 +263,7 @@ class EventServer:
         if self.settings.checkpoint_secs > 0:
             # Right away: the restart event pushed to restored queues is in it.
             await self.checkpoint()
+        await self.say_reader_floor()
         self._http.add_sockets(sockets)
         log.info(
             "listening on http://%s:%d (generation %d, %d queues)",
@@ -258,7 +287,7 @@ class EventServer:
         log.info("shutting down: answering %d parked requests", self.registry.parked)
         if self._gc is not None:
             self._gc.stop()
-        for timer in (self._checkpoint, self._tail, self._prune):
+        for timer in (self._checkpoint, self._tail, self._reader):
             if timer is not None:
                 timer.stop()
         now = self.clock()
@@ -277,6 +306,10 @@ class EventServer:
             )
         await self.stream.stop()
         await self.save_queues()
+        # The saved queues need the log from here on.
+        self._checkpoint_floor = self.stream.position
+        await self.say_reader_floor()
+        await self._stop_background()
         if self._http is not None:
             await self._http.close_all_connections()
         await self.refusals.close()
@@ -527,33 +560,39 @@ class EventServer:
         if not self.stopping:
             asyncio.get_running_loop().create_task(self.stream.read_tail())
 
-    def _prune_soon(self) -> None:
-        if not self._pruning and not self.stopping:
-            asyncio.get_running_loop().create_task(self.prune_log())
-
-    async def prune_log(self) -> Pruned | None:
-        """Apply the event log's retention (server/retention.py), keeping what
-        this server's last checkpoint needs to rebuild its queues."""
-        if self._pruning:
-            return None
-        self._pruning = True
-        settings = self.settings
-        ceiling = self.stream.position
-        if settings.checkpoint_secs > 0:
-            ceiling = min(ceiling, self._checkpoint_floor or 0)
+    async def _stop_background(self) -> None:
+        task = self._background_task
+        if self.background is None or task is None:
+            return
+        self.background.stop()  # after the batch in progress, if any
         try:
-            return await prune_event_log(
-                self.db,
-                max_age_hours=settings.log_retention_hours,
-                max_bytes=settings.log_retention_bytes,
-                batch=settings.log_prune_batch,
-                ceiling=ceiling,
-            )
+            await asyncio.wait_for(asyncio.shield(task), BACKGROUND_STOP_SECS)
+        except TimeoutError:
+            log.warning("background update batch still running at shutdown: cancelled")
+            task.cancel()
+        except Exception:
+            log.exception("background updates' runner failed")
+
+    def _say_reader_floor_soon(self) -> None:
+        if not self.stopping:
+            asyncio.get_running_loop().create_task(self.say_reader_floor())
+
+    async def say_reader_floor(self) -> None:
+        """Tell the retention update (stream_readers) the lowest position
+        this server's saved queues need: its last checkpoint's, or where its
+        stream is when it saves none (then only a lagging stream needs it)."""
+        floor = self.stream.position
+        if self.settings.checkpoint_secs > 0:
+            floor = min(floor, self._checkpoint_floor or 0)
+        said, at = self._floor_said
+        if floor == said and time.monotonic() - at < READER_FLOOR_REFRESH_SECS:
+            return
+        try:
+            await self.db.reader_floor(self.reader_key, floor)
         except (DatabaseUnavailable, psycopg.Error) as exc:
-            log.warning("cannot prune the event log (%s); trying again later", exc)
-            return None
-        finally:
-            self._pruning = False
+            log.warning("cannot record this server's event log floor (%s)", exc)
+            return
+        self._floor_said = (floor, time.monotonic())
 
     def _checkpoint_soon(self) -> None:
         if not self._checkpointing and not self.stopping:

@@ -20,11 +20,13 @@ from collections.abc import Awaitable, Callable
 
 from generation.accounts import (
     HASH_SHA256,
+    HASH_WRAPPED,
     ROLE_GUEST,
     api_key_id,
     hash_api_key,
     is_well_formed_api_key,
     legacy_hash_api_key,
+    wrap_legacy_hash,
 )
 from server.db import ApiKeyRow, DatabaseUnavailable
 from server.errors import BASIC_CHALLENGE, SESSION_CHALLENGE, ApiError
@@ -204,15 +206,22 @@ class Authenticator:
             # not tell which ids exist.
             hmac.compare_digest(keyed, _NO_HASH)
             raise _unauthorized("Invalid API key", "INVALID_API_KEY")
-        legacy = row.api_key_hash_scheme == HASH_SHA256
-        expected = legacy_hash_api_key(api_key) if legacy else keyed
+        scheme = row.api_key_hash_scheme
+        legacy = scheme in (HASH_SHA256, HASH_WRAPPED)
+        if scheme == HASH_SHA256:
+            expected = legacy_hash_api_key(api_key)
+        elif scheme == HASH_WRAPPED:
+            expected = wrap_legacy_hash(legacy_hash_api_key(api_key))
+        else:
+            expected = keyed
         if (
             not hmac.compare_digest(row.api_key_hash, expected)
             or row.email.lower() != email.lower()
         ):
             raise _unauthorized("Invalid API key", "INVALID_API_KEY")
         if legacy and self._upgrade is not None:
-            # Written before keyed hashes: rewrite it now that the key is known.
+            # Written before keyed hashes (or wrapped since without the key):
+            # rewrite it as a plain keyed hash now that the key is known.
             with contextlib.suppress(DatabaseUnavailable):
                 await self._upgrade(row.user_id, row.api_key_hash, keyed)
         if row.realm_deactivated:

@@ -33,8 +33,10 @@ from generation.config import ProducerConfig, SecretInvalid
 from generation.errors import BadNotice
 from generation.notice import Notice, encode_notice
 from generation.send import PublishError, publish_notice, send_event
+from server import background
 from server.config import ConfigError, Settings
 from server.migrate import MigrationError, migrate
+from server.updates import KNOWN_UPDATES, standard_updates
 
 log = logging.getLogger("eventq")
 
@@ -138,6 +140,102 @@ def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
 
 def _connect(settings: Settings) -> psycopg.Connection[Any]:
     return psycopg.connect(settings.database_url)
+
+
+def _background_table(settings: Settings) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(settings.database_url, autocommit=True)
+    exists = conn.execute("SELECT to_regclass('background_updates') IS NOT NULL").fetchone()
+    if not exists or not exists[0]:
+        conn.close()
+        raise MigrationError("no background_updates table: run `eventq db migrate` first")
+    return conn
+
+
+def _duration(secs: float | None) -> str:
+    if secs is None:
+        return "-"
+    if secs < 120:
+        return f"{secs:.0f} s"
+    if secs < 7200:
+        return f"{secs / 60:.0f} min"
+    return f"{secs / 3600:.1f} h"
+
+
+def cmd_background_status(settings: Settings, args: argparse.Namespace) -> int:
+    extra = background.load_modules(settings.modules, background.Controller())
+    known = {*KNOWN_UPDATES, *(update.name for update in extra)}
+    with _background_table(settings) as conn:
+        statuses = background.read_status_sync(conn, known)
+        holder = background.runner_sync(conn)
+    if args.json:
+        _print_json([status.to_dict() for status in statuses])
+        return 0
+    print(f"runner: {holder or 'none running'}")
+    rows = [("update", "state", "done", "left", "items/s", "batch", "time left", "progress")]
+    for st in statuses:
+        rows.append(
+            (
+                st.name,
+                st.state,
+                str(st.items_done),
+                "-" if st.items_left is None else str(st.items_left),
+                "-" if st.items_per_sec is None else f"{st.items_per_sec:.0f}",
+                "-" if st.batch_size is None else str(st.batch_size),
+                _duration(st.seconds_left),
+                json.dumps(st.progress, separators=(",", ":")),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]
+        )
+    for st in statuses:
+        if st.last_error:
+            print(f"{st.name}: {st.failures} failures in a row; last: {st.last_error}")
+    return 0
+
+
+def cmd_background_enqueue(settings: Settings, args: argparse.Namespace) -> int:
+    extra = background.load_modules(settings.modules, background.Controller())
+    known = [*KNOWN_UPDATES, *(update.name for update in extra)]
+    if args.name not in known:
+        print(
+            f"eventq: no background update named {args.name!r}; this version knows"
+            f" {', '.join(known)}",
+            file=sys.stderr,
+        )
+        return 1
+    with _background_table(settings) as conn:
+        background.enqueue_sync(conn, args.name)
+    _print_json({"enqueued": args.name})
+    return 0
+
+
+def cmd_background_run(settings: Settings, args: argparse.Namespace) -> int:
+    from generation.config import api_key_secret  # noqa: PLC0415
+
+    _background_table(settings).close()
+    controller = background.Controller(
+        background.DefaultController(settings.background_target_ms, settings.background_sleep_ms)
+    )
+    extra = background.load_modules(settings.modules, controller)
+    runner = background.Runner(
+        settings.database_url,
+        [*standard_updates(settings, api_key_secret()), *extra],
+        controller,
+        idle_secs=settings.background_idle_secs,
+        application_name="eventq-background cli",
+    )
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, runner.stop)
+        await runner.run(until_idle=args.until_done)
+
+    asyncio.run(run())
+    return 0
 
 
 def cmd_realm_create(settings: Settings, args: argparse.Namespace) -> int:
@@ -511,6 +609,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     db = sub.add_parser("db", help="database schema").add_subparsers(dest="db", required=True)
     db.add_parser("migrate", help="apply pending migrations").set_defaults(func=cmd_migrate)
+    bg = db.add_parser(
+        "background", help="long database work in paced batches (background updates)"
+    ).add_subparsers(dest="background", required=True)
+    status = bg.add_parser("status", help="every update: state, progress, rate, time left")
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.set_defaults(func=cmd_background_status)
+    run = bg.add_parser(
+        "run", help="run the updates in this process (while no other runner does), until stopped"
+    )
+    run.add_argument(
+        "--until-done", action="store_true", help="return once nothing is left to do now"
+    )
+    run.set_defaults(func=cmd_background_run)
+    enqueue = bg.add_parser("enqueue", help="run an update (again) from the start")
+    enqueue.add_argument("name", help=f"one of {', '.join(KNOWN_UPDATES)}")
+    enqueue.set_defaults(func=cmd_background_enqueue)
 
     realm = sub.add_parser("realm", help="organizations").add_subparsers(
         dest="realm", required=True
@@ -627,7 +741,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = Settings.from_env()
         return int(args.func(settings, args))
-    except (ConfigError, SecretInvalid) as exc:
+    except (ConfigError, SecretInvalid, background.ModuleError) as exc:
         print(f"eventq: configuration error: {exc}", file=sys.stderr)
         return 2
     except (

@@ -63,6 +63,31 @@ def _integer(
     return value
 
 
+def _background_tasks(
+    env: Mapping[str, str], shard_map: sharding.ShardMap | None, shard: str
+) -> bool:
+    raw = env.get("EVENTQ_BACKGROUND_TASKS", "").strip().lower()
+    if raw in ("on", "1", "true", "yes"):
+        return True
+    if raw in ("off", "0", "false", "no"):
+        return False
+    if raw not in ("", "auto"):
+        raise ConfigError(f"EVENTQ_BACKGROUND_TASKS must be on, off or auto, got {raw!r}")
+    # auto: a lone server runs them; of several shards, the one named.
+    return shard_map is None or not shard or shard == shard_map.background_tasks_on
+
+
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _modules(env: Mapping[str, str]) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in env.get("EVENTQ_MODULES", "").split(",") if n.strip())
+    for name in names:
+        if not _MODULE_NAME.fullmatch(name):
+            raise ConfigError(f"EVENTQ_MODULES must be dotted module names, got {name!r}")
+    return names
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """Everything the server and the command line read from the environment."""
@@ -91,11 +116,20 @@ class Settings:
     checkpoint_secs: float = 5.0
     gap_timeout_secs: float = 5.0
     # The event log keeps events this long and about this many bytes, pruned
-    # every log_prune_secs (0: never) in batches of log_prune_batch rows.
+    # every log_prune_secs (0: never) by the background updates' runner.
     log_retention_hours: float = 24.0
     log_retention_bytes: int = 1 << 30
     log_prune_secs: float = 60.0
-    log_prune_batch: int = 5000
+    # Background updates (server/background.py): whether this process runs
+    # them (a lone server does; of several shards, the one the sharding
+    # config names), the default controller's target per batch and pause
+    # before each, how often an idle runner looks for work, and the modules
+    # whose setup(api) may register controller callbacks.
+    background_tasks: bool = True
+    background_target_ms: int = 100
+    background_sleep_ms: int = 1000
+    background_idle_secs: float = 5.0
+    modules: tuple[str, ...] = ()
     # Advertised to clients as their long-poll timeout: longer than the
     # heartbeat, so a live server never times a client out.
     longpoll_timeout_secs: float = 90.0
@@ -243,9 +277,17 @@ class Settings:
                 env, "EVENTQ_EVENT_LOG_RETENTION_BYTES", cls.log_retention_bytes, minimum=1
             ),
             log_prune_secs=_number(env, "EVENTQ_EVENT_LOG_PRUNE_SECS", 60.0),
-            log_prune_batch=_integer(
-                env, "EVENTQ_EVENT_LOG_PRUNE_BATCH", cls.log_prune_batch, minimum=1
+            background_tasks=_background_tasks(env, shard_map, shard),
+            background_target_ms=_integer(
+                env, "EVENTQ_BACKGROUND_TARGET_MS", cls.background_target_ms
             ),
+            background_sleep_ms=_integer(
+                env, "EVENTQ_BACKGROUND_SLEEP_MS", cls.background_sleep_ms, minimum=0
+            ),
+            background_idle_secs=_number(
+                env, "EVENTQ_BACKGROUND_IDLE_SECS", cls.background_idle_secs, minimum=0.01
+            ),
+            modules=_modules(env),
             longpoll_timeout_secs=longpoll,
             queue_max_events=_integer(env, "EVENTQ_QUEUE_MAX_EVENTS", cls.queue_max_events),
             queue_max_bytes=_integer(env, "EVENTQ_QUEUE_MAX_BYTES", cls.queue_max_bytes),

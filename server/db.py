@@ -18,9 +18,6 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 log = logging.getLogger("eventq.db")
 
-# The advisory lock that one pruner of the event log holds per batch.
-_PRUNE_LOCK = 0x6576_656E_7471_0001
-
 
 class DatabaseUnavailable(Exception):
     """Raised by `Database` when PostgreSQL cannot be reached or a query fails
@@ -115,13 +112,13 @@ class Database:
             return await cur.fetchone()
 
     async def upgrade_api_key_hash(self, user_id: int, legacy: bytes, keyed: bytes) -> None:
-        """Replace a row's plain SHA-256 (scheme 1) by the keyed hash, unless
-        the key changed meanwhile."""
+        """Replace a row's plain SHA-256 (scheme 1) or its wrapped form
+        (scheme 3) by the keyed hash, unless the key changed meanwhile."""
         async with self.connection() as conn:
             await conn.execute(
                 """
                 UPDATE users SET api_key_hash = %s, api_key_hash_scheme = 2
-                WHERE id = %s AND api_key_hash = %s AND api_key_hash_scheme = 1
+                WHERE id = %s AND api_key_hash = %s AND api_key_hash_scheme IN (1, 3)
                 """,
                 (keyed, user_id, legacy),
             )
@@ -200,64 +197,15 @@ class Database:
             )
             return [(int(r[0]), bytes(r[1])) for r in await cur.fetchall()]
 
-    async def log_cut(self, max_age_hours: float, max_bytes: int) -> tuple[int, int]:
-        """The position to prune the log through so that what is left is
-        younger than `max_age_hours` and about `max_bytes` (the size is
-        estimated from the span of positions and a sample of row sizes, so
-        that no query reads the whole log), and the current pruned-through."""
+    async def reader_floor(self, reader: str, floor: int) -> None:
+        """Say that `reader`'s saved queues need the event log from `floor`
+        (server/retention.py prunes no further)."""
         async with self.connection() as conn:
-            cur = await conn.execute(
-                """
-                SELECT
-                  (SELECT coalesce(max(position), 0) FROM event_log
-                   WHERE created_at < now() - make_interval(secs => %s)),
-                  (SELECT coalesce(min(position), 0) FROM event_log),
-                  (SELECT coalesce(max(position), 0) FROM event_log),
-                  (SELECT avg(octet_length(notice) + 64) FROM
-                     (SELECT notice FROM event_log ORDER BY position DESC LIMIT 1000) newest),
-                  (SELECT through FROM event_log_pruned)
-                """,
-                (max_age_hours * 3600,),
-            )
-            row = await cur.fetchone()
-        assert row is not None
-        by_age, oldest, newest, mean, through = (row[0], row[1], row[2], row[3], row[4])
-        cut = int(by_age)
-        if mean and newest:
-            keep = int(max_bytes / float(mean))
-            if newest - oldest + 1 > keep:
-                cut = max(cut, int(newest) - keep)
-        return cut, int(through)
-
-    async def log_prune_batch(self, through: int, batch: int) -> int:
-        """Delete up to `batch` of the oldest rows at or below `through` and
-        record the pruned-through position in the same transaction; returns
-        how many rows went. Two processes pruning at once take turns."""
-        async with self.connection() as conn, conn.transaction():
-            cur = await conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (_PRUNE_LOCK,))
-            locked = await cur.fetchone()
-            if locked is None or not locked[0]:
-                return 0
-            cur = await conn.execute(
-                """
-                WITH gone AS (
-                  DELETE FROM event_log WHERE position IN (
-                    SELECT position FROM event_log WHERE position <= %s
-                    ORDER BY position LIMIT %s)
-                  RETURNING position)
-                SELECT count(*), max(position) FROM gone
-                """,
-                (through, batch),
-            )
-            row = await cur.fetchone()
-            assert row is not None
-            deleted = int(row[0])
-            # Below a batch that was not full, nothing at or below `through` is left.
-            done = through if deleted < batch else int(row[1])
             await conn.execute(
-                "UPDATE event_log_pruned SET through = greatest(through, %s)", (done,)
+                "INSERT INTO stream_readers (reader, floor) VALUES (%s, %s)"
+                " ON CONFLICT (reader) DO UPDATE SET floor = excluded.floor, updated_at = now()",
+                (reader, floor),
             )
-            return deleted
 
     async def journal_apply(self, key: str, ops: list[tuple[str, str, float, bytes]]) -> None:
         """Apply journal operations in order, in one transaction: ("write",

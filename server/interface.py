@@ -20,6 +20,7 @@ from queues.client import ClientDescriptor
 from queues.event_queue import Item
 from queues.registry import DeliveryReport, QueueRegistry
 from server.auth import Authenticator
+from server.background import Runner
 from server.config import Settings
 from server.consumer import NoticeConsumer
 from server.db import Database
@@ -49,6 +50,10 @@ class ServerApi(Protocol):
 
     @property
     def db(self) -> Database: ...
+
+    @property
+    def background(self) -> Runner | None:
+        """The background updates' runner, when this process runs them."""
 
     @property
     def auth(self) -> Authenticator: ...

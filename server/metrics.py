@@ -231,6 +231,43 @@ class ServerState(Collector):
         yield refused
         yield from self._consumer()
         yield from self._delivery_log()
+        yield from self._background()
+
+    def _background(self) -> Iterator[Metric]:
+        runner = self.server.background
+        if runner is None:
+            return
+        yield GaugeMetricFamily(
+            "eventq_background_runner_active",
+            "1 while this process holds the background updates' runner lock",
+            value=1.0 if runner.holding_lock else 0.0,
+        )
+        families = {
+            key: GaugeMetricFamily(f"eventq_background_update_{key}", doc, labels=["update"])
+            for key, doc in (
+                ("done", "1 once the background update has finished (this run, if recurring)"),
+                ("items_done", "Items the background update has done (this run, if recurring)"),
+                ("items_left", "Items the background update has left, when it can tell"),
+                ("items_per_second", "Items per second while the update's batches run"),
+                ("batch_size", "The size of the update's last batch"),
+                ("seconds_left", "Estimated seconds until the update finishes"),
+                ("failures", "Batches of the update that failed in a row"),
+            )
+        }
+        for status in runner.status:
+            values = {
+                "done": 1.0 if status.state == "done" else 0.0,
+                "items_done": status.items_done,
+                "items_left": status.items_left,
+                "items_per_second": status.items_per_sec,
+                "batch_size": status.batch_size,
+                "seconds_left": status.seconds_left,
+                "failures": status.failures,
+            }
+            for key, value in values.items():
+                if value is not None:
+                    families[key].add_metric([status.name], float(value))
+        yield from families.values()
 
     def _consumer(self) -> Iterator[Metric]:
         consumer = self.server.consumer

@@ -1,69 +1,141 @@
-"""Retention of the event log: events older than a number of hours, or beyond
-a number of bytes (oldest first), are deleted in batches with a pause between
-them, so that pruning a large backlog never holds locks or the disk for long.
+"""Retention of what grows without bound, as recurring background updates
+(server/background.py): paced batched deletes, never one long `DELETE`.
 
-Every server runs it; an advisory lock taken per batch makes two of them take
-turns rather than delete the same rows. `event_log_pruned.through` records
-how far the log is pruned, in the batch's transaction: `resume_from` and the
-queues saved before a crash are refused below it.
+- `event_log_retention`: events older than a number of hours, or beyond a
+  number of bytes (oldest first), leave the event log. Never above the
+  lowest floor of the servers that read it (`stream_readers`: each server's
+  last checkpoint needs the log from there to rebuild its queues after a
+  crash). `event_log_pruned.through` records how far the log is pruned, in
+  each batch's transaction: `resume_from` and the queues saved before a
+  crash are refused below it.
+- `queue_journal_retention`: journal rows of queues registered longer ago
+  than the event log keeps events (a removed shard's, or one that never
+  checkpointed again) are of no use: their queue could not be refilled.
 """
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import logging
-import time
+from typing import Any
 
-from server.db import Database
+from server.background import BackgroundUpdate, Batch, Conn
 
 log = logging.getLogger("eventq.retention")
 
-# Between two batches: the database serves its other work meanwhile.
-PAUSE_SECS = 0.05
+
+async def log_cut(conn: Conn, max_age_hours: float, max_bytes: int) -> tuple[int, int]:
+    """The position to prune the log through so that what is left is younger
+    than `max_age_hours` and about `max_bytes` (the size is estimated from the
+    span of positions and a sample of row sizes, so that no query reads the
+    whole log), and the current pruned-through."""
+    cur = await conn.execute(
+        """
+        SELECT
+          (SELECT coalesce(max(position), 0) FROM event_log
+           WHERE created_at < now() - make_interval(secs => %s)),
+          (SELECT coalesce(min(position), 0) FROM event_log),
+          (SELECT coalesce(max(position), 0) FROM event_log),
+          (SELECT avg(octet_length(notice) + 64) FROM
+             (SELECT notice FROM event_log ORDER BY position DESC LIMIT 1000) newest),
+          (SELECT through FROM event_log_pruned)
+        """,
+        (max_age_hours * 3600,),
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    by_age, oldest, newest, mean, through = row
+    cut = int(by_age)
+    if mean and newest:
+        keep = int(max_bytes / float(mean))
+        if newest - oldest + 1 > keep:
+            cut = max(cut, int(newest) - keep)
+    return cut, int(through)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Pruned:
-    through: int
-    rows: int
-    batches: int
-    seconds: float
+async def readers_floor(conn: Conn, fresh_hours: float) -> int | None:
+    """The lowest position a server reading the log still needs, among those
+    that said so within `fresh_hours`; None when none did."""
+    cur = await conn.execute(
+        "SELECT min(floor) FROM stream_readers"
+        " WHERE updated_at > now() - make_interval(secs => %s)",
+        (fresh_hours * 3600,),
+    )
+    row = await cur.fetchone()
+    return None if row is None or row[0] is None else int(row[0])
 
 
-async def prune_event_log(
-    db: Database,
-    *,
-    max_age_hours: float,
-    max_bytes: int,
-    batch: int,
-    ceiling: int | None = None,
-    pause_secs: float = PAUSE_SECS,
-) -> Pruned:
-    """Delete what retention no longer keeps, never above `ceiling` (the
-    position this server's saved queues still need)."""
-    started = time.monotonic()
-    cut, through = await db.log_cut(max_age_hours, max_bytes)
-    if ceiling is not None:
-        cut = min(cut, ceiling)
-    rows = batches = 0
-    while cut > through:
-        deleted = await db.log_prune_batch(cut, batch)
-        batches += 1
-        rows += deleted
-        if deleted < batch:
-            break
-        await asyncio.sleep(pause_secs)
-    outcome = Pruned(max(cut, through), rows, batches, time.monotonic() - started)
-    if rows:
-        log.info(
-            "event log pruned through position %d: %d rows in %d batches, %.1f s"
-            " (kept: %g hours, about %d bytes)",
-            outcome.through,
-            rows,
-            batches,
-            outcome.seconds,
-            max_age_hours,
-            max_bytes,
+def event_log_retention(
+    max_age_hours: float, max_bytes: int, every_secs: float
+) -> BackgroundUpdate:
+    async def batch(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
+        if "cut" in progress:
+            cut, through = int(progress["cut"]), int(progress["through"])
+        else:  # a new run: decide once how far it goes
+            cut, through = await log_cut(conn, max_age_hours, max_bytes)
+            floor = await readers_floor(conn, max_age_hours)
+            if floor is not None and floor < cut:
+                log.info(
+                    "event log: retention would prune through %d, but a server's saved"
+                    " queues need it from %d (stream_readers); pruning through %d",
+                    cut,
+                    floor,
+                    floor,
+                )
+                cut = floor
+        if cut <= through:
+            return Batch(0, {"cut": cut, "through": through}, done=True, items_left=0)
+        cur = await conn.execute(
+            """
+            WITH gone AS (
+              DELETE FROM event_log WHERE position IN (
+                SELECT position FROM event_log WHERE position <= %s
+                ORDER BY position LIMIT %s)
+              RETURNING position)
+            SELECT count(*), max(position) FROM gone
+            """,
+            (cut, size),
         )
-    return outcome
+        row = await cur.fetchone()
+        assert row is not None
+        deleted = int(row[0])
+        done = deleted < size
+        # Below a batch that was not full, nothing at or below `cut` is left.
+        through = cut if done else int(row[1])
+        await conn.execute(
+            "UPDATE event_log_pruned SET through = greatest(through, %s)", (through,)
+        )
+        return Batch(deleted, {"cut": cut, "through": through}, done=done, items_left=cut - through)
+
+    return BackgroundUpdate(
+        "event_log_retention",
+        batch,
+        every_secs=every_secs,
+        description="delete events past the event log's retention, oldest first",
+    )
+
+
+def queue_journal_retention(max_age_hours: float, every_secs: float) -> BackgroundUpdate:
+    async def batch(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
+        cur = await conn.execute(
+            """
+            WITH gone AS (
+              DELETE FROM queue_journal WHERE queue_id IN (
+                SELECT queue_id FROM queue_journal
+                WHERE journaled_at < extract(epoch FROM now()) - %s
+                LIMIT %s)
+              RETURNING 1)
+            SELECT count(*) FROM gone
+            """,
+            (max_age_hours * 3600, size),
+        )
+        row = await cur.fetchone()
+        deleted = 0 if row is None else int(row[0])
+        total = int(progress.get("deleted", 0)) + deleted
+        return Batch(deleted, {"deleted": total}, done=deleted < size)
+
+    return BackgroundUpdate(
+        "queue_journal_retention",
+        batch,
+        every_secs=every_secs,
+        description="delete queue journal rows older than the event log's retention",
+    )

@@ -189,6 +189,9 @@ class ServerProcess:
                 "EVENTQ_AUTH_FAILURE_LIMIT": "100000",
                 "EVENTQ_GC_INTERVAL_SECS": "0.05",
                 "EVENTQ_SHUTDOWN_GRACE_SECS": "5",
+                # Test servers share the session's database: the tests of
+                # background updates turn a runner on where they want one.
+                "EVENTQ_BACKGROUND_TASKS": "off",
             }
         )
         env.update(self.extra_env)

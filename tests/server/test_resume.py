@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import re
 import signal
 import uuid
 from collections.abc import Iterator
@@ -14,8 +14,6 @@ import psycopg
 import pytest
 
 from generation.send import close_for_thread, send_event
-from server.db import Database
-from server.retention import Pruned, prune_event_log
 from tests.conftest import scratch_database
 from tests.support import Api, ServerProcess, World, wait_for
 
@@ -138,8 +136,11 @@ def test_retention_prunes_the_log_in_batches_and_resume_says_when_it_is_too_late
             # About two notices' worth of bytes: all but the newest go.
             "EVENTQ_EVENT_LOG_RETENTION_BYTES": "600",
             "EVENTQ_EVENT_LOG_PRUNE_SECS": "0.2",
-            "EVENTQ_EVENT_LOG_PRUNE_BATCH": "3",
             "EVENTQ_CHECKPOINT_SECS": "0.2",
+            # This server runs the retention update, 3 rows in the first batch.
+            "EVENTQ_BACKGROUND_TASKS": "on",
+            "EVENTQ_BACKGROUND_IDLE_SECS": "0.05",
+            "EVENTQ_MODULES": "tests.server.background_module",
         },
         amqp_url,
     )
@@ -156,16 +157,18 @@ def test_retention_prunes_the_log_in_batches_and_resume_says_when_it_is_too_late
         close_for_thread()
         events, position = _collect(client, queue_id, 20)
         assert [e["n"] for e in events] == list(range(20))
-        # Pruned down to the size limit, a few rows per batch.
-        wait_for(
-            lambda: _log(own_database)[0] <= 5 and "event log pruned through" in server.log(),
-            30,
-            "the log pruned",
-        )
+        # Pruned down to the size limit, in batches.
+        finished = r"background update event_log_retention finished: (\d+) items in (\d+) batches"
+
+        def pruned() -> int:
+            return sum(int(items) for items, _ in re.findall(finished, server.log()))
+
+        wait_for(lambda: _log(own_database)[0] <= 5 and pruned() >= 15, 30, "the log pruned")
         rows, through = _log(own_database)
         assert rows <= 5
         assert through >= position - 5
-        assert " rows in 1 batches" not in server.log()
+        runs = re.findall(finished, server.log())
+        assert any(int(batches) > 1 for items, batches in runs if int(items) > 3), runs
 
         # A client that last saw the first events cannot resume: told so.
         refused = client.request("POST", "register", event_types=["note"], resume_from=1)
@@ -223,35 +226,6 @@ def test_a_queue_registered_after_the_last_checkpoint_survives_a_crash(start_ser
     response = client.get_events(queue_id=gone, last_event_id=-1, dont_block=True)
     assert response.json()["code"] == "BAD_EVENT_QUEUE_ID"
     client.close()
-
-
-def test_retention_by_age_prunes_the_old_rows_only(own_database: str):
-    with psycopg.connect(own_database, autocommit=True) as conn:
-        for hours_ago in (50, 30, 25, 2, 1, 0):
-            conn.execute(
-                "INSERT INTO event_log (position, realm_id, event_type, notice, created_at)"
-                " VALUES (nextval('event_log_position'), 1, 'note', '{}',"
-                " now() - make_interval(hours => %s))",
-                (hours_ago,),
-            )
-
-    async def prune() -> Pruned:
-        db = Database(own_database)
-        await db.open()
-        try:
-            return await prune_event_log(db, max_age_hours=24, max_bytes=1 << 30, batch=2)
-        finally:
-            await db.close()
-
-    pruned = asyncio.run(prune())
-    assert (pruned.rows, pruned.through, pruned.batches) == (3, 3, 2)
-    with psycopg.connect(own_database) as conn:
-        left = [r[0] for r in conn.execute("SELECT position FROM event_log ORDER BY 1")]
-    assert left == [4, 5, 6]
-    assert _log(own_database) == (3, 3)
-    # Nothing more to do the second time.
-    again = asyncio.run(prune())
-    assert (again.rows, again.through) == (0, 3)
 
 
 def test_a_position_this_server_never_gave_is_refused_at_once(api):

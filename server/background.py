@@ -1,0 +1,657 @@
+"""Background updates: long database work done in small batches, paced by a
+controller, resumable after a crash (Synapse's background updates and their
+controller, `shared/reference/seeds/synapse-background-update-controller.txt`).
+
+An update is code registered under a name (`BackgroundUpdate`; the standard
+ones are in server/updates.py) and a row in `background_updates` that says it
+is wanted (a migration inserts it; a recurring update's row is inserted by
+the runner). Its batch function does up to N items in the runner's
+transaction and returns how many it did and its progress, which the runner
+writes in that same transaction: a runner killed mid-update resumes from the
+last committed batch, nothing skipped and nothing done twice. A one-shot
+update (`CREATE INDEX CONCURRENTLY`) runs outside a transaction, in one go,
+and must be safe to run again after a crash.
+
+Before each batch the runner enters the controller's `on_update(name,
+database, one_shot)`, an async context manager whose value is the target
+duration of the batch in milliseconds (ignored for one-shot updates); the
+default one sleeps first, so that the database serves its other work between
+batches. The first batch has `default_batch_size` items, each later one as
+many as the measured rate does in the target duration, never fewer than
+`min_batch_size`. A module named in EVENTQ_MODULES may replace the three
+callbacks; the first registration wins.
+
+One runner works at a time per database: it holds a session advisory lock on
+its own connection, and a second runner waits for it (the lock goes with the
+connection when the first dies, even by SIGKILL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import importlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import orjson
+import psycopg
+import psycopg.conninfo
+
+log = logging.getLogger("eventq.background")
+
+# Held (per session) by the one runner working on this database.
+RUNNER_LOCK = 0x6576_656E_7471_0002
+
+# Synapse's defaults: the first batch, the floor, the target per batch.
+DEFAULT_BATCH_SIZE = 100
+MIN_BATCH_SIZE = 100
+DEFAULT_TARGET_MS = 100
+# Between two batches of the default controller.
+DEFAULT_SLEEP_MS = 1000
+# With nothing to do, the runner looks for new work this often.
+IDLE_SECS = 5.0
+# A failed batch is tried again after 2, 4, 8 ... seconds, at most this long.
+MAX_RETRY_SECS = 300.0
+# How much a new measurement moves the rate used to size batches.
+RATE_SMOOTHING = 0.3
+
+Conn = psycopg.AsyncConnection[Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Batch:
+    """What a batch did: `items` handled, the `progress` to resume from, and
+    whether the update is `done`. `items_left`, when the function can tell,
+    feeds the estimated time left."""
+
+    items: int
+    progress: dict[str, Any]
+    done: bool
+    items_left: int | None = None
+
+
+BatchFunction = Callable[[Conn, dict[str, Any], int], Awaitable[Batch]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BackgroundUpdate:
+    """An update's code. `batch(conn, progress, batch_size)` runs in the
+    runner's transaction on `conn` (autocommit and outside any transaction
+    when `one_shot`), starting from `{}`. A recurring update (`every_secs`)
+    starts again from `{}` that long after it finished."""
+
+    name: str
+    batch: BatchFunction
+    depends_on: tuple[str, ...] = ()
+    one_shot: bool = False
+    every_secs: float | None = None
+    description: str = ""
+
+
+# -- the controller ----------------------------------------------------------
+
+OnUpdate = Callable[[str, str, bool], AbstractAsyncContextManager[int]]
+BatchSizeCallback = Callable[[str, str], Awaitable[int]]
+
+
+class DefaultController:
+    """Sleeps `sleep_ms` before each batch and targets `target_ms` per batch."""
+
+    def __init__(
+        self,
+        target_ms: int = DEFAULT_TARGET_MS,
+        sleep_ms: int = DEFAULT_SLEEP_MS,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.target_ms = target_ms
+        self.sleep_ms = sleep_ms
+        self._sleep = sleep
+
+    def on_update(
+        self, name: str, database: str, one_shot: bool
+    ) -> AbstractAsyncContextManager[int]:
+        return self._iteration()
+
+    @contextlib.asynccontextmanager
+    async def _iteration(self) -> AsyncIterator[int]:
+        if self.sleep_ms > 0:
+            await self._sleep(self.sleep_ms / 1000)
+        yield self.target_ms
+
+    async def default_batch_size(self, name: str, database: str) -> int:
+        return DEFAULT_BATCH_SIZE
+
+    async def min_batch_size(self, name: str, database: str) -> int:
+        return MIN_BATCH_SIZE
+
+
+class Controller:
+    """The callbacks in use: the default controller's, unless a module
+    registered its own (`register`; the first registration wins)."""
+
+    def __init__(self, default: DefaultController | None = None) -> None:
+        self.default = default or DefaultController()
+        self.on_update: OnUpdate = self.default.on_update
+        self.default_batch_size: BatchSizeCallback = self.default.default_batch_size
+        self.min_batch_size: BatchSizeCallback = self.default.min_batch_size
+        self.registered_by: str | None = None
+
+    def register(
+        self,
+        on_update: OnUpdate,
+        default_batch_size: BatchSizeCallback | None = None,
+        min_batch_size: BatchSizeCallback | None = None,
+        *,
+        module: str = "<unnamed>",
+    ) -> bool:
+        """Use these callbacks; returns False (and logs why) when a module
+        registered before. `on_update` is required, the others default."""
+        if self.registered_by is not None:
+            log.warning(
+                "background update controller callbacks of %s refused: %s registered first",
+                module,
+                self.registered_by,
+            )
+            return False
+        if not callable(on_update):
+            raise TypeError("on_update is required and must be callable")
+        self.on_update = on_update
+        self.default_batch_size = default_batch_size or self.default.default_batch_size
+        self.min_batch_size = min_batch_size or self.default.min_batch_size
+        self.registered_by = module
+        log.info("background update controller callbacks registered by %s", module)
+        return True
+
+
+class ModuleApi:
+    """What a module named in EVENTQ_MODULES is given: its `setup(api)` is
+    called once at start. It may replace the controller's callbacks and add
+    updates of its own."""
+
+    def __init__(self, controller: Controller, module: str) -> None:
+        self._controller = controller
+        self._module = module
+        self.updates: list[BackgroundUpdate] = []
+
+    def register_background_update(self, update: BackgroundUpdate) -> None:
+        """Run `update` when a row of `background_updates` names it."""
+        self.updates.append(update)
+
+    def register_background_update_controller_callbacks(
+        self,
+        on_update: OnUpdate,
+        default_batch_size: BatchSizeCallback | None = None,
+        min_batch_size: BatchSizeCallback | None = None,
+    ) -> bool:
+        return self._controller.register(
+            on_update, default_batch_size, min_batch_size, module=self._module
+        )
+
+
+class ModuleError(ValueError):
+    """A module in EVENTQ_MODULES cannot be loaded; the message says which and why."""
+
+
+def load_modules(names: Sequence[str], controller: Controller) -> list[BackgroundUpdate]:
+    """Import each module and call its `setup(api)`, in order; returns the
+    updates they registered."""
+    updates: list[BackgroundUpdate] = []
+    for name in names:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            raise ModuleError(f"EVENTQ_MODULES: cannot import {name}: {exc}") from exc
+        setup = getattr(module, "setup", None)
+        if not callable(setup):
+            raise ModuleError(f"EVENTQ_MODULES: {name} has no setup(api) function")
+        api = ModuleApi(controller, name)
+        setup(api)
+        updates += api.updates
+    return updates
+
+
+# -- batch sizes -------------------------------------------------------------
+
+
+class Pace:
+    """The measured rate of one update and the batch size it implies: a
+    smoothed ratio of items to seconds over the batches so far."""
+
+    def __init__(self) -> None:
+        self.items = 0.0
+        self.seconds = 0.0
+
+    def record(self, items: int, seconds: float) -> None:
+        if items <= 0 or seconds <= 0:
+            return  # says nothing about the rate
+        if self.seconds == 0:
+            self.items, self.seconds = float(items), seconds
+        else:
+            self.items += RATE_SMOOTHING * (items - self.items)
+            self.seconds += RATE_SMOOTHING * (seconds - self.seconds)
+
+    @property
+    def items_per_sec(self) -> float | None:
+        return self.items / self.seconds if self.seconds > 0 else None
+
+    def next_size(self, target_ms: int, minimum: int, first: int) -> int:
+        rate = self.items_per_sec
+        size = first if rate is None else int(rate * target_ms / 1000)
+        return max(size, minimum, 1)
+
+
+# -- status --------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UpdateStatus:
+    """One row of `background_updates`, as `db background status` shows it."""
+
+    name: str
+    state: str
+    depends_on: tuple[str, ...]
+    progress: dict[str, Any]
+    items_done: int
+    batches: int
+    batch_size: int | None
+    items_per_sec: float | None
+    items_left: int | None
+    started_at: float | None
+    updated_at: float | None
+    finished_at: float | None
+    failures: int
+    last_error: str | None
+
+    @property
+    def seconds_left(self) -> float | None:
+        """Items left over the rate achieved so far, pauses included."""
+        if self.state == "done" or self.items_left is None:
+            return None
+        if self.started_at is None or self.updated_at is None or self.items_done <= 0:
+            return None
+        elapsed = self.updated_at - self.started_at
+        if elapsed <= 0:
+            return None
+        return self.items_left / (self.items_done / elapsed)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["depends_on"] = list(self.depends_on)
+        out["seconds_left"] = self.seconds_left
+        return out
+
+
+_STATUS_COLUMNS = """
+    name, depends_on, progress, items_done, batches, batch_size, items_per_sec,
+    items_left, extract(epoch FROM started_at), extract(epoch FROM updated_at),
+    extract(epoch FROM finished_at), failures, last_error
+"""
+
+
+def _status_of(row: Sequence[Any], finished: set[str], known: set[str] | None) -> UpdateStatus:
+    (name, depends_on, progress, items_done, batches, batch_size, rate, left) = row[:8]
+    started, updated, finished_at, failures, error = row[8:]
+    waiting = [d for d in depends_on if d not in finished]
+    if finished_at is not None:
+        state = "done"
+    elif known is not None and name not in known:
+        state = "unknown"  # enqueued by a newer version's migration
+    elif waiting:
+        state = "waiting for " + ", ".join(waiting)
+    elif failures:
+        state = "failing"
+    elif started is not None:
+        state = "running"
+    else:
+        state = "pending"
+    return UpdateStatus(
+        name=name,
+        state=state,
+        depends_on=tuple(depends_on),
+        progress=progress,
+        items_done=int(items_done),
+        batches=int(batches),
+        batch_size=batch_size,
+        items_per_sec=rate,
+        items_left=None if left is None else int(left),
+        started_at=None if started is None else float(started),
+        updated_at=None if updated is None else float(updated),
+        finished_at=None if finished_at is None else float(finished_at),
+        failures=int(failures),
+        last_error=error,
+    )
+
+
+def _statuses(rows: Sequence[Sequence[Any]], known: set[str] | None) -> list[UpdateStatus]:
+    # A dependency without a row was never enqueued here: nothing to wait for.
+    present = {row[0] for row in rows}
+    finished = {row[0] for row in rows if row[10] is not None}
+    finished |= {d for row in rows for d in row[1] if d not in present}
+    return [_status_of(row, finished, known) for row in rows]
+
+
+async def read_status(conn: Conn, known: set[str] | None = None) -> list[UpdateStatus]:
+    """Every update enqueued in this database, in the order they run."""
+    cur = await conn.execute(
+        f"SELECT {_STATUS_COLUMNS} FROM background_updates ORDER BY enqueued_at, name"  # noqa: S608
+    )
+    return _statuses(await cur.fetchall(), known)
+
+
+def read_status_sync(
+    conn: psycopg.Connection[Any], known: set[str] | None = None
+) -> list[UpdateStatus]:
+    """`read_status` for the command line."""
+    rows = conn.execute(
+        f"SELECT {_STATUS_COLUMNS} FROM background_updates ORDER BY enqueued_at, name"  # noqa: S608
+    ).fetchall()
+    return _statuses(rows, known)
+
+
+def enqueue_sync(conn: psycopg.Connection[Any], name: str, depends_on: Sequence[str] = ()) -> None:
+    """Ask for an update (again, from the start, if it ran before)."""
+    conn.execute(
+        """
+        INSERT INTO background_updates (name, depends_on) VALUES (%s, %s)
+        ON CONFLICT (name) DO UPDATE SET
+          progress = '{}', items_done = 0, batches = 0, items_left = NULL,
+          enqueued_at = now(), started_at = NULL, updated_at = NULL,
+          finished_at = NULL, failures = 0, last_error = NULL
+        """,
+        (name, list(depends_on)),
+    )
+
+
+def runner_sync(conn: psycopg.Connection[Any]) -> str | None:
+    """Who holds the runner lock, for the command line; None: no runner."""
+    row = conn.execute(_HOLDER, (RUNNER_LOCK,)).fetchone()
+    return None if row is None else _holder(row)
+
+
+_HOLDER = """
+    SELECT a.pid, a.application_name, a.client_addr::text FROM pg_locks l
+    JOIN pg_stat_activity a ON a.pid = l.pid
+    WHERE l.locktype = 'advisory' AND l.granted AND l.database = (
+        SELECT oid FROM pg_database WHERE datname = current_database())
+      AND ((l.classid::bigint << 32) | l.objid::bigint) = %s
+"""
+
+
+def _holder(row: Sequence[Any]) -> str:
+    return f"backend pid {row[0]}, {row[1] or 'no application name'}, from {row[2] or 'local'}"
+
+
+# -- the runner ----------------------------------------------------------------
+
+
+def database_name(conninfo: str) -> str:
+    """The database name of a connection string, for the controller."""
+    try:
+        return str(psycopg.conninfo.conninfo_to_dict(conninfo).get("dbname") or "eventq")
+    except psycopg.ProgrammingError:
+        return "eventq"
+
+
+class Runner:
+    """Runs the enqueued updates that `updates` knows, one batch at a time,
+    while it holds the runner lock. `run()` returns when `stop()` is called,
+    or with `until_idle` once nothing is left that it can do now."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        updates: Sequence[BackgroundUpdate],
+        controller: Controller | None = None,
+        *,
+        idle_secs: float = IDLE_SECS,
+        clock: Callable[[], float] = time.monotonic,
+        application_name: str = "eventq-background",
+    ) -> None:
+        self.conninfo = conninfo
+        self.database = database_name(conninfo)
+        self.updates = {update.name: update for update in updates}
+        self.controller = controller or Controller()
+        self.idle_secs = idle_secs
+        self.clock = clock
+        self.application_name = application_name
+        self.holding_lock = False
+        # The latest status of every update (for /metrics), and this
+        # runner's measurements.
+        self.status: list[UpdateStatus] = []
+        self.paces: dict[str, Pace] = {}
+        self.sizes: dict[str, int] = {}
+        self._retry_at: dict[str, float] = {}
+        self._stop = asyncio.Event()
+        self._waiting_logged = False
+        self._announced: set[str] = set()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    async def _pause(self, secs: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), secs)
+
+    async def run(self, *, until_idle: bool = False) -> None:
+        """Work until stopped (or idle). A lost database connection is
+        logged and reconnected after a pause."""
+        while not self.stopping:
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self.conninfo, autocommit=True, application_name=self.application_name
+                )
+            except psycopg.OperationalError as exc:
+                log.error("background updates: cannot connect (%s); trying again", exc)
+                await self._pause(self.idle_secs)
+                continue
+            try:
+                async with conn:
+                    if not await self._lock(conn, until_idle):
+                        continue
+                    finished = await self._work(conn, until_idle)
+                    if finished:
+                        return
+            except psycopg.OperationalError as exc:
+                log.error("background updates: database connection lost (%s); reconnecting", exc)
+                await self._pause(min(self.idle_secs, 1.0))
+            finally:
+                self.holding_lock = False
+
+    async def _lock(self, conn: Conn, until_idle: bool) -> bool:
+        """Take the runner lock, waiting while another runner has it."""
+        while not self.stopping:
+            cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (RUNNER_LOCK,))
+            row = await cur.fetchone()
+            if row is not None and row[0]:
+                self.holding_lock = True
+                self._waiting_logged = False
+                log.info("background updates: this process runs them (database %s)", self.database)
+                return True
+            if not self._waiting_logged:
+                holder = await self._lock_holder(conn)
+                log.info(
+                    "background updates: another runner works on database %s (%s); waiting",
+                    self.database,
+                    holder,
+                )
+                self._waiting_logged = True
+            await self._pause(self.idle_secs)
+        return False
+
+    @staticmethod
+    async def _lock_holder(conn: Conn) -> str:
+        cur = await conn.execute(_HOLDER, (RUNNER_LOCK,))
+        row = await cur.fetchone()
+        return "it just finished" if row is None else _holder(row)
+
+    async def _work(self, conn: Conn, until_idle: bool) -> bool:
+        """Returns True when `until_idle` and there is nothing left to do now."""
+        for known in self.updates.values():
+            if known.every_secs is not None:
+                await conn.execute(
+                    "INSERT INTO background_updates (name, depends_on) VALUES (%s, %s)"
+                    " ON CONFLICT (name) DO NOTHING",
+                    (known.name, list(known.depends_on)),
+                )
+        while not self.stopping:
+            await self._rearm_recurring(conn)
+            self.status = await read_status(conn, set(self.updates))
+            update, status = self._next(self.status)
+            if update is None or status is None:
+                if until_idle and not self._retry_at:
+                    return True
+                await self._pause(self._idle_wait())
+                continue
+            await self._run_batch(conn, update, status)
+        return False
+
+    def _idle_wait(self) -> float:
+        now = self.clock()
+        soonest = min(self._retry_at.values(), default=now + self.idle_secs)
+        return max(0.01, min(self.idle_secs, soonest - now))
+
+    async def _rearm_recurring(self, conn: Conn) -> None:
+        for update in self.updates.values():
+            if update.every_secs is None:
+                continue
+            await conn.execute(
+                """
+                UPDATE background_updates SET
+                  progress = '{}', items_done = 0, batches = 0, items_left = NULL,
+                  started_at = NULL, updated_at = NULL, finished_at = NULL
+                WHERE name = %s AND finished_at < now() - make_interval(secs => %s)
+                """,
+                (update.name, update.every_secs),
+            )
+
+    def _next(
+        self, statuses: Sequence[UpdateStatus]
+    ) -> tuple[BackgroundUpdate | None, UpdateStatus | None]:
+        now = self.clock()
+        for name, at in list(self._retry_at.items()):
+            if at <= now:
+                del self._retry_at[name]
+        for status in statuses:
+            if status.state in ("done", "unknown") or status.state.startswith("waiting"):
+                continue
+            if status.name in self._retry_at:
+                continue
+            return self.updates[status.name], status
+        return None, None
+
+    async def _run_batch(self, conn: Conn, update: BackgroundUpdate, status: UpdateStatus) -> None:
+        name = update.name
+        pace = self.paces.setdefault(name, Pace())
+        controller = self.controller
+        try:
+            minimum = await controller.min_batch_size(name, self.database)
+            if name not in self.sizes:
+                first = await controller.default_batch_size(name, self.database)
+                self.sizes[name] = max(first, minimum, 1)
+            size = max(self.sizes[name], minimum, 1)
+            if name not in self._announced:
+                self._announced.add(name)
+                if status.started_at is None:
+                    # A recurring update says only what it did (below).
+                    log.log(
+                        logging.DEBUG if update.every_secs else logging.INFO,
+                        "background update %s started%s",
+                        name,
+                        " (one shot)" if update.one_shot else f" (first batch {size})",
+                    )
+                else:
+                    log.info(
+                        "background update %s resumed after %d items (progress %s)",
+                        name,
+                        status.items_done,
+                        orjson.dumps(status.progress).decode(),
+                    )
+            async with controller.on_update(name, self.database, update.one_shot) as target_ms:
+                if self.stopping:
+                    return
+                started = self.clock()
+                if update.one_shot:
+                    result = await update.batch(conn, status.progress, size)
+                    elapsed = self.clock() - started
+                    await self._record(conn, name, result, None, None, done=True)
+                else:
+                    async with conn.transaction():
+                        result = await update.batch(conn, status.progress, size)
+                        elapsed = self.clock() - started
+                        pace.record(result.items, elapsed)
+                        await self._record(
+                            conn, name, result, size, pace.items_per_sec, done=result.done
+                        )
+                    self.sizes[name] = pace.next_size(int(target_ms), minimum, size)
+        except psycopg.OperationalError:
+            raise  # the connection: run() reconnects
+        except Exception as exc:
+            await self._failed(conn, name, status.failures + 1, exc)
+            return
+        if update.one_shot or result.done:
+            self._announced.discard(name)
+            took = elapsed if status.started_at is None else time.time() - status.started_at
+            items = status.items_done + result.items
+            log.log(
+                logging.DEBUG if update.every_secs and not items else logging.INFO,
+                "background update %s finished: %d items in %d batches, %.1f s (progress %s)",
+                name,
+                items,
+                status.batches + 1,
+                took,
+                orjson.dumps(result.progress).decode(),
+            )
+
+    @staticmethod
+    async def _record(
+        conn: Conn, name: str, result: Batch, size: int | None, rate: float | None, *, done: bool
+    ) -> None:
+        await conn.execute(
+            """
+            UPDATE background_updates SET
+              progress = %s, items_done = items_done + %s, batches = batches + 1,
+              batch_size = %s, items_per_sec = coalesce(%s, items_per_sec),
+              items_left = CASE WHEN %s THEN 0 ELSE %s END,
+              started_at = coalesce(started_at, now()), updated_at = now(),
+              finished_at = CASE WHEN %s THEN now() END,
+              failures = 0, last_error = NULL
+            WHERE name = %s
+            """,
+            (
+                orjson.dumps(result.progress).decode(),
+                result.items,
+                size,
+                rate,
+                done,
+                result.items_left,
+                done,
+                name,
+            ),
+        )
+
+    async def _failed(self, conn: Conn, name: str, failures: int, exc: Exception) -> None:
+        wait = min(MAX_RETRY_SECS, 2.0**failures)
+        self._retry_at[name] = self.clock() + wait
+        log.error(
+            "background update %s failed (%d in a row), trying again in %.0f s: %s: %s",
+            name,
+            failures,
+            wait,
+            type(exc).__name__,
+            exc,
+            exc_info=exc,
+        )
+        await conn.execute(
+            "UPDATE background_updates SET failures = %s, last_error = %s, updated_at = now()"
+            " WHERE name = %s",
+            (failures, f"{type(exc).__name__}: {exc}"[:2000], name),
+        )

@@ -1,0 +1,138 @@
+"""The background updates this version knows (server/background.py), by name.
+
+- `wrap_legacy_api_key_hashes` (migration 0009): every API key hash still of
+  scheme 1 (a plain SHA-256, from before migration 0004, waiting for its user
+  to log in) becomes the keyed hash of that hash (scheme 3), which
+  authentication checks without knowing more than the key. Once it has
+  finished, a dump of the database holds no unkeyed hash.
+- `event_log_realm_index` (migration 0009, one shot): the index that lets
+  `resume_from` read one realm's events from a large event log, built
+  `CONCURRENTLY` so that writers of the log (every `send_event`) never wait.
+- `event_log_retention`, `queue_journal_retention` (recurring, every
+  EVENTQ_EVENT_LOG_PRUNE_SECS): server/retention.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from typing import Any
+
+from psycopg import sql
+
+from server.background import BackgroundUpdate, Batch, Conn
+from server.config import Settings
+from server.retention import event_log_retention, queue_journal_retention
+
+# Hashes computed between two yields to the IO loop (about a millisecond).
+_HASH_SLICE = 500
+
+
+def wrap_legacy_api_key_hashes(secret: bytes) -> BackgroundUpdate:
+    async def batch(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
+        after = int(progress.get("last_id", 0))
+        total = progress.get("total")
+        if total is None:  # counted once, for the time left
+            cur = await conn.execute("SELECT count(*) FROM users WHERE api_key_hash_scheme = 1")
+            row = await cur.fetchone()
+            total = 0 if row is None else int(row[0])
+        cur = await conn.execute(
+            """
+            SELECT id, api_key_hash FROM users
+            WHERE id > %s AND api_key_hash_scheme = 1
+            ORDER BY id LIMIT %s FOR UPDATE
+            """,
+            (after, size),
+        )
+        rows = await cur.fetchall()
+        ids: list[int] = []
+        wrapped: list[bytes] = []
+        for index, (user_id, legacy) in enumerate(rows):
+            if index and index % _HASH_SLICE == 0:
+                await asyncio.sleep(0)
+            ids.append(int(user_id))
+            wrapped.append(hmac.digest(secret, bytes(legacy), "sha256"))
+        if ids:
+            # Rows locked above: a login upgrading one of them waits for this
+            # transaction, then finds it no longer of scheme 1.
+            await conn.execute(
+                """
+                UPDATE users u SET api_key_hash = w.hash, api_key_hash_scheme = 3
+                FROM unnest(%s::bigint[], %s::bytea[]) AS w(id, hash)
+                WHERE u.id = w.id AND u.api_key_hash_scheme = 1
+                """,
+                (ids, wrapped),
+            )
+        done_before = int(progress.get("wrapped", 0))
+        new_progress = {
+            "last_id": ids[-1] if ids else after,
+            "wrapped": done_before + len(ids),
+            "total": total,
+        }
+        done = len(rows) < size
+        left = 0 if done else max(0, int(total) - done_before - len(ids))
+        return Batch(len(ids), new_progress, done=done, items_left=left)
+
+    return BackgroundUpdate(
+        "wrap_legacy_api_key_hashes",
+        batch,
+        description="replace every plain SHA-256 API key hash by its keyed hash",
+    )
+
+
+EVENT_LOG_REALM_INDEX = "event_log_realm_position"
+
+
+def event_log_realm_index() -> BackgroundUpdate:
+    async def build(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
+        name = sql.Identifier(EVENT_LOG_REALM_INDEX)
+        cur = await conn.execute(
+            """
+            SELECT i.indisvalid FROM pg_index i
+            JOIN pg_class c ON c.oid = i.indexrelid
+            WHERE c.relname = %s AND c.relnamespace = current_schema()::regnamespace
+            """,
+            (EVENT_LOG_REALM_INDEX,),
+        )
+        row = await cur.fetchone()
+        if row is not None and row[0]:
+            return Batch(0, {"index": EVENT_LOG_REALM_INDEX, "built": False}, done=True)
+        if row is not None:
+            # A build interrupted (the runner killed) leaves an invalid index
+            # that writers still maintain: drop it and build again.
+            await conn.execute(sql.SQL("DROP INDEX CONCURRENTLY {}").format(name))
+        await conn.execute(
+            sql.SQL("CREATE INDEX CONCURRENTLY {} ON event_log (realm_id, position)").format(name)
+        )
+        return Batch(1, {"index": EVENT_LOG_REALM_INDEX, "built": True}, done=True)
+
+    return BackgroundUpdate(
+        "event_log_realm_index",
+        build,
+        one_shot=True,
+        description="index the event log by realm for resume_from",
+    )
+
+
+def standard_updates(settings: Settings, api_key_secret: bytes) -> list[BackgroundUpdate]:
+    """Every update this version can run, configured from `settings`."""
+    updates = [
+        wrap_legacy_api_key_hashes(api_key_secret),
+        event_log_realm_index(),
+    ]
+    if settings.log_prune_secs > 0:
+        updates += [
+            event_log_retention(
+                settings.log_retention_hours, settings.log_retention_bytes, settings.log_prune_secs
+            ),
+            queue_journal_retention(settings.log_retention_hours, settings.log_prune_secs),
+        ]
+    return updates
+
+
+KNOWN_UPDATES = (
+    "wrap_legacy_api_key_hashes",
+    "event_log_realm_index",
+    "event_log_retention",
+    "queue_journal_retention",
+)

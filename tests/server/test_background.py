@@ -1,0 +1,598 @@
+"""Background updates (issue 16): the runner, its controller, the updates
+that use it, and what operators see, against a database of each test's own."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import hmac
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from generation.accounts import CreatedUser, hash_api_key
+from server import background
+from server.background import BackgroundUpdate, Batch, Conn, Controller, DefaultController, Runner
+from server.retention import event_log_retention
+from server.updates import EVENT_LOG_REALM_INDEX, event_log_realm_index
+from tests.conftest import scratch_database
+from tests.support import (
+    API_KEY_SECRET,
+    REPO,
+    Api,
+    ServerProcess,
+    World,
+    run_eventq,
+    wait_for,
+)
+
+
+@pytest.fixture
+def own_db() -> Iterator[str]:
+    with scratch_database(f"eventq_test_{uuid.uuid4().hex[:8]}") as url:
+        yield url
+
+
+def _rows(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(sql.encode(), params)
+        return list(cur.fetchall()) if cur.description else []
+
+
+def _run(url: str, updates: list[BackgroundUpdate], controller: Controller, **kw: Any) -> Runner:
+    runner = Runner(url, updates, controller, idle_secs=0.05, **kw)
+    asyncio.run(runner.run(until_idle=True))
+    return runner
+
+
+def _enqueue(url: str, *names: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        # The migration's own updates first: the tests here run their own.
+        conn.execute("UPDATE background_updates SET finished_at = now()")
+        for name in names:
+            background.enqueue_sync(conn, name)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_batch_sizes_converge_on_the_target_and_never_go_below_the_minimum(own_db: str):
+    clock = FakeClock()
+    sizes: list[int] = []
+
+    def counting(cost_secs: float, total: int) -> BackgroundUpdate:
+        async def batch(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
+            sizes.append(size)
+            done = int(progress.get("done", 0))
+            items = min(size, total - done)
+            # 0.25 ms per item, +-20 % from one batch to the next.
+            clock.now += items * cost_secs * (0.8 if len(sizes) % 2 else 1.2)
+            return Batch(items, {"done": done + items}, done=done + items >= total)
+
+        return BackgroundUpdate("counting", batch)
+
+    sleeps: list[float] = []
+
+    async def fake_sleep(secs: float) -> None:
+        sleeps.append(secs)
+
+    controller = Controller(DefaultController(target_ms=100, sleep_ms=1000, sleep=fake_sleep))
+    _enqueue(own_db, "counting")
+    _run(own_db, [counting(0.00025, 200_000)], controller, clock=clock)
+
+    assert sizes[0] == 100  # default_batch_size
+    # 100 ms at 4,000 items/s: 400 per batch, within the noise.
+    settled = sizes[5:-1]
+    assert len(settled) > 100
+    assert all(300 <= size <= 520 for size in settled), sizes
+    assert abs(sum(settled) / len(settled) - 400) < 40, sizes
+    assert sleeps
+    assert all(secs == 1.0 for secs in sleeps)
+    with psycopg.connect(own_db) as conn:
+        (status,) = [s for s in background.read_status_sync(conn) if s.name == "counting"]
+    assert status.state == "done"
+    assert status.items_done == 200_000
+    assert status.progress == {"done": 200_000}
+
+    # A slow update: the rate asks for 20 per batch; the minimum (100) holds.
+    sizes.clear()
+    _enqueue(own_db, "counting")
+    _run(own_db, [counting(0.005, 2_000)], controller, clock=clock)
+    assert min(sizes) == 100, sizes
+
+
+def test_custom_callbacks_are_called_with_the_right_arguments_and_a_second_is_refused(
+    own_db: str, caplog: pytest.LogCaptureFixture
+):
+    calls: list[tuple[Any, ...]] = []
+
+    @contextlib.asynccontextmanager
+    async def iteration(name: str, one_shot: bool) -> AsyncIterator[int]:
+        calls.append(("enter", name, one_shot))
+        yield 1  # 1 ms: a batched update's batches shrink to the minimum
+        calls.append(("exit", name, one_shot))
+
+    def on_update(name: str, database: str, one_shot: bool) -> Any:
+        calls.append(("on_update", name, database, one_shot))
+        return iteration(name, one_shot)
+
+    async def default_batch_size(name: str, database: str) -> int:
+        calls.append(("default_batch_size", name, database))
+        return 7
+
+    async def min_batch_size(name: str, database: str) -> int:
+        calls.append(("min_batch_size", name, database))
+        return 5
+
+    one_shot_calls: list[int] = []
+
+    async def slow_one_shot(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
+        one_shot_calls.append(size)
+        await conn.execute("SELECT pg_sleep(0.05)")  # far past the 1 ms target
+        return Batch(1, {"built": True}, done=True)
+
+    seen: list[int] = []
+
+    async def batched(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
+        seen.append(size)
+        done = int(progress.get("done", 0)) + size
+        await conn.execute("SELECT pg_sleep(0.002)")
+        return Batch(size, {"done": done}, done=done >= 30)
+
+    controller = Controller(DefaultController(sleep_ms=0))
+    first = background.ModuleApi(controller, "first.module")
+    assert first.register_background_update_controller_callbacks(
+        on_update, default_batch_size, min_batch_size
+    )
+    caplog.set_level(logging.INFO, logger="eventq.background")
+    late = background.ModuleApi(controller, "late.module")
+    assert not late.register_background_update_controller_callbacks(on_update)
+    assert "callbacks of late.module refused: first.module registered first" in caplog.text
+
+    _enqueue(own_db, "batched")
+    with psycopg.connect(own_db, autocommit=True) as conn:
+        background.enqueue_sync(conn, "slow_one_shot", ["batched"])
+    database = psycopg.conninfo.conninfo_to_dict(own_db)["dbname"]
+    _run(
+        own_db,
+        [
+            BackgroundUpdate("batched", batched),
+            BackgroundUpdate("slow_one_shot", slow_one_shot, one_shot=True),
+        ],
+        controller,
+    )
+    # default_batch_size once per update, before its first batch; then
+    # min_batch_size and on_update (entered and exited) around every batch.
+    assert calls[:5] == [
+        ("min_batch_size", "batched", database),
+        ("default_batch_size", "batched", database),
+        ("on_update", "batched", database, False),
+        ("enter", "batched", False),
+        ("exit", "batched", False),
+    ]
+    assert seen == [7, 5, 5, 5, 5, 5]  # the first, then the floor
+    assert ("on_update", "slow_one_shot", database, True) in calls
+    assert calls[-2:] == [("enter", "slow_one_shot", True), ("exit", "slow_one_shot", True)]
+    assert one_shot_calls == [7]  # once, whatever the target said
+    with psycopg.connect(own_db) as conn:
+        statuses = {s.name: s for s in background.read_status_sync(conn)}
+    assert statuses["slow_one_shot"].state == "done"
+    assert statuses["slow_one_shot"].progress == {"built": True}
+
+
+def _runner_env(url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVENTQ_")}
+    env |= {
+        "EVENTQ_DATABASE_URL": url,
+        "EVENTQ_API_KEY_SECRET": API_KEY_SECRET,
+        "EVENTQ_MODULES": "tests.server.background_module",
+        "EVENTQ_BACKGROUND_IDLE_SECS": "0.1",
+        "EVENTQ_EVENT_LOG_PRUNE_SECS": "0",  # only the updates under test
+        "EVENTQ_LOG_LEVEL": "DEBUG",
+    }
+    return env | extra
+
+
+def _start_runner(url: str, log: Path, *args: str, **extra: str) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "server", "db", "background", "run", *args],
+            cwd=REPO,
+            env=_runner_env(url, **extra),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+@contextlib.contextmanager
+def _processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        yield started
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+
+
+def _items(url: str, count: int) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE bg_items (id bigint PRIMARY KEY)")
+        conn.execute("CREATE TABLE bg_done (id bigint PRIMARY KEY)")
+        conn.execute("INSERT INTO bg_items SELECT generate_series(1, %s)", (count,))
+
+
+def _copied(url: str) -> int:
+    return int(_rows(url, "SELECT count(*) FROM bg_done")[0][0])
+
+
+def test_a_runner_killed_mid_update_resumes_from_the_committed_progress(
+    own_db: str, tmp_path: Path
+):
+    _items(own_db, 3000)
+    _enqueue(own_db, "copy_items")
+    log = tmp_path / "runner.log"
+    with _processes() as started:
+        # Small batches, each pausing 20 ms inside its transaction.
+        runner = _start_runner(own_db, log, EVENTQ_TEST_BATCH_PAUSE_SECS="0.02")
+        started.append(runner)
+        wait_for(lambda: _copied(own_db) >= 300, 30, "300 items copied")
+        # Killed while a batch's transaction is open (it pauses in there).
+        wait_for(
+            lambda: _rows(
+                own_db,
+                "SELECT 1 FROM pg_stat_activity WHERE application_name = 'eventq-background cli'"
+                " AND state = 'idle in transaction'",
+            ),
+            10,
+            "a batch in progress",
+        )
+        runner.send_signal(signal.SIGKILL)
+        runner.wait()
+        ((progress, items_done),) = _rows(
+            own_db, "SELECT progress, items_done FROM background_updates WHERE name = 'copy_items'"
+        )
+        copied = _copied(own_db)
+        # What was committed is exactly what the progress says.
+        assert progress == {"last_id": copied}
+        assert items_done == copied
+        assert copied < 3000
+
+        again = _start_runner(own_db, log, "--until-done")
+        started.append(again)
+        assert again.wait(120) == 0, log.read_text()[-3000:]
+    assert _rows(own_db, "SELECT count(*), min(id), max(id) FROM bg_done") == [(3000, 1, 3000)]
+    text = log.read_text()
+    assert f"background update copy_items resumed after {copied} items" in text
+    assert "background update copy_items finished: 3000 items" in text
+
+
+def test_two_runners_at_once_one_works_and_the_other_waits(own_db: str, tmp_path: Path):
+    _items(own_db, 400)
+    _enqueue(own_db, "copy_items")
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    with _processes() as started:
+        first = _start_runner(own_db, first_log, EVENTQ_TEST_BATCH_PAUSE_SECS="0.05")
+        started.append(first)
+        wait_for(lambda: "this process runs them" in first_log.read_text(), 20, "the first")
+        second = _start_runner(own_db, second_log, EVENTQ_TEST_BATCH_PAUSE_SECS="0.05")
+        started.append(second)
+        wait_for(lambda: "another runner works on database" in second_log.read_text(), 20)
+        status = run_eventq("db", "background", "status", EVENTQ_DATABASE_URL=own_db)
+        assert status.returncode == 0, status.stderr
+        assert re.search(r"runner: backend pid \d+, eventq-background cli", status.stdout)
+        wait_for(lambda: _copied(own_db) >= 30, 20, "some items copied")
+        assert "copy_items" not in second_log.read_text()  # it only waits
+
+        first.send_signal(signal.SIGTERM)  # stops after its batch
+        assert first.wait(20) == 0
+        wait_for(lambda: "this process runs them" in second_log.read_text(), 20, "takeover")
+        wait_for(lambda: _copied(own_db) == 400, 60, "every item copied")
+        wait_for(
+            lambda: "background update copy_items finished: 400 items" in second_log.read_text(),
+            20,
+        )
+    assert "resumed after" in second_log.read_text()
+    assert _rows(own_db, "SELECT count(*), max(id) FROM bg_done") == [(400, 400)]
+
+
+def _make_legacy(url: str, user: CreatedUser) -> bytes:
+    legacy = hashlib.sha256(user.api_key.encode()).digest()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE users SET api_key_hash = %s, api_key_hash_scheme = 1 WHERE id = %s",
+            (legacy, user.user_id),
+        )
+    return legacy
+
+
+def test_legacy_api_key_hashes_are_wrapped_and_still_authenticate(own_db: str, tmp_path: Path):
+    world = World(own_db)
+    realm = world.realm()
+    users = [world.user(realm) for _ in range(250)]
+    legacy = {user.user_id: _make_legacy(own_db, user) for user in users[:240]}
+    assert run_eventq("db", "background", "enqueue", "wrap_legacy_api_key_hashes",
+                      EVENTQ_DATABASE_URL=own_db).returncode == 0  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "server", "db", "background", "run", "--until-done"],
+        cwd=REPO,
+        env=_runner_env(own_db, EVENTQ_MODULES="", EVENTQ_BACKGROUND_SLEEP_MS="0"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "background update wrap_legacy_api_key_hashes finished: 240 items" in done.stderr
+    schemes = dict(_rows(own_db, "SELECT api_key_hash_scheme, count(*) FROM users GROUP BY 1"))
+    assert schemes == {2: 10, 3: 240}
+
+    # A dump of the database holds none of the unkeyed hashes.
+    pg_dump = shutil.which("pg_dump") or max(
+        (str(p) for p in Path("/usr/lib/postgresql").glob("*/bin/pg_dump")), default=None
+    )
+    assert pg_dump, "pg_dump not found"
+    dump = subprocess.run(
+        [str(pg_dump), "--data-only", "--table=users", own_db],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    wrapped = hmac.digest(API_KEY_SECRET.encode(), legacy[users[0].user_id], "sha256")
+    assert wrapped.hex() in dump  # bytea as hex: the keyed hash is there
+    assert not [h for h in legacy.values() if h.hex() in dump]
+
+    # Every key still works; a wrapped row becomes a plain keyed one at login.
+    server = ServerProcess(own_db, tmp_path / "state").start()
+    try:
+        for user in users[:3] + users[-3:]:
+            client = Api(server, user)
+            assert client.request("GET", "users/me").status_code == 200
+            client.close()
+        wrong = Api(server, dataclasses.replace(users[0], api_key=users[1].api_key))
+        assert wrong.request("GET", "users/me").status_code == 401
+        wrong.close()
+    finally:
+        server.stop()
+    expected = hash_api_key(users[0].api_key, API_KEY_SECRET.encode())
+    assert _rows(own_db, "SELECT api_key_hash, api_key_hash_scheme FROM users WHERE id = %s",
+                 (users[0].user_id,)) == [(expected, 2)]  # fmt: skip
+
+
+def _index_valid(url: str) -> bool | None:
+    rows = _rows(
+        url,
+        "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+        " WHERE c.relname = %s",
+        (EVENT_LOG_REALM_INDEX,),
+    )
+    return rows[0][0] if rows else None
+
+
+def test_the_realm_index_is_built_concurrently_and_built_again_when_left_invalid(own_db: str):
+    with psycopg.connect(own_db, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO event_log (position, realm_id, event_type, notice)"
+            " SELECT nextval('event_log_position'), g % 50, 'message', '\\x7b7d'"
+            " FROM generate_series(1, 20000) g"
+        )
+        conn.execute("DROP INDEX IF EXISTS event_log_realm_position")
+    controller = Controller(DefaultController(sleep_ms=0))
+    _enqueue(own_db, "event_log_realm_index")
+    _run(own_db, [event_log_realm_index()], controller)
+    assert _index_valid(own_db) is True
+    # A build interrupted by a crash leaves the index invalid: as if so.
+    _rows(own_db, "UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass",
+          (EVENT_LOG_REALM_INDEX,))  # fmt: skip
+    _enqueue(own_db, "event_log_realm_index")
+    _run(own_db, [event_log_realm_index()], controller)
+    assert _index_valid(own_db) is True
+    ((progress,),) = _rows(
+        own_db, "SELECT progress FROM background_updates WHERE name = 'event_log_realm_index'"
+    )
+    assert progress == {"index": EVENT_LOG_REALM_INDEX, "built": True}
+    # resume_from's read of one realm uses it.
+    with psycopg.connect(own_db, autocommit=True) as conn:
+        conn.execute("ANALYZE event_log")
+        plan = "\n".join(
+            row[0]
+            for row in conn.execute(
+                "EXPLAIN SELECT position, notice FROM event_log WHERE position > 100"
+                " AND position <= 20000 AND (realm_id = 7 OR realm_id IS NULL)"
+                " ORDER BY position LIMIT 1000"
+            )
+        )
+    assert EVENT_LOG_REALM_INDEX in plan, plan
+
+
+def _logged(url: str, hours_ago: list[float]) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        for hours in hours_ago:
+            conn.execute(
+                "INSERT INTO event_log (position, realm_id, event_type, notice, created_at)"
+                " VALUES (nextval('event_log_position'), 1, 'note', '{}',"
+                " now() - make_interval(hours => %s))",
+                (hours,),
+            )
+
+
+def _small_batches(batch: int) -> Controller:
+    async def size(name: str, database: str) -> int:
+        return batch
+
+    controller = Controller(DefaultController(sleep_ms=0))
+    controller.register(controller.default.on_update, size, size, module="test")
+    return controller
+
+
+def test_retention_by_age_prunes_the_old_rows_only_in_batches(own_db: str):
+    _logged(own_db, [50, 30, 25, 2, 1, 0])
+    _enqueue(own_db)
+    retention = event_log_retention(24, 1 << 30, 3600)
+    _run(own_db, [retention], _small_batches(2))
+    assert [r[0] for r in _rows(own_db, "SELECT position FROM event_log ORDER BY 1")] == [4, 5, 6]
+    assert _rows(own_db, "SELECT through FROM event_log_pruned") == [(3,)]
+    ((progress, items, batches),) = _rows(
+        own_db,
+        "SELECT progress, items_done, batches FROM background_updates"
+        " WHERE name = 'event_log_retention'",
+    )
+    assert (progress, items, batches) == ({"cut": 3, "through": 3}, 3, 2)
+    # Not again until `every_secs` has passed since it finished.
+    _rows(own_db, "UPDATE event_log SET created_at = now() - interval '40 hours' WHERE position = 4")
+    _run(own_db, [retention], _small_batches(2))
+    assert _rows(own_db, "SELECT count(*) FROM event_log") == [(3,)]
+    # Once due, a new run starts from nothing.
+    _run(own_db, [event_log_retention(24, 1 << 30, 0.001)], _small_batches(2))
+    assert [r[0] for r in _rows(own_db, "SELECT position FROM event_log ORDER BY 1")] == [5, 6]
+
+
+def test_retention_keeps_what_a_server_still_needs_unless_it_went_silent(own_db: str):
+    _logged(own_db, [30] * 10)  # all past the retention
+    _enqueue(own_db)
+    with psycopg.connect(own_db, autocommit=True) as conn:
+        conn.execute("INSERT INTO stream_readers (reader, floor) VALUES ('a', 6), ('b', 8)")
+        # Silent for longer than the retention: a removed shard.
+        conn.execute(
+            "INSERT INTO stream_readers (reader, floor, updated_at)"
+            " VALUES ('gone', 2, now() - interval '25 hours')"
+        )
+    _run(own_db, [event_log_retention(24, 1 << 30, 0.001)], _small_batches(100))
+    assert [r[0] for r in _rows(own_db, "SELECT position FROM event_log ORDER BY 1")] == [
+        7,
+        8,
+        9,
+        10,
+    ]
+    _rows(own_db, "UPDATE stream_readers SET floor = 10")
+    _run(own_db, [event_log_retention(24, 1 << 30, 0.001)], _small_batches(100))
+    assert _rows(own_db, "SELECT count(*) FROM event_log") == [(0,)]
+    assert _rows(own_db, "SELECT through FROM event_log_pruned") == [(10,)]
+
+
+def test_a_failing_batch_is_retried_later_and_the_operator_told(own_db: str, caplog):
+    attempts: list[int] = []
+
+    async def flaky(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
+        attempts.append(size)
+        await conn.execute("INSERT INTO bg_done VALUES (1)")  # rolled back when it fails
+        if len(attempts) == 1:
+            raise RuntimeError("disk on fire")
+        return Batch(1, {"ok": True}, done=True)
+
+    with psycopg.connect(own_db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE bg_done (id bigint PRIMARY KEY)")
+    _enqueue(own_db, "flaky")
+    caplog.set_level(logging.INFO, logger="eventq.background")
+    controller = Controller(DefaultController(sleep_ms=0))
+    runner = Runner(own_db, [BackgroundUpdate("flaky", flaky)], controller, idle_secs=0.05)
+
+    async def run() -> list[background.UpdateStatus]:
+        task = asyncio.create_task(runner.run(until_idle=True))
+        for _ in range(1000):  # until the failure is recorded
+            if "failed (1 in a row)" in caplog.text:
+                break
+            await asyncio.sleep(0.01)
+        with psycopg.connect(own_db) as conn:
+            seen = background.read_status_sync(conn)
+        await asyncio.wait_for(task, 10)  # retried after 2 s
+        return seen
+
+    seen = asyncio.run(run())
+    (failing,) = [s for s in seen if s.name == "flaky"]
+    assert (failing.state, failing.failures) == ("failing", 1)
+    assert failing.last_error == "RuntimeError: disk on fire"
+    assert "background update flaky failed (1 in a row), trying again in 2 s" in caplog.text
+    assert _rows(own_db, "SELECT id FROM bg_done") == [(1,)]  # once
+    ((state, failures, error),) = _rows(
+        own_db, "SELECT finished_at IS NOT NULL, failures, last_error FROM background_updates"
+        " WHERE name = 'flaky'"
+    )  # fmt: skip
+    assert (state, failures, error) == (True, 0, None)
+
+
+def test_status_and_metrics_show_the_updates_of_a_server_that_runs_them(
+    own_db: str, tmp_path: Path
+):
+    world = World(own_db)
+    user = world.user()
+    _make_legacy(own_db, user)
+    with psycopg.connect(own_db, autocommit=True) as conn:
+        background.enqueue_sync(conn, "wrap_legacy_api_key_hashes")
+    server = ServerProcess(
+        own_db,
+        tmp_path / "state",
+        {
+            "EVENTQ_BACKGROUND_TASKS": "on",
+            "EVENTQ_BACKGROUND_IDLE_SECS": "0.05",
+            "EVENTQ_MODULES": "tests.server.background_module,tests.server.background_module_late",
+        },
+    ).start()
+    try:
+        wait_for(lambda: "wrap_legacy_api_key_hashes finished: 1 items" in server.log(), 20)
+        log = server.log()
+        assert "callbacks registered by tests.server.background_module" in log
+        assert (
+            "callbacks of tests.server.background_module_late refused:"
+            " tests.server.background_module registered first"
+        ) in log
+        metrics = Api(server, user).session.get(f"{server.url}/metrics", timeout=10).text
+        assert "eventq_background_runner_active 1.0" in metrics
+        assert 'eventq_background_update_done{update="wrap_legacy_api_key_hashes"} 1.0' in metrics
+        assert (
+            'eventq_background_update_items_done{update="wrap_legacy_api_key_hashes"} 1.0'
+            in metrics
+        )
+        assert (
+            'eventq_background_update_batch_size{update="wrap_legacy_api_key_hashes"} 3.0'
+            in metrics
+        )
+
+        status = run_eventq("db", "background", "status", EVENTQ_DATABASE_URL=own_db,
+                            EVENTQ_MODULES="tests.server.background_module")  # fmt: skip
+        assert status.returncode == 0, status.stderr
+        assert re.search(r"runner: backend pid \d+, eventq-background default", status.stdout)
+        line = next(x for x in status.stdout.splitlines() if x.startswith("wrap_legacy"))
+        assert line.split()[:3] == ["wrap_legacy_api_key_hashes", "done", "1"]
+        assert "copy_items" not in status.stdout  # enqueued by nobody
+        as_json = run_eventq("db", "background", "status", "--json", EVENTQ_DATABASE_URL=own_db)
+        statuses = json.loads(as_json.stdout)
+        wrapped = next(u for u in statuses if u["name"] == "wrap_legacy_api_key_hashes")
+        assert wrapped["state"] == "done"
+        assert wrapped["progress"]["wrapped"] == 1
+    finally:
+        server.stop()
+    assert "background updates: this process runs them" in server.log()
+
+
+def test_the_command_line_refuses_what_it_cannot_do(own_db: str):
+    unknown = run_eventq("db", "background", "enqueue", "no_such", EVENTQ_DATABASE_URL=own_db)
+    assert unknown.returncode == 1
+    assert "no background update named 'no_such'; this version knows wrap_legacy" in unknown.stderr
+    bad = run_eventq("db", "background", "status", EVENTQ_DATABASE_URL=own_db,
+                     EVENTQ_MODULES="no.such.module")  # fmt: skip
+    assert bad.returncode == 2
+    assert "EVENTQ_MODULES: cannot import no.such.module" in bad.stderr
+    with psycopg.connect(own_db, autocommit=True) as conn:
+        conn.execute("DROP TABLE background_updates")
+    missing = run_eventq("db", "background", "status", EVENTQ_DATABASE_URL=own_db)
+    assert missing.returncode == 1
+    assert "no background_updates table: run `eventq db migrate` first" in missing.stderr
