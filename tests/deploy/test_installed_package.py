@@ -23,6 +23,8 @@ do on a machine without systemd as init, `systemctl`, is checked with
   import_definitions`, `eventq sharding nginx --output`, `nginx -t`;
 - `eventq@a` and `eventq@b` as their unit runs them; the `zulip` client
   through nginx: register, long-poll; `eventq send-event` through RabbitMQ;
+- the background updates run by the default shard (`eventq db background
+  status`);
 - the demo (`eventq demo`), the OpenAPI document;
 - SIGTERM (the units' KillSignal), `eventq logs compact`, then
   `eventq-analytics.service`'s command (`eventq analytics run ...`).
@@ -385,6 +387,19 @@ def test_the_operators_guide_with_the_installed_package(
                         "--event", '{"type": "test", "from": "the installed package"}')  # fmt: skip
         poll.join(30)
         assert polled.get("events") == [{"type": "test", "from": "the installed package", "id": 0}]
+
+        # The background updates of the migrations, run by the default shard.
+        def updates_done() -> bool:
+            statuses = json.loads(operator.eventq("db", "background", "status", "--json"))
+            return all(update["state"] == "done" for update in statuses)
+
+        wait_for(updates_done, 60, "the background updates")
+        runs = [name for name, log in zip(ports, operator.logs, strict=True)
+                if "background updates: this process runs them" in log.read_text()]  # fmt: skip
+        assert runs == ["a"]
+        status = operator.eventq("db", "background", "status")
+        assert re.search(r"runner: backend pid \d+, eventq-background a", status), status
+        assert re.search(r"wrap_legacy_api_key_hashes +done", status), status
 
         demo = json.loads(operator.eventq("demo", "--site", nginx.url))
         assert {user["role"] for user in demo["users"]} >= {"member"}

@@ -187,6 +187,10 @@ def config(body: str) -> str:
         (TWO_SHARDS + '[nginx]\nlisten = "80; include x"', "[nginx] listen must be a string"),
         ('internal_networks = ["10.0.0.0/33"]\n' + TWO_SHARDS, "internal_networks"),
         (TWO_SHARDS + "[nginx]\nlisten = 80", "[nginx] listen must be a string"),
+        (
+            'background_tasks_on = "c"\n' + TWO_SHARDS,
+            "background_tasks_on 'c' is not one of the shards",
+        ),
     ],
 )
 def test_an_inconsistent_config_is_refused_with_the_reason(text, message):

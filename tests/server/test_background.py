@@ -457,7 +457,7 @@ def test_retention_by_age_prunes_the_old_rows_only_in_batches(own_db: str):
     )
     assert (progress, items, batches) == ({"cut": 3, "through": 3}, 3, 2)
     # Not again until `every_secs` has passed since it finished.
-    _rows(own_db, "UPDATE event_log SET created_at = now() - interval '40 hours' WHERE position = 4")
+    _rows(own_db, "UPDATE event_log SET created_at = now() - interval '40 h' WHERE position = 4")
     _run(own_db, [retention], _small_batches(2))
     assert _rows(own_db, "SELECT count(*) FROM event_log") == [(3,)]
     # Once due, a new run starts from nothing.

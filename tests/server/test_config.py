@@ -39,6 +39,9 @@ def test_timings_accept_fractions_and_the_jitter_scales():
         ({"EVENTQ_MAX_HEADER_BYTES": "512"}, "EVENTQ_MAX_HEADER_BYTES must be >= 1024"),
         ({"EVENTQ_MAX_HEADER_BYTES": "2000000"}, "EVENTQ_MAX_HEADER_BYTES must be <= 1048576"),
         ({"EVENTQ_EVENT_LOOP": "tokio"}, "EVENTQ_EVENT_LOOP must be one of uvloop, asyncio"),
+        ({"EVENTQ_BACKGROUND_TASKS": "maybe"}, "EVENTQ_BACKGROUND_TASKS must be on, off or auto"),
+        ({"EVENTQ_BACKGROUND_SLEEP_MS": "-1"}, "EVENTQ_BACKGROUND_SLEEP_MS must be >= 0"),
+        ({"EVENTQ_MODULES": "a.b, c d"}, "EVENTQ_MODULES must be dotted module names"),
         (
             {"EVENTQ_QUEUE_IDLE_TIMEOUT_SECS": "100", "EVENTQ_QUEUE_MAX_LIFESPAN_SECS": "10"},
             "EVENTQ_QUEUE_MAX_LIFESPAN_SECS must be at least",
@@ -87,3 +90,24 @@ def test_heartbeat_delays_stay_within_the_jitter():
 def test_the_event_loop_is_uvloop_unless_asyncio_is_asked_for():
     assert Settings.from_env({}).event_loop == "uvloop"
     assert Settings.from_env({"EVENTQ_EVENT_LOOP": "asyncio"}).event_loop == "asyncio"
+
+
+def test_background_tasks_run_on_a_lone_server_or_the_shard_the_config_names(tmp_path):
+    assert Settings.from_env({}).background_tasks
+    assert not Settings.from_env({"EVENTQ_BACKGROUND_TASKS": "off"}).background_tasks
+    config = tmp_path / "sharding.toml"
+    config.write_text(
+        'default_shard = "a"\nbackground_tasks_on = "b"\n'
+        "[shards.a]\nport = 9800\n[shards.b]\nport = 9801\n"
+    )
+    env = {"EVENTQ_SHARDING": str(config)}
+    assert not Settings.from_env(env | {"EVENTQ_SHARD": "a"}).background_tasks
+    assert Settings.from_env(env | {"EVENTQ_SHARD": "b"}).background_tasks
+    # The environment has the last word, either way.
+    forced = env | {"EVENTQ_SHARD": "a", "EVENTQ_BACKGROUND_TASKS": "on"}
+    assert Settings.from_env(forced).background_tasks
+    # Unnamed: the default shard.
+    config.write_text('default_shard = "a"\n[shards.a]\nport = 9800\n[shards.b]\nport = 9801\n')
+    assert Settings.from_env(env | {"EVENTQ_SHARD": "a"}).background_tasks
+    assert not Settings.from_env(env | {"EVENTQ_SHARD": "b"}).background_tasks
+    assert Settings.from_env({"EVENTQ_MODULES": " a.b , c "}).modules == ("a.b", "c")
