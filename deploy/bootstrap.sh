@@ -280,6 +280,31 @@ ensure_systemd_analyze() {
     command -v systemd-analyze >/dev/null || die "systemd-analyze: not installed"
 }
 
+# --- the browser tests: Chromium, its driver and Node -----------------------
+
+ensure_chromium() {
+    local browser driver
+    browser="$(command -v chromium || true)"
+    driver="$(command -v chromedriver || true)"
+    if [[ -n $browser && -n $driver ]]; then
+        say "chromium: installed ($("$browser" --version 2>/dev/null | head -1))"
+        return
+    fi
+    # Debian's headless-capable browser and the WebDriver of the same version.
+    apt_install chromium chromium-driver
+    command -v chromium >/dev/null && command -v chromedriver >/dev/null ||
+        die "chromium: chromium and chromium-driver not installed"
+}
+
+ensure_node() {  # eventq.js's unit tests run with Node's test runner (node >= 18)
+    if command -v node >/dev/null && node -e 'process.exit(parseInt(process.versions.node, 10) < 18 ? 1 : 0)'; then
+        say "node: installed ($(node --version))"
+        return
+    fi
+    apt_install nodejs
+    command -v node >/dev/null || die "node: not installed"
+}
+
 # --- Python -----------------------------------------------------------------
 
 python_ok() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }

@@ -38,8 +38,11 @@ print("\nTry it:")
 print(f"  curl -s -u {email}:{key} -X POST {site}/api/v1/register \\")
 print("       -d 'event_types=[\"test\"]'")
 print(f"\n  import zulip; client = zulip.Client(email={email!r}, api_key={key!r}, site={site!r})")
+print(f"\nIn a browser: {site}/demo (log in as any demo user; a second tab as another)")
+print(f"  and {site}/operator (what the server holds, live)")
 print("\nSettings: var/eventq.env    Python with zulip installed: .venv/bin/python")
 print(rule, flush=True)
 PY
 
-exec .venv/bin/eventq serve --port "$port"
+# The demo page and its password-less login exist only with the demo realm.
+EVENTQ_DEMO=1 exec .venv/bin/eventq serve --port "$port"

@@ -9,5 +9,7 @@ bootstrap
 ensure_nginx
 ensure_nchan
 ensure_systemd_analyze
+ensure_chromium
+ensure_node
 cd "$EVENTQ_REPO"
 exec .venv/bin/pytest "$@"

@@ -100,6 +100,16 @@ def _api_key_secret(configured: str, state_dir: Path) -> bytes:
     return secret.encode()
 
 
+def existing_api_key_secret(env: Mapping[str, str] | None = None) -> bytes | None:
+    """`api_key_secret` when it is configured or its file exists; None
+    rather than generating one (for work that must use the installation's)."""
+    env = os.environ if env is None else env
+    configured = env.get("EVENTQ_API_KEY_SECRET", "")
+    if not configured and not (state_dir_from(env) / "api_key_secret").is_file():
+        return None
+    return _api_key_secret(configured, state_dir_from(env))
+
+
 def api_key_secret(env: Mapping[str, str] | None = None) -> bytes:
     """The installation's key for hashing API keys (HMAC-SHA256): a database
     dump alone reveals no key and allows no offline guessing.

@@ -10,6 +10,7 @@ queues and closes the pool.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -50,6 +51,7 @@ from server.observe import Observer, Origin
 from server.ratelimit import RateLimiter
 from server.responses import encode
 from server.routes import make_dispatcher
+from server.sessions import SessionSigner
 from server.stream import EventStream
 from server.updates import standard_updates
 from server.version import ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION
@@ -63,10 +65,14 @@ TAIL_SECS = 1.0
 # an unchanged floor goes without being said again.
 READER_FLOOR_SECS = 10.0
 READER_FLOOR_REFRESH_SECS = 60.0
-# At shutdown, the background update batch in progress gets this long to end.
-BACKGROUND_STOP_SECS = 5.0
 # How long start() waits for the consumer before accepting clients anyway.
 CONSUMER_START_WAIT_SECS = 5.0
+
+
+def _runner_ended(task: asyncio.Task[bool]) -> None:
+    """The runner returns only when stopped: say so if it did otherwise."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background updates' runner ended", exc_info=task.exception())
 
 
 class StartupError(RuntimeError):
@@ -99,7 +105,7 @@ class EventServer:
             )
         self.shared_secret = settings.load_shared_secret()
         # Read (or created) now, not on the loop at the first authentication.
-        api_key_secret()
+        self.sessions = SessionSigner(api_key_secret())
         # Identifies this run of the server to clients (Zulip: start time, s).
         self.server_generation = int(time.time())
         self.started_at = time.monotonic()
@@ -137,6 +143,7 @@ class EventServer:
         # Prometheus figures (GET /metrics): counters kept by an observer,
         # gauges read from the server at scrape time.
         metrics, self.metrics_registry = make_metrics(self)
+        self.metrics = metrics
         self.observers.append(metrics)
         # Publishes this shard's own events to the other shards (blocking pika
         # calls, off the loop); one thread keeps one broker connection.
@@ -162,7 +169,7 @@ class EventServer:
         self._floor_said: tuple[int, float] = (-1, 0.0)
         # The background updates' runner, when this process runs them.
         self.background: Runner | None = None
-        self._background_task: asyncio.Task[None] | None = None
+        self._background_task: asyncio.Task[bool] | None = None
         if settings.background_tasks:
             controller = Controller(
                 DefaultController(settings.background_target_ms, settings.background_sleep_ms)
@@ -250,8 +257,6 @@ class EventServer:
             every = min(every, self.settings.checkpoint_secs)
         self._reader = PeriodicCallback(self._say_reader_floor_soon, every * 1000)
         self._reader.start()
-        if self.background is not None:
-            self._background_task = asyncio.get_running_loop().create_task(self.background.run())
         self._http = EventHTTPServer(
             make_dispatcher(self),
             # The handlers enforce their own (smaller) limits with a JSON 413;
@@ -263,7 +268,11 @@ class EventServer:
         if self.settings.checkpoint_secs > 0:
             # Right away: the restart event pushed to restored queues is in it.
             await self.checkpoint()
+        # Said before the runner starts: retention must know what this needs.
         await self.say_reader_floor()
+        if self.background is not None:
+            self._background_task = asyncio.get_running_loop().create_task(self.background.run())
+            self._background_task.add_done_callback(_runner_ended)
         self._http.add_sockets(sockets)
         log.info(
             "listening on http://%s:%d (generation %d, %d queues)",
@@ -566,12 +575,14 @@ class EventServer:
             return
         self.background.stop()  # after the batch in progress, if any
         try:
-            await asyncio.wait_for(asyncio.shield(task), BACKGROUND_STOP_SECS)
+            await asyncio.wait_for(asyncio.shield(task), self.settings.shutdown_grace_secs)
         except TimeoutError:
-            log.warning("background update batch still running at shutdown: cancelled")
+            # A long one-shot update (an index build) starts again next time;
+            # `eventq db background run` is the place for those.
+            log.warning("background update still running at shutdown: cancelled")
             task.cancel()
-        except Exception:
-            log.exception("background updates' runner failed")
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
     def _say_reader_floor_soon(self) -> None:
         if not self.stopping:

@@ -12,6 +12,7 @@ import base64
 import binascii
 import contextlib
 import dataclasses
+import functools
 import hmac
 import random
 import time
@@ -30,6 +31,7 @@ from generation.accounts import (
 )
 from server.db import ApiKeyRow, DatabaseUnavailable
 from server.errors import BASIC_CHALLENGE, SESSION_CHALLENGE, ApiError
+from server.sessions import Session
 
 # Background re-checks at once: a burst of stale entries must not take the
 # whole database pool from registers and actions.
@@ -58,8 +60,12 @@ def _unauthorized(msg: str, code: str = "UNAUTHORIZED", *, session: bool = False
     return ApiError(msg, code, 401, headers={"WWW-Authenticate": challenge})
 
 
+# Cache keys of sessions (those of API keys are Authorization headers).
+_SESSION_KEY = "session:"
+
+
 def not_logged_in() -> ApiError:
-    """/json/ without credentials (no session support yet, so always)."""
+    """/json/ without credentials or a valid session."""
     return _unauthorized("Not logged in: API authentication or user session required", session=True)
 
 
@@ -133,7 +139,30 @@ class Authenticator:
                 return user
         email, api_key = parse_basic(header)
         assert header is not None
-        return await self._check_once(header, email, api_key)
+        return await self._check_once(header, lambda: self._check(email, api_key))
+
+    async def authenticate_session(self, session: Session) -> AuthUser:
+        """The user of a browser session (server/sessions.py) whose token
+        was verified: still active, and still holding the API key the
+        session was issued for. Cached like credentials."""
+        key = f"{_SESSION_KEY}{session.user_id}.{session.key_id}"
+        user = self.cached(key)
+        if user is not None:
+            return user
+        return await self._check_once(
+            key, lambda: self._check_session(session.user_id, session.key_id)
+        )
+
+    async def authenticate_session_of(self, user_id: int, key_id: str) -> AuthUser:
+        """The user `user_id` if still active with API key id `key_id`."""
+        return await self._check_session(user_id, key_id)
+
+    async def _check_session(self, user_id: int, key_id: str) -> AuthUser:
+        self.lookups += 1
+        row = await self._lookup(key_id)
+        if row is None or row.user_id != user_id:
+            raise not_logged_in()
+        return self._active(row)
 
     def cached(self, header: str) -> AuthUser | None:
         """The user of `header` if its credentials were checked recently
@@ -154,7 +183,7 @@ class Authenticator:
         del self._cache[header]
         return None
 
-    async def _check_once(self, header: str, email: str, api_key: str) -> AuthUser:
+    async def _check_once(self, header: str, check: Callable[[], Awaitable[AuthUser]]) -> AuthUser:
         """Check credentials, sharing one query among concurrent requests."""
         pending = self._inflight.get(header)
         if pending is not None:
@@ -162,7 +191,7 @@ class Authenticator:
         future: asyncio.Future[AuthUser] = asyncio.get_running_loop().create_future()
         self._inflight[header] = future
         try:
-            user = await self._check(email, api_key)
+            user = await check()
         except BaseException as exc:
             if isinstance(exc, ApiError):
                 self._cache.pop(header, None)  # no longer valid
@@ -182,14 +211,19 @@ class Authenticator:
     def _refresh_later(self, header: str) -> None:
         if header in self._inflight or len(self._refreshing) >= MAX_BACKGROUND_CHECKS:
             return  # served stale; a later request checks it
-        email, api_key = parse_basic(header)
+        check: Callable[[], Awaitable[AuthUser]]
+        if header.startswith(_SESSION_KEY):
+            user_id, _, key_id = header[len(_SESSION_KEY) :].partition(".")
+            check = functools.partial(self._check_session, int(user_id), key_id)
+        else:
+            check = functools.partial(self._check, *parse_basic(header))
 
         async def refresh() -> None:
             # ApiError: dropped from the cache, the next request gets the 401.
             # DatabaseUnavailable: the cached user stays; the next request
             # past the TTL tries again.
             with contextlib.suppress(ApiError, DatabaseUnavailable):
-                await self._check_once(header, email, api_key)
+                await self._check_once(header, check)
 
         task = asyncio.get_running_loop().create_task(refresh())
         self._refreshing.add(task)
@@ -224,6 +258,10 @@ class Authenticator:
             # rewrite it as a plain keyed hash now that the key is known.
             with contextlib.suppress(DatabaseUnavailable):
                 await self._upgrade(row.user_id, row.api_key_hash, keyed)
+        return self._active(row)
+
+    @staticmethod
+    def _active(row: ApiKeyRow) -> AuthUser:
         if row.realm_deactivated:
             raise _unauthorized("This organization has been deactivated", "REALM_DEACTIVATED")
         if not row.is_active:

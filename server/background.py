@@ -170,8 +170,8 @@ class Controller:
 
 class ModuleApi:
     """What a module named in EVENTQ_MODULES is given: its `setup(api)` is
-    called once at start. It may replace the controller's callbacks and add
-    updates of its own."""
+    called once at start (and by each `eventq db background` command). It
+    may replace the controller's callbacks and add updates of its own."""
 
     def __init__(self, controller: Controller, module: str) -> None:
         self._controller = controller
@@ -210,7 +210,12 @@ def load_modules(names: Sequence[str], controller: Controller) -> list[Backgroun
         if not callable(setup):
             raise ModuleError(f"EVENTQ_MODULES: {name} has no setup(api) function")
         api = ModuleApi(controller, name)
-        setup(api)
+        try:
+            setup(api)
+        except Exception as exc:
+            raise ModuleError(
+                f"EVENTQ_MODULES: {name}.setup(api) failed: {type(exc).__name__}: {exc}"
+            ) from exc
         updates += api.updates
     return updates
 
@@ -266,18 +271,18 @@ class UpdateStatus:
     finished_at: float | None
     failures: int
     last_error: str | None
+    # Seconds spent on it: its batches and the controller's pauses before
+    # them (not the time no runner worked on it).
+    run_secs: float = 0.0
 
     @property
     def seconds_left(self) -> float | None:
         """Items left over the rate achieved so far, pauses included."""
         if self.state == "done" or self.items_left is None:
             return None
-        if self.started_at is None or self.updated_at is None or self.items_done <= 0:
+        if self.items_done <= 0 or self.run_secs <= 0:
             return None
-        elapsed = self.updated_at - self.started_at
-        if elapsed <= 0:
-            return None
-        return self.items_left / (self.items_done / elapsed)
+        return self.items_left / (self.items_done / self.run_secs)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -289,13 +294,20 @@ class UpdateStatus:
 _STATUS_COLUMNS = """
     name, depends_on, progress, items_done, batches, batch_size, items_per_sec,
     items_left, extract(epoch FROM started_at), extract(epoch FROM updated_at),
-    extract(epoch FROM finished_at), failures, last_error
+    extract(epoch FROM finished_at), failures, last_error, run_secs
 """
+_STATUS_QUERY = f"SELECT {_STATUS_COLUMNS} FROM background_updates ORDER BY enqueued_at, seq"  # noqa: S608
+
+# An update's dependencies: those of its row and those its code declares.
+Depends = dict[str, tuple[str, ...]]
 
 
-def _status_of(row: Sequence[Any], finished: set[str], known: set[str] | None) -> UpdateStatus:
-    (name, depends_on, progress, items_done, batches, batch_size, rate, left) = row[:8]
-    started, updated, finished_at, failures, error = row[8:]
+def _status_of(
+    row: Sequence[Any], finished: set[str], known: set[str] | None, depends: Depends
+) -> UpdateStatus:
+    (name, row_depends, progress, items_done, batches, batch_size, rate, left) = row[:8]
+    started, updated, finished_at, failures, error, run_secs = row[8:]
+    depends_on = tuple(dict.fromkeys([*row_depends, *depends.get(name, ())]))
     waiting = [d for d in depends_on if d not in finished]
     if finished_at is not None:
         state = "done"
@@ -324,33 +336,37 @@ def _status_of(row: Sequence[Any], finished: set[str], known: set[str] | None) -
         finished_at=None if finished_at is None else float(finished_at),
         failures=int(failures),
         last_error=error,
+        run_secs=float(run_secs),
     )
 
 
-def _statuses(rows: Sequence[Sequence[Any]], known: set[str] | None) -> list[UpdateStatus]:
+def _statuses(
+    rows: Sequence[Sequence[Any]], known: set[str] | None, depends: Depends | None
+) -> list[UpdateStatus]:
+    depends = depends or {}
     # A dependency without a row was never enqueued here: nothing to wait for.
     present = {row[0] for row in rows}
     finished = {row[0] for row in rows if row[10] is not None}
-    finished |= {d for row in rows for d in row[1] if d not in present}
-    return [_status_of(row, finished, known) for row in rows]
+    wanted = {d for row in rows for d in (*row[1], *depends.get(row[0], ()))}
+    finished |= wanted - present
+    return [_status_of(row, finished, known, depends) for row in rows]
 
 
-async def read_status(conn: Conn, known: set[str] | None = None) -> list[UpdateStatus]:
-    """Every update enqueued in this database, in the order they run."""
-    cur = await conn.execute(
-        f"SELECT {_STATUS_COLUMNS} FROM background_updates ORDER BY enqueued_at, name"  # noqa: S608
-    )
-    return _statuses(await cur.fetchall(), known)
+async def read_status(
+    conn: Conn, known: set[str] | None = None, depends: Depends | None = None
+) -> list[UpdateStatus]:
+    """Every update enqueued in this database, in the order they run;
+    `known`: the names this version has code for; `depends`: what that
+    code says each depends on."""
+    cur = await conn.execute(_STATUS_QUERY)
+    return _statuses(await cur.fetchall(), known, depends)
 
 
 def read_status_sync(
-    conn: psycopg.Connection[Any], known: set[str] | None = None
+    conn: psycopg.Connection[Any], known: set[str] | None = None, depends: Depends | None = None
 ) -> list[UpdateStatus]:
     """`read_status` for the command line."""
-    rows = conn.execute(
-        f"SELECT {_STATUS_COLUMNS} FROM background_updates ORDER BY enqueued_at, name"  # noqa: S608
-    ).fetchall()
-    return _statuses(rows, known)
+    return _statuses(conn.execute(_STATUS_QUERY).fetchall(), known, depends)
 
 
 def enqueue_sync(conn: psycopg.Connection[Any], name: str, depends_on: Sequence[str] = ()) -> None:
@@ -359,7 +375,8 @@ def enqueue_sync(conn: psycopg.Connection[Any], name: str, depends_on: Sequence[
         """
         INSERT INTO background_updates (name, depends_on) VALUES (%s, %s)
         ON CONFLICT (name) DO UPDATE SET
-          progress = '{}', items_done = 0, batches = 0, items_left = NULL,
+          depends_on = excluded.depends_on,
+          progress = '{}', items_done = 0, batches = 0, items_left = NULL, run_secs = 0,
           enqueued_at = now(), started_at = NULL, updated_at = NULL,
           finished_at = NULL, failures = 0, last_error = NULL
         """,
@@ -398,9 +415,13 @@ def database_name(conninfo: str) -> str:
 
 
 class Runner:
-    """Runs the enqueued updates that `updates` knows, one batch at a time,
-    while it holds the runner lock. `run()` returns when `stop()` is called,
-    or with `until_idle` once nothing is left that it can do now."""
+    """Runs the enqueued updates that `updates` knows, one batch at a time.
+
+    It takes the runner lock when there is work and releases it when there
+    is none, so that another runner (a shard, `eventq db background run`)
+    may work meanwhile; never two at once. `run()` returns when `stop()` is
+    called, or with `until_idle` once nothing is left that it can do now
+    (False if an update failed)."""
 
     def __init__(
         self,
@@ -419,15 +440,17 @@ class Runner:
         self.idle_secs = idle_secs
         self.clock = clock
         self.application_name = application_name
+        # True while this runner works (holds the lock).
         self.holding_lock = False
         # The latest status of every update (for /metrics), and this
         # runner's measurements.
         self.status: list[UpdateStatus] = []
         self.paces: dict[str, Pace] = {}
-        self.sizes: dict[str, int] = {}
+        self._first_sizes: dict[str, int] = {}
         self._retry_at: dict[str, float] = {}
         self._stop = asyncio.Event()
         self._waiting_logged = False
+        self._lock_logged = False
         self._announced: set[str] = set()
 
     def stop(self) -> None:
@@ -441,9 +464,10 @@ class Runner:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), secs)
 
-    async def run(self, *, until_idle: bool = False) -> None:
-        """Work until stopped (or idle). A lost database connection is
-        logged and reconnected after a pause."""
+    async def run(self, *, until_idle: bool = False) -> bool:
+        """Work until stopped (or idle). A lost connection, or anything
+        unexpected, is logged and the runner starts again after a pause."""
+        crashes = 0
         while not self.stopping:
             try:
                 conn = await psycopg.AsyncConnection.connect(
@@ -455,26 +479,54 @@ class Runner:
                 continue
             try:
                 async with conn:
-                    if not await self._lock(conn, until_idle):
-                        continue
-                    finished = await self._work(conn, until_idle)
-                    if finished:
-                        return
+                    return await self._session(conn, until_idle)
             except psycopg.OperationalError as exc:
                 log.error("background updates: database connection lost (%s); reconnecting", exc)
                 await self._pause(min(self.idle_secs, 1.0))
+            except Exception:
+                crashes += 1
+                wait = _retry_secs(crashes)
+                log.exception("background updates: the runner failed; again in %.0f s", wait)
+                await self._pause(wait)
             finally:
                 self.holding_lock = False
+        return True
 
-    async def _lock(self, conn: Conn, until_idle: bool) -> bool:
+    async def _session(self, conn: Conn, until_idle: bool) -> bool:
+        """Work on one connection: lock, work until idle, unlock, pause."""
+        for known in self.updates.values():
+            if known.every_secs is not None:
+                await conn.execute(
+                    "INSERT INTO background_updates (name, depends_on) VALUES (%s, %s)"
+                    " ON CONFLICT (name) DO NOTHING",
+                    (known.name, list(known.depends_on)),
+                )
+        while not self.stopping:
+            if not await self._lock(conn):
+                break
+            try:
+                succeeded = await self._work(conn, until_idle)
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock(%s)", (RUNNER_LOCK,))
+                self.holding_lock = False
+            if until_idle:
+                return succeeded
+            await self._pause(self._idle_wait())
+        return True
+
+    async def _lock(self, conn: Conn) -> bool:
         """Take the runner lock, waiting while another runner has it."""
         while not self.stopping:
             cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (RUNNER_LOCK,))
             row = await cur.fetchone()
             if row is not None and row[0]:
                 self.holding_lock = True
+                if not self._lock_logged or self._waiting_logged:
+                    log.info(
+                        "background updates: this process runs them (database %s)", self.database
+                    )
+                self._lock_logged = True
                 self._waiting_logged = False
-                log.info("background updates: this process runs them (database %s)", self.database)
                 return True
             if not self._waiting_logged:
                 holder = await self._lock_holder(conn)
@@ -494,25 +546,20 @@ class Runner:
         return "it just finished" if row is None else _holder(row)
 
     async def _work(self, conn: Conn, until_idle: bool) -> bool:
-        """Returns True when `until_idle` and there is nothing left to do now."""
-        for known in self.updates.values():
-            if known.every_secs is not None:
-                await conn.execute(
-                    "INSERT INTO background_updates (name, depends_on) VALUES (%s, %s)"
-                    " ON CONFLICT (name) DO NOTHING",
-                    (known.name, list(known.depends_on)),
-                )
+        """Batches until nothing can run now; False at once if one failed
+        with `until_idle` (the command line stops and says so)."""
         while not self.stopping:
             await self._rearm_recurring(conn)
-            self.status = await read_status(conn, set(self.updates))
+            self.status = await read_status(conn, set(self.updates), self._code_depends())
             update, status = self._next(self.status)
             if update is None or status is None:
-                if until_idle and not self._retry_at:
-                    return True
-                await self._pause(self._idle_wait())
-                continue
-            await self._run_batch(conn, update, status)
-        return False
+                return True
+            if not await self._run_batch(conn, update, status) and until_idle:
+                return False
+        return True
+
+    def _code_depends(self) -> dict[str, tuple[str, ...]]:
+        return {name: update.depends_on for name, update in self.updates.items()}
 
     def _idle_wait(self) -> float:
         now = self.clock()
@@ -527,7 +574,7 @@ class Runner:
                 """
                 UPDATE background_updates SET
                   progress = '{}', items_done = 0, batches = 0, items_left = NULL,
-                  started_at = NULL, updated_at = NULL, finished_at = NULL
+                  run_secs = 0, started_at = NULL, updated_at = NULL, finished_at = NULL
                 WHERE name = %s AND finished_at < now() - make_interval(secs => %s)
                 """,
                 (update.name, update.every_secs),
@@ -536,67 +583,69 @@ class Runner:
     def _next(
         self, statuses: Sequence[UpdateStatus]
     ) -> tuple[BackgroundUpdate | None, UpdateStatus | None]:
+        """The update to do a batch of: a due recurring one (retention)
+        first, then the others in the order they were enqueued."""
         now = self.clock()
         for name, at in list(self._retry_at.items()):
             if at <= now:
                 del self._retry_at[name]
-        for status in statuses:
-            if status.state in ("done", "unknown") or status.state.startswith("waiting"):
-                continue
-            if status.name in self._retry_at:
-                continue
-            return self.updates[status.name], status
-        return None, None
+        runnable = [
+            status
+            for status in statuses
+            if status.state not in ("done", "unknown")
+            and not status.state.startswith("waiting")
+            and status.name not in self._retry_at
+        ]
+        runnable.sort(key=lambda status: self.updates[status.name].every_secs is None)
+        if not runnable:
+            return None, None
+        return self.updates[runnable[0].name], runnable[0]
 
-    async def _run_batch(self, conn: Conn, update: BackgroundUpdate, status: UpdateStatus) -> None:
+    async def _run_batch(self, conn: Conn, update: BackgroundUpdate, status: UpdateStatus) -> bool:
+        """One batch (or the one-shot update); False if it failed."""
         name = update.name
         pace = self.paces.setdefault(name, Pace())
         controller = self.controller
         try:
             minimum = await controller.min_batch_size(name, self.database)
-            if name not in self.sizes:
-                first = await controller.default_batch_size(name, self.database)
-                self.sizes[name] = max(first, minimum, 1)
-            size = max(self.sizes[name], minimum, 1)
-            if name not in self._announced:
-                self._announced.add(name)
-                if status.started_at is None:
-                    # A recurring update says only what it did (below).
-                    log.log(
-                        logging.DEBUG if update.every_secs else logging.INFO,
-                        "background update %s started%s",
-                        name,
-                        " (one shot)" if update.one_shot else f" (first batch {size})",
-                    )
-                else:
-                    log.info(
-                        "background update %s resumed after %d items (progress %s)",
-                        name,
-                        status.items_done,
-                        orjson.dumps(status.progress).decode(),
-                    )
+            if name not in self._first_sizes:
+                self._first_sizes[name] = await controller.default_batch_size(name, self.database)
+            self._announce(update, status)
+            cycle_started = self.clock()
             async with controller.on_update(name, self.database, update.one_shot) as target_ms:
                 if self.stopping:
-                    return
+                    return True
+                # Sized for the target of this very batch.
+                size = pace.next_size(int(target_ms), minimum, self._first_sizes[name])
                 started = self.clock()
                 if update.one_shot:
                     result = await update.batch(conn, status.progress, size)
                     elapsed = self.clock() - started
-                    await self._record(conn, name, result, None, None, done=True)
+                    await self._record(
+                        conn, name, result, None, None, self.clock() - cycle_started, done=True
+                    )
                 else:
                     async with conn.transaction():
-                        result = await update.batch(conn, status.progress, size)
+                        progress = await self._locked_progress(conn, name)
+                        if progress is None:
+                            return True  # its row went meanwhile
+                        result = await update.batch(conn, progress, size)
                         elapsed = self.clock() - started
                         pace.record(result.items, elapsed)
                         await self._record(
-                            conn, name, result, size, pace.items_per_sec, done=result.done
+                            conn,
+                            name,
+                            result,
+                            size,
+                            pace.items_per_sec,
+                            self.clock() - cycle_started,
+                            done=result.done,
                         )
-                    self.sizes[name] = pace.next_size(int(target_ms), minimum, size)
-        except psycopg.OperationalError:
-            raise  # the connection: run() reconnects
         except Exception as exc:
+            if conn.broken or conn.closed:
+                raise  # the connection: run() reconnects
             await self._failed(conn, name, status.failures + 1, exc)
-            return
+            return False
         if update.one_shot or result.done:
             self._announced.discard(name)
             took = elapsed if status.started_at is None else time.time() - status.started_at
@@ -610,17 +659,55 @@ class Runner:
                 took,
                 orjson.dumps(result.progress).decode(),
             )
+        return True
+
+    def _announce(self, update: BackgroundUpdate, status: UpdateStatus) -> None:
+        if update.name in self._announced:
+            return
+        self._announced.add(update.name)
+        if status.started_at is None:
+            # A recurring update says only what it did (when it finishes).
+            log.log(
+                logging.DEBUG if update.every_secs else logging.INFO,
+                "background update %s started%s",
+                update.name,
+                " (one shot)" if update.one_shot else "",
+            )
+        else:
+            log.info(
+                "background update %s resumed after %d items (progress %s)",
+                update.name,
+                status.items_done,
+                orjson.dumps(status.progress).decode(),
+            )
+
+    @staticmethod
+    async def _locked_progress(conn: Conn, name: str) -> dict[str, Any] | None:
+        """The progress to go on from, read and locked in the batch's
+        transaction: an `enqueue` meanwhile waits for the batch, then wins."""
+        cur = await conn.execute(
+            "SELECT progress FROM background_updates WHERE name = %s FOR UPDATE", (name,)
+        )
+        row = await cur.fetchone()
+        return None if row is None else dict(row[0])
 
     @staticmethod
     async def _record(
-        conn: Conn, name: str, result: Batch, size: int | None, rate: float | None, *, done: bool
+        conn: Conn,
+        name: str,
+        result: Batch,
+        size: int | None,
+        rate: float | None,
+        secs: float,
+        *,
+        done: bool,
     ) -> None:
         await conn.execute(
             """
             UPDATE background_updates SET
               progress = %s, items_done = items_done + %s, batches = batches + 1,
               batch_size = %s, items_per_sec = coalesce(%s, items_per_sec),
-              items_left = CASE WHEN %s THEN 0 ELSE %s END,
+              items_left = CASE WHEN %s THEN 0 ELSE %s END, run_secs = run_secs + %s,
               started_at = coalesce(started_at, now()), updated_at = now(),
               finished_at = CASE WHEN %s THEN now() END,
               failures = 0, last_error = NULL
@@ -633,13 +720,14 @@ class Runner:
                 rate,
                 done,
                 result.items_left,
+                secs,
                 done,
                 name,
             ),
         )
 
     async def _failed(self, conn: Conn, name: str, failures: int, exc: Exception) -> None:
-        wait = min(MAX_RETRY_SECS, 2.0**failures)
+        wait = _retry_secs(failures)
         self._retry_at[name] = self.clock() + wait
         log.error(
             "background update %s failed (%d in a row), trying again in %.0f s: %s: %s",
@@ -655,3 +743,8 @@ class Runner:
             " WHERE name = %s",
             (failures, f"{type(exc).__name__}: {exc}"[:2000], name),
         )
+
+
+def _retry_secs(failures: int) -> float:
+    """2, 4, 8 ... seconds, at most MAX_RETRY_SECS."""
+    return min(MAX_RETRY_SECS, 2.0 ** min(failures, 20))

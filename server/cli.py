@@ -34,9 +34,9 @@ from generation.errors import BadNotice
 from generation.notice import Notice, encode_notice
 from generation.send import PublishError, publish_notice, send_event
 from server import background
-from server.config import ConfigError, Settings
+from server.config import ConfigError, Settings, retired_advice
 from server.migrate import MigrationError, migrate
-from server.updates import KNOWN_UPDATES, standard_updates
+from server.updates import standard_updates
 
 log = logging.getLogger("eventq")
 
@@ -87,6 +87,8 @@ async def _serve(settings: Settings, port: int | None, host: str | None) -> int:
     # whole heap. Measured with tests/benchmarks/fanout.py, 1,000 clients:
     # 17.5k -> 21.8k events/s, 57 -> 46 us of CPU per event.
     gc.set_threshold(100_000, 50, 100)
+    for name in settings.ignored:
+        log.warning("%s is set but no longer used: %s", name, retired_advice(name))
     server = EventServer(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -161,16 +163,23 @@ def _duration(secs: float | None) -> str:
     return f"{secs / 3600:.1f} h"
 
 
-def cmd_background_status(settings: Settings, args: argparse.Namespace) -> int:
+def _known_updates(
+    settings: Settings, secret: bytes = b"listing only"
+) -> list[background.BackgroundUpdate]:
+    """The updates this version (and the configured modules) can run."""
     extra = background.load_modules(settings.modules, background.Controller())
-    known = {*KNOWN_UPDATES, *(update.name for update in extra)}
+    return [*standard_updates(settings, secret), *extra]
+
+
+def cmd_background_status(settings: Settings, args: argparse.Namespace) -> int:
+    known = {update.name: update.depends_on for update in _known_updates(settings)}
     with _background_table(settings) as conn:
-        statuses = background.read_status_sync(conn, known)
+        statuses = background.read_status_sync(conn, set(known), known)
         holder = background.runner_sync(conn)
     if args.json:
-        _print_json([status.to_dict() for status in statuses])
+        _print_json({"runner": holder, "updates": [status.to_dict() for status in statuses]})
         return 0
-    print(f"runner: {holder or 'none running'}")
+    print(f"runner: {holder or 'none working now'}")
     rows = [("update", "state", "done", "left", "items/s", "batch", "time left", "progress")]
     for st in statuses:
         rows.append(
@@ -187,9 +196,8 @@ def cmd_background_status(settings: Settings, args: argparse.Namespace) -> int:
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
-        print(
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]
-        )
+        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+        print("  ".join(cells), row[-1])
     for st in statuses:
         if st.last_error:
             print(f"{st.name}: {st.failures} failures in a row; last: {st.last_error}")
@@ -197,8 +205,7 @@ def cmd_background_status(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_background_enqueue(settings: Settings, args: argparse.Namespace) -> int:
-    extra = background.load_modules(settings.modules, background.Controller())
-    known = [*KNOWN_UPDATES, *(update.name for update in extra)]
+    known = {update.name: update for update in _known_updates(settings)}
     if args.name not in known:
         print(
             f"eventq: no background update named {args.name!r}; this version knows"
@@ -207,14 +214,24 @@ def cmd_background_enqueue(settings: Settings, args: argparse.Namespace) -> int:
         )
         return 1
     with _background_table(settings) as conn:
-        background.enqueue_sync(conn, args.name)
+        background.enqueue_sync(conn, args.name, known[args.name].depends_on)
     _print_json({"enqueued": args.name})
     return 0
 
 
 def cmd_background_run(settings: Settings, args: argparse.Namespace) -> int:
-    from generation.config import api_key_secret  # noqa: PLC0415
+    from generation.config import existing_api_key_secret  # noqa: PLC0415
 
+    secret = existing_api_key_secret()
+    if secret is None:
+        # A new secret would wrap every legacy key hash with a key the
+        # servers do not have: run with the installation's settings.
+        print(
+            "eventq: no API key secret here (EVENTQ_API_KEY_SECRET, or api_key_secret in"
+            " EVENTQ_STATE_DIR): run with the servers' settings",
+            file=sys.stderr,
+        )
+        return 2
     _background_table(settings).close()
     controller = background.Controller(
         background.DefaultController(settings.background_target_ms, settings.background_sleep_ms)
@@ -222,19 +239,21 @@ def cmd_background_run(settings: Settings, args: argparse.Namespace) -> int:
     extra = background.load_modules(settings.modules, controller)
     runner = background.Runner(
         settings.database_url,
-        [*standard_updates(settings, api_key_secret()), *extra],
+        [*standard_updates(settings, secret), *extra],
         controller,
         idle_secs=settings.background_idle_secs,
         application_name="eventq-background cli",
     )
 
-    async def run() -> None:
+    async def run() -> bool:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, runner.stop)
-        await runner.run(until_idle=args.until_done)
+        return await runner.run(until_idle=args.until_done)
 
-    asyncio.run(run())
+    if not asyncio.run(run()):
+        print("eventq: a background update failed (see the log above)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -623,7 +642,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(func=cmd_background_run)
     enqueue = bg.add_parser("enqueue", help="run an update (again) from the start")
-    enqueue.add_argument("name", help=f"one of {', '.join(KNOWN_UPDATES)}")
+    enqueue.add_argument("name", help="the update's name (`db background status` lists them)")
     enqueue.set_defaults(func=cmd_background_enqueue)
 
     realm = sub.add_parser("realm", help="organizations").add_subparsers(

@@ -77,6 +77,35 @@ def _background_tasks(
     return shard_map is None or not shard or shard == shard_map.background_tasks_on
 
 
+# Read by earlier versions only: name -> what to do instead.
+_RETIRED = {
+    "EVENTQ_EVENT_LOG_PRUNE_BATCH": "the event log is pruned by a background update whose"
+    " batches follow its controller (README, Background updates)",
+}
+
+
+def retired_advice(name: str) -> str:
+    return _RETIRED[name]
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw in ("", "0", "off", "false", "no"):
+        return False
+    if raw in ("1", "on", "true", "yes"):
+        return True
+    raise ConfigError(f"{name} must be 1 or 0, got {raw!r}")
+
+
+def _operator_token(env: Mapping[str, str]) -> str:
+    token = env.get("EVENTQ_OPERATOR_TOKEN", "").strip()
+    if token and len(token) < 16:
+        raise ConfigError(
+            "EVENTQ_OPERATOR_TOKEN must be at least 16 random characters (`openssl rand -hex 16`)"
+        )
+    return token
+
+
 _MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -130,6 +159,18 @@ class Settings:
     background_sleep_ms: int = 1000
     background_idle_secs: float = 5.0
     modules: tuple[str, ...] = ()
+    # Browser pages (server/handlers/pages.py): the demo page and its
+    # password-less login (only with the demo realm, as deploy/run.sh runs
+    # it), how long a browser session lasts, the token that lets someone
+    # outside the internal networks see the operator page, and where the
+    # analytics jobs write (for the operator page's link to the report).
+    demo: bool = False
+    session_secs: float = 14 * 24 * 3600.0
+    operator_token: str = ""
+    analytics_dir: Path | None = None
+    # Variables of earlier versions that are set but no longer read, for a
+    # warning at start.
+    ignored: tuple[str, ...] = ()
     # Advertised to clients as their long-poll timeout: longer than the
     # heartbeat, so a live server never times a client out.
     longpoll_timeout_secs: float = 90.0
@@ -288,6 +329,13 @@ class Settings:
                 env, "EVENTQ_BACKGROUND_IDLE_SECS", cls.background_idle_secs, minimum=0.01
             ),
             modules=_modules(env),
+            ignored=tuple(name for name in _RETIRED if env.get(name, "").strip()),
+            demo=_flag(env, "EVENTQ_DEMO"),
+            session_secs=_number(env, "EVENTQ_SESSION_SECS", cls.session_secs, minimum=1),
+            operator_token=_operator_token(env),
+            analytics_dir=Path(analytics)
+            if (analytics := env.get("EVENTQ_ANALYTICS_DIR", "").strip())
+            else None,
             longpoll_timeout_secs=longpoll,
             queue_max_events=_integer(env, "EVENTQ_QUEUE_MAX_EVENTS", cls.queue_max_events),
             queue_max_bytes=_integer(env, "EVENTQ_QUEUE_MAX_BYTES", cls.queue_max_bytes),

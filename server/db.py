@@ -111,6 +111,20 @@ class Database:
             )
             return await cur.fetchone()
 
+    async def realm_users(self, subdomain: str) -> list[tuple[int, str, str, str]]:
+        """The active users of an active realm: (id, email, full name, API key id)."""
+        async with self.connection() as conn:
+            cur = await conn.execute(
+                """
+                SELECT u.id, u.email, u.full_name, u.api_key_id
+                FROM users u JOIN realms r ON r.id = u.realm_id
+                WHERE r.subdomain = %s AND NOT r.deactivated AND u.is_active
+                ORDER BY u.id
+                """,
+                (subdomain,),
+            )
+            return [(int(r[0]), r[1], r[2], r[3]) for r in await cur.fetchall()]
+
     async def upgrade_api_key_hash(self, user_id: int, legacy: bytes, keyed: bytes) -> None:
         """Replace a row's plain SHA-256 (scheme 1) or its wrapped form
         (scheme 3) by the keyed hash, unless the key changed meanwhile."""

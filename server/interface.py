@@ -29,6 +29,7 @@ from server.httpserver import Refusals
 from server.longpoll import AnswerSlices
 from server.looplag import LoopLagMonitor
 from server.ratelimit import RateLimiter
+from server.sessions import SessionSigner
 from server.stream import EventStream
 
 
@@ -57,6 +58,10 @@ class ServerApi(Protocol):
 
     @property
     def auth(self) -> Authenticator: ...
+
+    @property
+    def sessions(self) -> SessionSigner:
+        """Signs and checks browser sessions (server/sessions.py)."""
 
     @property
     def rate_limiter(self) -> RateLimiter | None:

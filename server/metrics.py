@@ -238,8 +238,8 @@ class ServerState(Collector):
         if runner is None:
             return
         yield GaugeMetricFamily(
-            "eventq_background_runner_active",
-            "1 while this process holds the background updates' runner lock",
+            "eventq_background_runner_working",
+            "1 while this process works on background updates (it holds the runner lock)",
             value=1.0 if runner.holding_lock else 0.0,
         )
         families = {

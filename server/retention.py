@@ -9,8 +9,9 @@
   each batch's transaction: `resume_from` and the queues saved before a
   crash are refused below it.
 - `queue_journal_retention`: journal rows of queues registered longer ago
-  than the event log keeps events (a removed shard's, or one that never
-  checkpointed again) are of no use: their queue could not be refilled.
+  than the event log keeps events, of servers that no longer say their floor
+  (a removed shard's) are of no use: their queue could not be refilled. A
+  live server trims its own rows at each checkpoint.
 """
 
 from __future__ import annotations
@@ -21,6 +22,15 @@ from typing import Any
 from server.background import BackgroundUpdate, Batch, Conn
 
 log = logging.getLogger("eventq.retention")
+
+# A server says its floor at least every few minutes (server/app.py): its row
+# counts for the retention period, and never for less than this.
+MIN_FRESH_SECS = 600.0
+
+
+def fresh_secs(max_age_hours: float) -> float:
+    """How long a server's `stream_readers` row holds pruning back."""
+    return max(max_age_hours * 3600, MIN_FRESH_SECS)
 
 
 async def log_cut(conn: Conn, max_age_hours: float, max_bytes: int) -> tuple[int, int]:
@@ -52,13 +62,13 @@ async def log_cut(conn: Conn, max_age_hours: float, max_bytes: int) -> tuple[int
     return cut, int(through)
 
 
-async def readers_floor(conn: Conn, fresh_hours: float) -> int | None:
+async def readers_floor(conn: Conn, fresh: float) -> int | None:
     """The lowest position a server reading the log still needs, among those
-    that said so within `fresh_hours`; None when none did."""
+    that said so within `fresh` seconds; None when none did."""
     cur = await conn.execute(
         "SELECT min(floor) FROM stream_readers"
         " WHERE updated_at > now() - make_interval(secs => %s)",
-        (fresh_hours * 3600,),
+        (fresh,),
     )
     row = await cur.fetchone()
     return None if row is None or row[0] is None else int(row[0])
@@ -72,7 +82,7 @@ def event_log_retention(
             cut, through = int(progress["cut"]), int(progress["through"])
         else:  # a new run: decide once how far it goes
             cut, through = await log_cut(conn, max_age_hours, max_bytes)
-            floor = await readers_floor(conn, max_age_hours)
+            floor = await readers_floor(conn, fresh_secs(max_age_hours))
             if floor is not None and floor < cut:
                 log.info(
                     "event log: retention would prune through %d, but a server's saved"
@@ -122,11 +132,14 @@ def queue_journal_retention(max_age_hours: float, every_secs: float) -> Backgrou
               DELETE FROM queue_journal WHERE queue_id IN (
                 SELECT queue_id FROM queue_journal
                 WHERE journaled_at < extract(epoch FROM now()) - %s
+                  AND shard NOT IN (
+                    SELECT reader FROM stream_readers
+                    WHERE updated_at > now() - make_interval(secs => %s))
                 LIMIT %s)
               RETURNING 1)
             SELECT count(*) FROM gone
             """,
-            (max_age_hours * 3600, size),
+            (max_age_hours * 3600, fresh_secs(max_age_hours), size),
         )
         row = await cur.fetchone()
         deleted = 0 if row is None else int(row[0])

@@ -1,5 +1,6 @@
 """The URL map: Zulip's paths under /api/v1/ (Basic auth) and /json/ (browser
-sessions; until those exist, Basic credentials are accepted there too)."""
+sessions, server/sessions.py; Basic credentials are accepted there too), and
+the browser's pages and static files (server/handlers/pages.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,16 @@ from server.handlers.events import EventsHandler
 from server.handlers.internal import NotifyHandler, StatsHandler
 from server.handlers.metrics import MetricsHandler
 from server.handlers.openapi import OpenApiHandler
+from server.handlers.pages import (
+    DemoPageHandler,
+    OperatorPageHandler,
+    OperatorReportHandler,
+    OperatorStatsHandler,
+    StaticHandler,
+)
 from server.handlers.poll import LeanPoll
 from server.handlers.register import RegisterHandler
+from server.handlers.session import DevLoginHandler, DevUsersHandler, LoginHandler, LogoutHandler
 from server.handlers.settings import ServerSettingsHandler
 from server.interface import ServerApi
 
@@ -56,6 +65,16 @@ def make_application(server: ServerApi) -> tornado.web.Application:
             (r"/api/internal/notify_tornado", NotifyHandler, api),
             (r"/api/internal/stats", StatsHandler, api),
             (r"/metrics", MetricsHandler, api),
+            # Browsers: sessions, the client library, the pages.
+            (r"/json/login", LoginHandler, json),
+            (r"/json/dev_login", DevLoginHandler, json),
+            (r"/json/dev_users", DevUsersHandler, json),
+            (r"/json/logout", LogoutHandler, json),
+            (r"/static/([A-Za-z0-9_.-]+)", StaticHandler, api),
+            (r"/demo", DemoPageHandler, api),
+            (r"/operator", OperatorPageHandler, api),
+            (r"/operator/stats", OperatorStatsHandler, api),
+            (r"/operator/report/?(.*)", OperatorReportHandler, api),
         ],
         default_handler_class=NotFoundHandler,
         default_handler_args=api,

@@ -29,13 +29,26 @@ _HASH_SLICE = 500
 
 
 def wrap_legacy_api_key_hashes(secret: bytes) -> BackgroundUpdate:
+    # Which secret wraps: a runner with another one (an operator's shell
+    # without the installation's settings) must not go on with it.
+    fingerprint = hmac.digest(secret, b"eventq wrap_legacy_api_key_hashes", "sha256").hex()[:16]
+
     async def batch(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
         after = int(progress.get("last_id", 0))
         total = progress.get("total")
-        if total is None:  # counted once, for the time left
+        if total is None:
+            # A first step of its own, counted once for the time left (and
+            # kept out of the rate the batch size follows).
             cur = await conn.execute("SELECT count(*) FROM users WHERE api_key_hash_scheme = 1")
             row = await cur.fetchone()
             total = 0 if row is None else int(row[0])
+            start = {"last_id": 0, "wrapped": 0, "total": total, "secret": fingerprint}
+            return Batch(0, start, done=total == 0, items_left=total)
+        if progress.get("secret") != fingerprint:
+            raise RuntimeError(
+                "this runner's EVENTQ_API_KEY_SECRET is not the one this update began with;"
+                " run it with the installation's settings"
+            )
         cur = await conn.execute(
             """
             SELECT id, api_key_hash FROM users
@@ -68,6 +81,7 @@ def wrap_legacy_api_key_hashes(secret: bytes) -> BackgroundUpdate:
             "last_id": ids[-1] if ids else after,
             "wrapped": done_before + len(ids),
             "total": total,
+            "secret": fingerprint,
         }
         done = len(rows) < size
         left = 0 if done else max(0, int(total) - done_before - len(ids))
@@ -128,11 +142,3 @@ def standard_updates(settings: Settings, api_key_secret: bytes) -> list[Backgrou
             queue_journal_retention(settings.log_retention_hours, settings.log_prune_secs),
         ]
     return updates
-
-
-KNOWN_UPDATES = (
-    "wrap_legacy_api_key_hashes",
-    "event_log_realm_index",
-    "event_log_retention",
-    "queue_journal_retention",
-)

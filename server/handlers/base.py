@@ -7,6 +7,7 @@ import hmac
 import ipaddress
 import logging
 import re
+import time
 from collections.abc import Awaitable
 from typing import Any
 
@@ -31,6 +32,7 @@ from server.forward import (
 from server.interface import ServerApi
 from server.params import Params
 from server.responses import success_body
+from server.sessions import CSRF_HEADER, USER_HEADER, check_csrf, cookie_names
 
 log = logging.getLogger("eventq.http")
 
@@ -245,7 +247,17 @@ class BaseHandler(tornado.web.RequestHandler):
     async def authenticate(self) -> AuthUser:
         header = self.request.headers.get("Authorization")
         if self.json_api and header is None:
-            raise not_logged_in()
+            user = await self._session_user()
+        else:
+            user = await self._basic_user(header)
+        limiter = self.server.rate_limiter
+        if limiter is not None:
+            wait = limiter.hit(user.user_id, self.server.clock())
+            if wait > 0.0:
+                raise rate_limited(wait)
+        return user
+
+    async def _basic_user(self, header: str | None) -> AuthUser:
         failures = self.server.auth_failures if header is not None else None
         address = ""
         if failures is not None:
@@ -255,7 +267,7 @@ class BaseHandler(tornado.web.RequestHandler):
             if wait > 0.0:
                 raise rate_limited(wait)
         try:
-            user = await self.server.auth.authenticate(header)
+            return await self.server.auth.authenticate(header)
         except DatabaseUnavailable as exc:
             log.warning("authentication failed: %s", exc)
             raise database_unavailable() from exc
@@ -263,12 +275,30 @@ class BaseHandler(tornado.web.RequestHandler):
             if exc.status_code == 401 and failures is not None:
                 failures.hit(address, self.server.clock())
             raise
-        limiter = self.server.rate_limiter
-        if limiter is not None:
-            wait = limiter.hit(user.user_id, self.server.clock())
-            if wait > 0.0:
-                raise rate_limited(wait)
-        return user
+
+    async def _session_user(self) -> AuthUser:
+        """A /json/ request without credentials: the browser session's user
+        (server/sessions.py), with its CSRF check."""
+        selected = self.request.headers.get(USER_HEADER)
+        user_id = int(selected) if selected and _DIGITS.fullmatch(selected) else None
+        token = self.get_cookie(cookie_names(user_id)[0])
+        session = self.server.sessions.verify(token, time.time()) if token else None
+        if session is None or (user_id is not None and session.user_id != user_id):
+            raise not_logged_in()
+        headers = self.request.headers
+        check_csrf(
+            self.server.sessions,
+            session,
+            self.request.method or "",
+            headers.get(CSRF_HEADER),
+            headers.get("Origin"),
+            headers.get("Host"),
+        )
+        try:
+            return await self.server.auth.authenticate_session(session)
+        except DatabaseUnavailable as exc:
+            log.warning("authentication failed: %s", exc)
+            raise database_unavailable() from exc
 
     async def served_elsewhere(self, user: AuthUser) -> bool:
         """With several shards: hand the request to the shard that owns

@@ -488,7 +488,7 @@ def test_retention_keeps_what_a_server_still_needs_unless_it_went_silent(own_db:
     assert _rows(own_db, "SELECT through FROM event_log_pruned") == [(10,)]
 
 
-def test_a_failing_batch_is_retried_later_and_the_operator_told(own_db: str, caplog):
+def test_a_failing_batch_is_rolled_back_reported_and_retried(own_db: str, caplog):
     attempts: list[int] = []
 
     async def flaky(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
@@ -496,6 +496,9 @@ def test_a_failing_batch_is_retried_later_and_the_operator_told(own_db: str, cap
         await conn.execute("INSERT INTO bg_done VALUES (1)")  # rolled back when it fails
         if len(attempts) == 1:
             raise RuntimeError("disk on fire")
+        if len(attempts) == 2:
+            # A database error that is not a lost connection is a failure too.
+            await conn.execute("SELECT 1/0")
         return Batch(1, {"ok": True}, done=True)
 
     with psycopg.connect(own_db, autocommit=True) as conn:
@@ -503,30 +506,62 @@ def test_a_failing_batch_is_retried_later_and_the_operator_told(own_db: str, cap
     _enqueue(own_db, "flaky")
     caplog.set_level(logging.INFO, logger="eventq.background")
     controller = Controller(DefaultController(sleep_ms=0))
-    runner = Runner(own_db, [BackgroundUpdate("flaky", flaky)], controller, idle_secs=0.05)
+    update = BackgroundUpdate("flaky", flaky)
 
-    async def run() -> list[background.UpdateStatus]:
-        task = asyncio.create_task(runner.run(until_idle=True))
-        for _ in range(1000):  # until the failure is recorded
-            if "failed (1 in a row)" in caplog.text:
-                break
-            await asyncio.sleep(0.01)
-        with psycopg.connect(own_db) as conn:
-            seen = background.read_status_sync(conn)
-        await asyncio.wait_for(task, 10)  # retried after 2 s
-        return seen
-
-    seen = asyncio.run(run())
-    (failing,) = [s for s in seen if s.name == "flaky"]
+    # Run to the end (as `db background run --until-done`): a failure stops it.
+    assert not asyncio.run(Runner(own_db, [update], controller).run(until_idle=True))
+    with psycopg.connect(own_db) as conn:
+        (failing,) = [s for s in background.read_status_sync(conn) if s.name == "flaky"]
     assert (failing.state, failing.failures) == ("failing", 1)
     assert failing.last_error == "RuntimeError: disk on fire"
     assert "background update flaky failed (1 in a row), trying again in 2 s" in caplog.text
+    assert _rows(own_db, "SELECT count(*) FROM bg_done") == [(0,)]
+
+    # A runner that keeps going retries it after the pause.
+    runner = Runner(own_db, [update], controller, idle_secs=0.05)
+
+    async def until_done() -> None:
+        task = asyncio.create_task(runner.run())
+        for _ in range(1000):
+            rows = _rows(own_db, "SELECT finished_at FROM background_updates WHERE name = 'flaky'")
+            if rows[0][0] is not None:
+                break
+            await asyncio.sleep(0.02)
+        runner.stop()
+        await asyncio.wait_for(task, 10)
+
+    asyncio.run(until_done())
+    assert "background update flaky failed (2 in a row), trying again in 4 s" in caplog.text
+    assert "ZeroDivisionError" in caplog.text or "DivisionByZero" in caplog.text
+    assert len(attempts) == 3
     assert _rows(own_db, "SELECT id FROM bg_done") == [(1,)]  # once
-    ((state, failures, error),) = _rows(
-        own_db, "SELECT finished_at IS NOT NULL, failures, last_error FROM background_updates"
-        " WHERE name = 'flaky'"
-    )  # fmt: skip
-    assert (state, failures, error) == (True, 0, None)
+    ((finished, failures, error),) = _rows(
+        own_db,
+        "SELECT finished_at IS NOT NULL, failures, last_error FROM background_updates"
+        " WHERE name = 'flaky'",
+    )
+    assert (finished, failures, error) == (True, 0, None)
+
+
+def test_an_update_waits_for_what_its_code_depends_on_and_recurring_ones_go_first(own_db: str):
+    order: list[str] = []
+
+    def update(name: str, depends_on: tuple[str, ...] = (), every: float | None = None) -> Any:
+        async def batch(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
+            order.append(name)
+            n = int(progress.get("n", 0)) + 1
+            return Batch(1, {"n": n}, done=n >= 2)
+
+        return BackgroundUpdate(name, batch, depends_on=depends_on, every_secs=every)
+
+    # Enqueued by "a migration" without the dependency, in this order.
+    _enqueue(own_db, "second", "first")
+    updates = [update("second", ("first",)), update("first"), update("pruning", every=3600)]
+    _run(own_db, updates, Controller(DefaultController(sleep_ms=0)))
+    assert order == ["pruning", "pruning", "first", "first", "second", "second"]
+    with psycopg.connect(own_db) as conn:
+        statuses = {s.name: s for s in background.read_status_sync(conn)}
+    assert statuses["second"].state == "done"
 
 
 def test_status_and_metrics_show_the_updates_of_a_server_that_runs_them(
@@ -555,7 +590,7 @@ def test_status_and_metrics_show_the_updates_of_a_server_that_runs_them(
             " tests.server.background_module registered first"
         ) in log
         metrics = Api(server, user).session.get(f"{server.url}/metrics", timeout=10).text
-        assert "eventq_background_runner_active 1.0" in metrics
+        assert "eventq_background_runner_working 0.0" in metrics  # idle now
         assert 'eventq_background_update_done{update="wrap_legacy_api_key_hashes"} 1.0' in metrics
         assert (
             'eventq_background_update_items_done{update="wrap_legacy_api_key_hashes"} 1.0'
@@ -569,12 +604,12 @@ def test_status_and_metrics_show_the_updates_of_a_server_that_runs_them(
         status = run_eventq("db", "background", "status", EVENTQ_DATABASE_URL=own_db,
                             EVENTQ_MODULES="tests.server.background_module")  # fmt: skip
         assert status.returncode == 0, status.stderr
-        assert re.search(r"runner: backend pid \d+, eventq-background default", status.stdout)
+        assert "runner: none working now" in status.stdout  # idle: the lock is free
         line = next(x for x in status.stdout.splitlines() if x.startswith("wrap_legacy"))
         assert line.split()[:3] == ["wrap_legacy_api_key_hashes", "done", "1"]
         assert "copy_items" not in status.stdout  # enqueued by nobody
         as_json = run_eventq("db", "background", "status", "--json", EVENTQ_DATABASE_URL=own_db)
-        statuses = json.loads(as_json.stdout)
+        statuses = json.loads(as_json.stdout)["updates"]
         wrapped = next(u for u in statuses if u["name"] == "wrap_legacy_api_key_hashes")
         assert wrapped["state"] == "done"
         assert wrapped["progress"]["wrapped"] == 1

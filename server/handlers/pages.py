@@ -1,0 +1,219 @@
+"""The browser's side: static files (`/static/eventq.js`, the pages' scripts),
+the demo page (`/demo`, only with EVENTQ_DEMO=1) and the operator page
+(`/operator`, its JSON figures at `/operator/stats`, the latest analytics
+report under `/operator/report/`).
+
+The operator's paths answer only callers on this machine or the internal
+networks of the sharding config (through our nginx: the address it puts in
+X-Real-IP), or holders of EVENTQ_OPERATOR_TOKEN (`Authorization: Bearer`, or
+the cookie that `/operator?token=...` sets). Pages carry a Content Security
+Policy that allows scripts, styles and requests of this origin only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import importlib.resources
+import ipaddress
+import logging
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from server.errors import ApiError
+from server.handlers.base import BaseHandler
+
+log = logging.getLogger("eventq.pages")
+
+OPERATOR_COOKIE = "eventq_operator"
+
+# name under /static/ -> (file under server/static/, content type)
+_STATIC = {
+    "eventq.js": ("eventq-client/eventq.js", "text/javascript; charset=utf-8"),
+    "eventq.d.ts": ("eventq-client/eventq.d.ts", "text/plain; charset=utf-8"),
+    "demo.js": ("demo.js", "text/javascript; charset=utf-8"),
+    "operator.js": ("operator.js", "text/javascript; charset=utf-8"),
+    "style.css": ("style.css", "text/css; charset=utf-8"),
+}
+_PAGES = {"demo": "demo.html", "operator": "operator.html"}
+_CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".png": "image/png",
+    ".svg": "image/svg+xml",
+    ".css": "text/css; charset=utf-8",
+    ".json": "application/json",
+}
+_REPORT_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,100}")
+_POLICY = (
+    "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self';"
+    " connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
+_cache: dict[str, bytes] = {}
+
+
+def static_file(path: str) -> bytes:
+    """A file of server/static/ (in the wheel as package data), read once."""
+    body = _cache.get(path)
+    if body is None:
+        body = (importlib.resources.files("server") / "static" / path).read_bytes()
+        _cache[path] = body
+    return body
+
+
+class BrowserHandler(BaseHandler):
+    SUPPORTED_METHODS = ("GET", "HEAD")
+
+    def set_default_headers(self) -> None:
+        super().set_default_headers()
+        self.set_header("X-Content-Type-Options", "nosniff")
+        self.set_header("Referrer-Policy", "same-origin")
+
+    def send_file(self, body: bytes, content_type: str, *, page: bool = False) -> None:
+        self.set_header("Content-Type", content_type)
+        # Revalidated each time: a new version is picked up at once.
+        self.set_header("Cache-Control", "no-cache")
+        if page:
+            self.set_header("Content-Security-Policy", _POLICY)
+            self.set_header("X-Frame-Options", "DENY")
+        if self.request.method == "HEAD":
+            self.set_header("Content-Length", str(len(body)))
+            self.finish()
+            return
+        self.finish(body)
+
+    def head(self, *args: str) -> Any:
+        return self.get(*args)  # send_file leaves the body out
+
+
+class StaticHandler(BrowserHandler):
+    def get(self, name: str) -> None:
+        entry = _STATIC.get(name)
+        if entry is None:
+            raise ApiError(f"Invalid API path: {self.request.path}", "NOT_FOUND", 404)
+        path, content_type = entry
+        self.send_file(static_file(path), content_type)
+
+
+class DemoPageHandler(BrowserHandler):
+    def get(self) -> None:
+        if not self.server.settings.demo:
+            raise ApiError(
+                "The demo page is off: run the server with EVENTQ_DEMO=1 (deploy/run.sh does)",
+                "NOT_FOUND",
+                404,
+            )
+        self.send_file(static_file(_PAGES["demo"]), _CONTENT_TYPES[".html"], page=True)
+
+
+class OperatorHandler(BrowserHandler):
+    """What every operator path checks first."""
+
+    def prepare(self) -> None:
+        super().prepare()
+        if not self.operator_allowed():
+            log.warning("operator page %s refused to %s", self.request.path, self.client_address())
+            raise ApiError(
+                "The operator pages are for this machine, the internal networks,"
+                " or holders of the operator token",
+                "UNAUTHORIZED",
+                403,
+            )
+
+    def operator_allowed(self) -> bool:
+        address = self.client_address()
+        shard_map = self.server.settings.sharding
+        try:
+            internal = (
+                shard_map.is_internal(address)
+                if shard_map is not None
+                else ipaddress.ip_address(address).is_loopback
+            )
+        except ValueError:
+            internal = False
+        if internal:
+            return True
+        expected = self.server.settings.operator_token
+        if not expected:
+            return False
+        given = self.get_cookie(OPERATOR_COOKIE) or self.get_query_argument("token", "")
+        authorization = self.request.headers.get("Authorization", "")
+        if authorization.startswith("Bearer "):
+            given = authorization[len("Bearer ") :].strip()
+        return bool(given) and hmac.compare_digest(given.encode(), expected.encode())
+
+
+class OperatorPageHandler(OperatorHandler):
+    def get(self) -> None:
+        if self.get_query_argument("token", None) is not None:
+            # Kept in a cookie of the operator's paths, out of the address bar.
+            self.set_cookie(
+                OPERATOR_COOKIE,
+                self.get_query_argument("token"),
+                path="/operator",
+                httponly=True,
+                samesite="Strict",
+            )
+            self.set_status(303)
+            self.set_header("Location", "/operator")
+            self.finish()
+            return
+        self.send_file(static_file(_PAGES["operator"]), _CONTENT_TYPES[".html"], page=True)
+
+
+class OperatorStatsHandler(OperatorHandler):
+    def get(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.write_success(operator_figures(self.server))
+
+
+def operator_figures(server: Any) -> dict[str, Any]:
+    """The operator page's figures: what the shard holds now, and counters
+    since it started (the page turns them into rates)."""
+    stats = server.stats()
+    consumer = stats.get("consumer") or {}
+    background = server.background
+    analytics = server.settings.analytics_dir
+    return {
+        "at": time.time(),
+        "shard": server.settings.shard_name,
+        "server_generation": stats["server_generation"],
+        "uptime_secs": stats["uptime_secs"],
+        "queues": stats["queues"],
+        "users": stats["users"],
+        "parked": stats["parked"],
+        "events_held": stats["events_held"],
+        "bytes_held": stats["bytes_held"],
+        "in_flight": stats["in_flight"],
+        "loop_lag_ms": stats["loop_lag"],
+        "events_sent": server.metrics.events_sent,
+        "polls_answered": sum(server.metrics.polls.values()),
+        "notices_consumed": consumer.get("processed", 0),
+        "dead_lettered": consumer.get("dead_lettered", 0),
+        "consuming": bool(consumer.get("consuming", False)),
+        "stream_position": server.stream.position,
+        "background_updates": []
+        if background is None
+        else [s.to_dict() for s in background.status],
+        "report": analytics is not None and (analytics / "report" / "report.html").is_file(),
+    }
+
+
+class OperatorReportHandler(OperatorHandler):
+    async def get(self, name: str) -> None:
+        analytics = self.server.settings.analytics_dir
+        if not name:
+            self.redirect("/operator/report/report.html", status=303)
+            return
+        suffix = Path(name).suffix
+        if analytics is None or not _REPORT_FILE.fullmatch(name) or suffix not in _CONTENT_TYPES:
+            raise ApiError("No such report file", "NOT_FOUND", 404)
+        path = analytics / "report" / name
+        try:
+            body = await asyncio.get_running_loop().run_in_executor(None, path.read_bytes)
+        except FileNotFoundError:
+            raise ApiError(
+                "No analytics report yet: `eventq analytics run` writes it", "NOT_FOUND", 404
+            ) from None
+        self.send_file(body, _CONTENT_TYPES[suffix])

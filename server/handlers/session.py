@@ -1,0 +1,117 @@
+"""Browser sessions (server/sessions.py): `POST /json/login` with an email and
+an API key, `POST /json/dev_login` with a demo user's email (only when the
+demo is on, EVENTQ_DEMO=1), `GET /json/dev_users` (the demo's users), and
+`POST /json/logout`."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+
+from generation.accounts import api_key_id
+from server.auth import AuthUser
+from server.errors import ApiError, missing_argument
+from server.handlers.base import BaseHandler
+from server.sessions import USER_HEADER, check_origin, cookie_names
+
+log = logging.getLogger("eventq.sessions")
+
+DEMO_REALM = "demo"
+
+
+class SessionHandler(BaseHandler):
+    SUPPORTED_METHODS = ("POST",)
+
+    def secure(self) -> bool:
+        """Whether the page came over TLS (here, or at our proxy)."""
+        forwarded = self.request.headers.get("X-Forwarded-Proto", "")
+        return self.request.protocol == "https" or forwarded.lower() == "https"
+
+    def start_session(self, user: AuthUser, key_id: str) -> None:
+        expires = int(time.time() + self.server.settings.session_secs)
+        signer = self.server.sessions
+        token = signer.mint(user.user_id, key_id, expires)
+        session = signer.verify(token, time.time())
+        assert session is not None
+        csrf = signer.csrf_token(session)
+        for session_cookie, csrf_cookie in (cookie_names(None), cookie_names(user.user_id)):
+            self._cookie(session_cookie, token, expires, httponly=True)
+            self._cookie(csrf_cookie, csrf, expires, httponly=False)
+        log.info("user %d logged in from %s", user.user_id, self.client_address())
+        self.write_success(
+            {"user_id": user.user_id, "email": user.email, "full_name": user.full_name}
+        )
+
+    def _cookie(self, name: str, value: str, expires: int, *, httponly: bool) -> None:
+        self.set_cookie(
+            name,
+            value,
+            path="/",
+            expires=expires,
+            httponly=httponly,
+            secure=self.secure(),
+            samesite="Lax",
+        )
+
+    def refuse_other_origins(self) -> None:
+        # Login CSRF: another site must not log a browser into its account.
+        headers = self.request.headers
+        check_origin(headers.get("Origin"), headers.get("Host"))
+
+
+class LoginHandler(SessionHandler):
+    async def post(self) -> None:
+        self.refuse_other_origins()
+        params = self.params()
+        email = params.string("username", max_length=254) or params.string("email", max_length=254)
+        api_key = params.string("api_key", max_length=256)
+        if not email:
+            raise missing_argument("username")
+        if not api_key:
+            raise missing_argument("api_key")
+        credentials = base64.b64encode(f"{email}:{api_key}".encode()).decode()
+        user = await self._basic_user(f"Basic {credentials}")
+        self.start_session(user, api_key_id(api_key))
+
+
+class DevLoginHandler(SessionHandler):
+    """The demo's password-less login, as Zulip's development server has."""
+
+    async def post(self) -> None:
+        if not self.server.settings.demo:
+            raise ApiError(f"Invalid API path: {self.request.path}", "NOT_FOUND", 404)
+        self.refuse_other_origins()
+        email = self.params().string("email", max_length=254)
+        if not email:
+            raise missing_argument("email")
+        users = await self.server.db.realm_users(DEMO_REALM)
+        found = next((u for u in users if u[1].lower() == email.lower()), None)
+        if found is None:
+            raise ApiError(f"No demo user {email}", "BAD_REQUEST", 400)
+        user = await self.server.auth.authenticate_session_of(found[0], found[3])
+        self.start_session(user, found[3])
+
+
+class DevUsersHandler(BaseHandler):
+    SUPPORTED_METHODS = ("GET",)
+
+    async def get(self) -> None:
+        if not self.server.settings.demo:
+            raise ApiError(f"Invalid API path: {self.request.path}", "NOT_FOUND", 404)
+        users = await self.server.db.realm_users(DEMO_REALM)
+        self.write_success(
+            {"users": [{"user_id": u[0], "email": u[1], "full_name": u[2]} for u in users]}
+        )
+
+
+class LogoutHandler(SessionHandler):
+    async def post(self) -> None:
+        user = await self.authenticate()  # the session, with its CSRF check
+        names = [*cookie_names(user.user_id)]
+        if self.request.headers.get(USER_HEADER) is None:
+            names += cookie_names(None)  # the latest login's, which this was
+        for name in names:
+            self.clear_cookie(name, path="/")
+        log.info("user %d logged out", user.user_id)
+        self.write_success()
