@@ -27,6 +27,7 @@ import psycopg
 
 from generation import accounts, sharding
 from generation.actions import realm as realm_actions
+from generation.actions import streams as stream_actions
 from generation.actions import users as user_actions
 from generation.actions.base import ActionContext, ActionError, EventSink
 from generation.config import ProducerConfig, SecretInvalid
@@ -421,14 +422,39 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     users = []
     with _connect(settings) as conn:
         exists = conn.execute("SELECT 1 FROM realms WHERE subdomain = %s", (DEMO_REALM,)).fetchone()
+        realm_id = None
         if exists is None:
-            accounts.create_realm(conn, DEMO_REALM, "Demo Organization", "eventq's demo realm")
+            realm_id = accounts.create_realm(
+                conn, DEMO_REALM, "Demo Organization", "eventq's demo realm"
+            )
         for email, full_name, role in DEMO_USERS:
             try:
                 user = accounts.rotate_api_key(conn, DEMO_REALM, email)
             except accounts.AccountError:
                 user = accounts.create_user(conn, DEMO_REALM, email, full_name, role)
             users.append(user.as_json())
+    if realm_id is not None:
+        # A channel everyone is in, for the demo page. The realm is new: no
+        # client can be listening, so its events go nowhere.
+        async def nowhere(notice: Notice) -> None:
+            return None
+
+        async def general(conn: psycopg.AsyncConnection[Any]) -> None:
+            await stream_actions.do_add_subscriptions(
+                ActionContext(conn, nowhere),
+                None,
+                realm_id,
+                [stream_actions.StreamRequest("general", "Everyone in the demo")],
+                principals=[user["user_id"] for user in users],
+            )
+
+        async def create() -> None:
+            async with await psycopg.AsyncConnection.connect(
+                settings.database_url, autocommit=True
+            ) as conn:
+                await general(conn)
+
+        asyncio.run(create())
     _print_json({"realm": DEMO_REALM, "site": args.site, "users": users})
     return 0
 

@@ -13,7 +13,7 @@ from generation.accounts import api_key_id
 from server.auth import AuthUser
 from server.errors import ApiError, missing_argument
 from server.handlers.base import BaseHandler
-from server.sessions import USER_HEADER, check_origin, cookie_names
+from server.sessions import check_origin, cookie_names
 
 log = logging.getLogger("eventq.sessions")
 
@@ -109,8 +109,10 @@ class LogoutHandler(SessionHandler):
     async def post(self) -> None:
         user = await self.authenticate()  # the session, with its CSRF check
         names = [*cookie_names(user.user_id)]
-        if self.request.headers.get(USER_HEADER) is None:
-            names += cookie_names(None)  # the latest login's, which this was
+        latest = self.get_cookie(cookie_names(None)[0])
+        session = self.server.sessions.verify(latest, time.time()) if latest else None
+        if session is not None and session.user_id == user.user_id:
+            names += cookie_names(None)  # the latest login was this user's too
         for name in names:
             self.clear_cookie(name, path="/")
         log.info("user %d logged out", user.user_id)

@@ -264,7 +264,8 @@ def write_env_file(installed: Installed, database_url: str, amqp_url: str) -> di
         "EVENTQ_API_KEY_SECRET": secrets.token_hex(32),
     }
     example = environment_file(ENV_EXAMPLE)
-    unknown = set(example) - {*values, "EVENTQ_STATE_DIR", "EVENTQ_LOG_DIR", "EVENTQ_SHARDING"}
+    paths = {"EVENTQ_STATE_DIR", "EVENTQ_LOG_DIR", "EVENTQ_SHARDING", "EVENTQ_ANALYTICS_DIR"}
+    unknown = set(example) - {*values, *paths}
     assert not unknown, f"the example names variables this test does not fill: {unknown}"
     written = {key: values.get(key, installed.moved(value)) for key, value in example.items()}
     assert not any("CHANGE-ME" in value for value in written.values())
@@ -403,6 +404,15 @@ def test_the_operators_guide_with_the_installed_package(
 
         demo = json.loads(operator.eventq("demo", "--site", nginx.url))
         assert {user["role"] for user in demo["users"]} >= {"member"}
+        # The browser's files come from the wheel too.
+        for path, marker in (
+            ("/static/eventq.js", "export class EventqClient"),
+            ("/operator", "operator.js"),
+            ("/static/operator.js", "/operator/stats"),
+        ):
+            served = requests.get(f"{nginx.url}{path}", timeout=10)
+            assert served.status_code == 200, (path, served.text)
+            assert marker in served.text, path  # fmt: skip
         openapi = requests.get(f"{nginx.url}/api/v1/openapi.json", timeout=10)
         assert openapi.status_code == 200
         assert "/api/v1/events" in openapi.json()["paths"]

@@ -1,0 +1,751 @@
+// eventq-client: a dependency-free ES module that keeps a page (or a Node 20
+// script) subscribed to an eventq or Zulip server's event queue.
+//
+// It registers a queue, long-polls it with exactly one request in flight,
+// acknowledges what it received, retries transient failures with jittered
+// exponential backoff, and when the queue is lost registers again, resuming
+// from the last stream position when the server can (eventq's `resume_from`),
+// so that the page only reloads its state when it really must. The contract of
+// every public name is in eventq.d.ts; README.md shows the usage.
+
+/** Backoff of transient failures: full jitter (delay = random() x min(cap,
+ * base x factor^n), n = failures before this one), so that clients cut off
+ * together by a restart do not come back together. 1 s doubles to 60 s: a
+ * minute is as long as a page should stay behind a server that is back. */
+export const DEFAULT_BACKOFF = Object.freeze({ baseMs: 1000, factor: 2, capMs: 60_000 });
+
+/** Used when register's answer has no `event_queue_longpoll_timeout_seconds`:
+ * Zulip's value, comfortably above the server's 45-55 s heartbeat. */
+export const DEFAULT_POLL_TIMEOUT_MS = 90_000;
+
+/** Register reads the whole initial state; 30 s is generous for that and
+ * short enough for a silently dropped connection to be retried. */
+export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+
+const CSRF_HEADER = "X-CSRFToken";
+// Session mode with `user`: which of the browser's sessions to use.
+const USER_HEADER = "X-Eventq-User";
+const DEFAULT_CSRF_COOKIE = "csrftoken";
+
+// camelCase option -> Zulip's register parameter.
+const REGISTER_OPTIONS = Object.freeze({
+  eventTypes: "event_types",
+  fetchEventTypes: "fetch_event_types",
+  narrow: "narrow",
+  allPublicStreams: "all_public_streams",
+  clientCapabilities: "client_capabilities",
+  applyMarkdown: "apply_markdown",
+  clientGravatar: "client_gravatar",
+  slimPresence: "slim_presence",
+  includeSubscribers: "include_subscribers",
+  queueLifespanSecs: "queue_lifespan_secs",
+  presenceHistoryLimitDays: "presence_history_limit_days",
+});
+
+/** A failed request, or the client's end. `kind` says which:
+ * "network" (fetch rejected), "timeout" (no answer in time), "http" (an error
+ * answer; `status`, `code`, `body`), "protocol" (a success status without a
+ * success body), "no_queue" (register succeeded without a queue_id, as
+ * Zulip answers a logged-out spectator), "stopped" (stop() or close() before
+ * start() finished), "internal" (a bug of this module). */
+export class EventqError extends Error {
+  constructor(
+    message,
+    { kind, status = null, code = null, body = null, retryAfterMs = null, cause } = {},
+  ) {
+    super(message, cause === undefined ? undefined : { cause });
+    this.name = "EventqError";
+    this.kind = kind;
+    this.status = status;
+    this.code = code;
+    this.body = body;
+    this.retryAfterMs = retryAfterMs;
+  }
+
+  /** Whether the client retries it: network failures, timeouts, 408, 429,
+   * 5xx and unreadable success answers (a proxy's page). Every other 4xx
+   * means the request itself is wrong and retrying would repeat it. */
+  get retryable() {
+    switch (this.kind) {
+      case "network":
+      case "timeout":
+      case "protocol":
+        return true;
+      case "http":
+        return this.status === 408 || this.status === 429 || this.status >= 500;
+      default:
+        return false;
+    }
+  }
+}
+
+// Thrown inside the client when work belongs to a run that stop(), a
+// pagehide or a newer queue has replaced; caught where that run began.
+const SUPERSEDED = Symbol("superseded");
+
+function encodeValue(value) {
+  return typeof value === "string" ? value : JSON.stringify(value);
+}
+
+/** Zulip's wire form: strings as they are, everything else JSON-encoded,
+ * null and undefined left out. */
+function formOf(params) {
+  const form = new URLSearchParams();
+  for (const [name, value] of Object.entries(params)) {
+    if (value !== undefined && value !== null) form.append(name, encodeValue(value));
+  }
+  return form;
+}
+
+function readCookie(cookies, name) {
+  for (const part of cookies.split(";")) {
+    const at = part.indexOf("=");
+    if (at !== -1 && part.slice(0, at).trim() === name) {
+      const raw = part.slice(at + 1).trim();
+      try {
+        return decodeURIComponent(raw);
+      } catch {
+        return raw;
+      }
+    }
+  }
+  return null;
+}
+
+function base64Utf8(text) {
+  let binary = "";
+  for (const byte of new TextEncoder().encode(text)) binary += String.fromCharCode(byte);
+  return btoa(binary);
+}
+
+/** Milliseconds the server asked the client to wait: the `Retry-After`
+ * header (seconds or an HTTP date), else Zulip's `retry-after` body field
+ * (seconds; the one a cross-origin page can read when the header is not
+ * exposed), else null. */
+function retryAfterOf(headers, body, now) {
+  const header = headers?.get?.("Retry-After");
+  if (header != null && header.trim() !== "") {
+    const seconds = Number(header);
+    if (Number.isFinite(seconds) && seconds >= 0) return seconds * 1000;
+    const when = Date.parse(header);
+    if (!Number.isNaN(when)) return Math.max(0, when - now());
+  }
+  const fromBody = body?.["retry-after"];
+  return typeof fromBody === "number" && Number.isFinite(fromBody) && fromBody >= 0
+    ? fromBody * 1000
+    : null;
+}
+
+function reportToConsole(error) {
+  console.error("eventq-client:", error);
+}
+
+export class EventqClient {
+  // Options, resolved once; the injectable ones default to the platform's.
+  #baseUrl;
+  #auth; // "session" or { email, apiKey }
+  #registerParams; // register's parameters, already in Zulip's names
+  #backoff;
+  #pollTimeoutOption; // null: take register's event_queue_longpoll_timeout_seconds
+  #requestTimeoutMs;
+  #fetch;
+  #setTimeout;
+  #clearTimeout;
+  #random;
+  #now;
+  #cookies;
+  #csrfCookieName;
+  #user;
+  #window; // where pagehide/pageshow come from; null outside a page
+  #reportError;
+
+  #listeners = {
+    events: new Set(),
+    reset: new Set(),
+    error: new Set(),
+    retry: new Set(),
+    status: new Set(),
+  };
+
+  // The queue this client polls; null before register, after close() or a
+  // pagehide (which delete it) and while a lost queue is replaced.
+  #queueId = null;
+  // The highest event id received on #queueId (heartbeats included): what
+  // the next poll acknowledges. -1 means none; it never goes down for a queue.
+  #lastEventId = -1;
+  // The newest stream_position whose events the page has been given (and
+  // whose listeners have returned), from any queue: what resume_from takes.
+  // null while the server has sent none (a Zulip server never does).
+  #streamPosition = null;
+  // Settles when the page's listeners have applied the answer being
+  // delivered (null when none is): a replacement queue resumes from the
+  // position that answer brings, so it is registered only after.
+  #applying = null;
+  #pollTimeoutMs = DEFAULT_POLL_TIMEOUT_MS;
+  // Whether #queueId has answered a poll: a queue lost before answering once
+  // is replaced after a backoff, so a server that loses every queue is not
+  // hammered with registers.
+  #queueAnswered = false;
+
+  // Bumped by stop(), pagehide and every (re)launch. Each run remembers the
+  // value it started with and, after every await, gives up when it changed:
+  // so a late answer to a replaced poll never touches the state, and at most
+  // one run, hence one request, is ever live.
+  #generation = 0;
+  // The AbortController of the one request in flight (null when none).
+  #inFlight = null;
+  // Ends the backoff wait in progress early (null when not waiting).
+  #wakeUp = null;
+  // Transient failures since the last successful poll; the next delay's n.
+  #failures = 0;
+  #status = "idle";
+  #started = false;
+  #stopped = false; // stop() or close() was called, or a fatal error came
+  #closed = false;
+  // start()'s promise until its initial register answers (or fails).
+  #pendingStart = null;
+  #onPageHide = null;
+  #onPageShow = null;
+
+  constructor(options = {}) {
+    this.#baseUrl = String(options.baseUrl ?? "").replace(/\/+$/, "");
+    const auth = options.auth ?? "session";
+    if (auth !== "session") {
+      if (
+        typeof auth !== "object" ||
+        typeof auth.email !== "string" ||
+        typeof auth.apiKey !== "string"
+      ) {
+        throw new TypeError('auth must be "session" or { email, apiKey }');
+      }
+    }
+    this.#auth = auth;
+
+    const params = {};
+    for (const [option, name] of Object.entries(REGISTER_OPTIONS)) {
+      if (options[option] !== undefined) params[name] = options[option];
+    }
+    Object.assign(params, options.registerParams ?? {});
+    if ("resume_from" in params || "queue_id" in params) {
+      throw new TypeError("resume_from and queue_id are the client's to send");
+    }
+    this.#registerParams = params;
+
+    this.#backoff = { ...DEFAULT_BACKOFF, ...options.backoff };
+    this.#pollTimeoutOption = options.pollTimeoutMs ?? null;
+    this.#requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+    // Looked up per call, and called as globals: browsers refuse a detached
+    // fetch or setTimeout ("Illegal invocation").
+    this.#fetch = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    this.#setTimeout =
+      options.setTimeout ?? ((callback, ms) => globalThis.setTimeout(callback, ms));
+    this.#clearTimeout = options.clearTimeout ?? ((handle) => globalThis.clearTimeout(handle));
+    this.#random = options.random ?? Math.random;
+    this.#now = options.now ?? Date.now;
+    this.#cookies = options.cookies ?? (() => globalThis.document?.cookie ?? "");
+    if (options.user !== undefined && !(Number.isSafeInteger(options.user) && options.user > 0)) {
+      throw new TypeError("user must be a positive integer (a user id)");
+    }
+    this.#user = options.user ?? null;
+    this.#csrfCookieName =
+      options.csrfCookieName ??
+      (this.#user === null ? DEFAULT_CSRF_COOKIE : `${DEFAULT_CSRF_COOKIE}_${this.#user}`);
+    this.#window = options.window !== undefined ? options.window : (globalThis.window ?? null);
+    this.#reportError =
+      options.reportError ??
+      (typeof globalThis.reportError === "function"
+        ? (error) => globalThis.reportError(error)
+        : reportToConsole);
+
+    if (options.onEvents) this.onEvents(options.onEvents);
+    if (options.onReset) this.onReset(options.onReset);
+    if (options.onError) this.onError(options.onError);
+    if (options.onRetry) this.onRetry(options.onRetry);
+    if (options.onStatus) this.onStatus(options.onStatus);
+  }
+
+  // -- state ------------------------------------------------------------------
+
+  get queueId() {
+    return this.#queueId;
+  }
+
+  get lastEventId() {
+    return this.#lastEventId;
+  }
+
+  get streamPosition() {
+    return this.#streamPosition;
+  }
+
+  get status() {
+    return this.#status;
+  }
+
+  // -- listeners --------------------------------------------------------------
+
+  onEvents(listener) {
+    return this.#listen("events", listener);
+  }
+
+  onReset(listener) {
+    return this.#listen("reset", listener);
+  }
+
+  onError(listener) {
+    return this.#listen("error", listener);
+  }
+
+  onRetry(listener) {
+    return this.#listen("retry", listener);
+  }
+
+  onStatus(listener) {
+    return this.#listen("status", listener);
+  }
+
+  #listen(kind, listener) {
+    if (typeof listener !== "function") throw new TypeError(`${kind} listener must be a function`);
+    const set = this.#listeners[kind];
+    set.add(listener);
+    return () => set.delete(listener);
+  }
+
+  // Calls every listener of `kind`; a listener that throws or rejects is
+  // reported and does not stop the others nor the client. Resolves once the
+  // listeners' returned promises (if any) have settled.
+  #emit(kind, ...args) {
+    const pending = [];
+    for (const listener of [...this.#listeners[kind]]) {
+      try {
+        const result = listener(...args);
+        if (result && typeof result.then === "function") {
+          pending.push(Promise.resolve(result).catch((error) => this.#reportError(error)));
+        }
+      } catch (error) {
+        this.#reportError(error);
+      }
+    }
+    return pending.length === 0 ? null : Promise.all(pending);
+  }
+
+  async #emitAndWait(gen, kind, ...args) {
+    const pending = this.#emit(kind, ...args);
+    if (pending !== null) await pending;
+    this.#check(gen);
+  }
+
+  #setStatus(status) {
+    if (this.#status !== status) {
+      this.#status = status;
+      this.#emit("status", status);
+    }
+  }
+
+  // -- lifecycle --------------------------------------------------------------
+
+  start() {
+    if (this.#started || this.#stopped) {
+      return Promise.reject(new Error("EventqClient.start() may be called once, before stop()"));
+    }
+    this.#started = true;
+    const win = this.#window;
+    if (win && typeof win.addEventListener === "function") {
+      this.#onPageHide = () => this.#suspend();
+      this.#onPageShow = (event) => {
+        if (event?.persisted && this.#status === "suspended") this.#launch();
+      };
+      win.addEventListener("pagehide", this.#onPageHide);
+      win.addEventListener("pageshow", this.#onPageShow);
+    }
+    const promise = new Promise((resolve, reject) => {
+      this.#pendingStart = { resolve, reject };
+    });
+    this.#launch();
+    return promise;
+  }
+
+  stop() {
+    if (this.#stopped) return;
+    this.#stopped = true;
+    this.#halt();
+    this.#setStatus("stopped");
+    this.#settleStart(
+      new EventqError("The client was stopped before it registered", { kind: "stopped" }),
+    );
+  }
+
+  close() {
+    this.stop();
+    if (!this.#closed) {
+      this.#closed = true;
+      const win = this.#window;
+      if (this.#onPageHide && win && typeof win.removeEventListener === "function") {
+        win.removeEventListener("pagehide", this.#onPageHide);
+        win.removeEventListener("pageshow", this.#onPageShow);
+      }
+    }
+    return this.#deleteQueue();
+  }
+
+  // Ends the current run: its awaits see a new generation, its request is
+  // aborted and its backoff wait ends now.
+  #halt() {
+    this.#generation += 1;
+    const inFlight = this.#inFlight;
+    this.#inFlight = null;
+    inFlight?.abort();
+    const wakeUp = this.#wakeUp;
+    this.#wakeUp = null;
+    wakeUp?.();
+  }
+
+  // pagehide: the page may be going into the back/forward cache or away for
+  // good; either way the queue is deleted now (a queue nobody polls would be
+  // kept for its whole lifespan) and, should the page come back (pageshow with
+  // persisted), replaced from the stream position it had reached.
+  #suspend() {
+    if (!this.#stopped && this.#status !== "suspended") {
+      this.#halt();
+      this.#setStatus("suspended");
+    }
+    this.#deleteQueue();
+  }
+
+  #launch() {
+    this.#halt();
+    this.#run(this.#generation);
+  }
+
+  async #run(gen) {
+    try {
+      if (this.#queueId === null) {
+        if (this.#pendingStart !== null) {
+          const state = await this.#register(gen, null);
+          this.#adopt(state);
+          this.#settleStart(null, state);
+        } else {
+          await this.#replaceQueue(gen, "page_restored");
+        }
+      }
+      await this.#pollLoop(gen);
+    } catch (error) {
+      if (error === SUPERSEDED) return;
+      this.#fail(
+        error instanceof EventqError
+          ? error
+          : new EventqError(`eventq-client failed: ${error}`, { kind: "internal", cause: error }),
+      );
+    }
+  }
+
+  #settleStart(error, state) {
+    const pending = this.#pendingStart;
+    if (pending === null) return;
+    this.#pendingStart = null;
+    if (error === null) pending.resolve(state);
+    else pending.reject(error);
+  }
+
+  #fail(error) {
+    this.#stopped = true;
+    this.#halt();
+    this.#setStatus("failed");
+    const hadStart = this.#pendingStart !== null;
+    this.#settleStart(error);
+    if (this.#listeners.error.size > 0) this.#emit("error", error);
+    else if (!hadStart) this.#reportError(error);
+  }
+
+  #check(gen) {
+    if (gen !== this.#generation) throw SUPERSEDED;
+  }
+
+  // -- the protocol -----------------------------------------------------------
+
+  async #pollLoop(gen) {
+    for (;;) {
+      const params = { queue_id: this.#queueId, last_event_id: this.#lastEventId };
+      // After a failure, ask for an immediate answer: it tells the page at
+      // once that the server is back, and resets the backoff (as Zulip's web
+      // app does).
+      if (this.#failures > 0) params.dont_block = true;
+      const outcome = await this.#send(gen, "GET", "events", params, this.#pollTimeoutMs);
+      if (outcome.ok) {
+        this.#failures = 0;
+        this.#queueAnswered = true;
+        this.#setStatus("connected");
+        await this.#deliver(gen, outcome.body);
+        continue;
+      }
+      const { error } = outcome;
+      if (error.kind === "http" && error.code === "BAD_EVENT_QUEUE_ID") {
+        if (!this.#queueAnswered) await this.#wait(gen, error);
+        await this.#replaceQueue(gen, "queue_lost");
+      } else if (error.retryable) {
+        await this.#wait(gen, error);
+      } else {
+        throw error;
+      }
+    }
+  }
+
+  async #deliver(gen, body) {
+    const known = this.#lastEventId;
+    let newest = known;
+    const events = [];
+    for (const event of Array.isArray(body.events) ? body.events : []) {
+      if (typeof event?.id === "number") {
+        if (event.id <= known) continue; // already given to the page
+        newest = Math.max(newest, event.id);
+      }
+      // A heartbeat is acknowledged like any event (it carries an id the
+      // server expects back) but is the client's business only.
+      if (event?.type !== "heartbeat") events.push(event);
+    }
+    this.#lastEventId = newest;
+    const position = typeof body.stream_position === "number" ? body.stream_position : null;
+    // The page's state has every event up to `position` once its listeners
+    // have applied this answer: only then does the position move, even if
+    // the run was replaced meanwhile (the replacement waits for it).
+    const pending =
+      events.length > 0
+        ? this.#emit("events", events, { queueId: this.#queueId, streamPosition: position })
+        : null;
+    if (pending === null) {
+      if (position !== null) this.#streamPosition = position;
+    } else {
+      const applied = pending.then(() => {
+        if (position !== null) this.#streamPosition = position;
+        if (this.#applying === applied) this.#applying = null;
+      });
+      this.#applying = applied;
+      await applied;
+    }
+    this.#check(gen);
+  }
+
+  // The queue is gone (or was deleted on pagehide): register a new one,
+  // resuming from the stream position when one is known, and tell the page
+  // whether its state still holds.
+  async #replaceQueue(gen, reason) {
+    if (this.#applying !== null) {
+      await this.#applying;
+      this.#check(gen);
+    }
+    const resumeFrom = this.#streamPosition;
+    this.#queueId = null;
+    this.#lastEventId = -1;
+    const state = await this.#register(gen, resumeFrom);
+    const resumed = resumeFrom !== null && state.resumed_from !== undefined;
+    this.#adopt(state);
+    await this.#emitAndWait(gen, "reset", {
+      reloadState: !resumed,
+      reason,
+      state: resumed ? null : state,
+      queueId: this.#queueId,
+      streamPosition: this.#streamPosition,
+      resumedFrom: resumed ? resumeFrom : null,
+    });
+  }
+
+  #adopt(state) {
+    this.#queueId = state.queue_id;
+    this.#lastEventId = typeof state.last_event_id === "number" ? state.last_event_id : -1;
+    this.#queueAnswered = false;
+    if (typeof state.stream_position === "number") this.#streamPosition = state.stream_position;
+    const seconds = state.event_queue_longpoll_timeout_seconds;
+    this.#pollTimeoutMs =
+      this.#pollTimeoutOption ??
+      (typeof seconds === "number" && seconds > 0 ? seconds * 1000 : DEFAULT_POLL_TIMEOUT_MS);
+  }
+
+  // POST register until it answers: transient failures are retried after a
+  // backoff; RESUME_EXPIRED falls back at once to a register with state.
+  async #register(gen, resumeFrom) {
+    this.#setStatus("connecting");
+    for (;;) {
+      let params = this.#registerParams;
+      if (resumeFrom !== null) {
+        // The server refuses resume_from with fetch_event_types: a resumed
+        // queue comes with no state to select.
+        const { fetch_event_types: _unused, ...rest } = params;
+        params = { ...rest, resume_from: resumeFrom };
+      }
+      const outcome = await this.#send(gen, "POST", "register", params, this.#requestTimeoutMs);
+      if (outcome.ok) {
+        if (typeof outcome.body.queue_id !== "string") {
+          throw new EventqError("register gave no queue (a session without a user?)", {
+            kind: "no_queue",
+            body: outcome.body,
+          });
+        }
+        this.#setStatus("connected");
+        return outcome.body;
+      }
+      const { error } = outcome;
+      if (resumeFrom !== null && error.kind === "http" && error.code === "RESUME_EXPIRED") {
+        resumeFrom = null;
+      } else if (error.retryable) {
+        await this.#wait(gen, error);
+        this.#setStatus("connecting");
+      } else {
+        throw error;
+      }
+    }
+  }
+
+  // Waits out the backoff after a transient failure (at least what the
+  // server's Retry-After asked).
+  async #wait(gen, error) {
+    const { baseMs, factor, capMs } = this.#backoff;
+    const attempt = this.#failures;
+    this.#failures += 1;
+    let delayMs = Math.floor(this.#random() * Math.min(capMs, baseMs * factor ** attempt));
+    if (error.retryAfterMs !== null) delayMs = Math.max(delayMs, Math.ceil(error.retryAfterMs));
+    this.#setStatus("retrying");
+    this.#emit("retry", { error, attempt: attempt + 1, delayMs });
+    await new Promise((resolve) => {
+      const timer = this.#setTimeout(() => {
+        this.#wakeUp = null;
+        resolve();
+      }, delayMs);
+      this.#wakeUp = () => {
+        this.#clearTimeout(timer);
+        resolve();
+      };
+    });
+    this.#check(gen);
+  }
+
+  // -- HTTP -------------------------------------------------------------------
+
+  #url(path) {
+    return `${this.#baseUrl}${this.#auth === "session" ? "/json/" : "/api/v1/"}${path}`;
+  }
+
+  #init(method, params) {
+    const headers = {};
+    const init = { method, headers, cache: "no-store" };
+    if (this.#auth === "session") {
+      init.credentials = "same-origin";
+      if (this.#user !== null) headers[USER_HEADER] = String(this.#user);
+      if (method !== "GET") {
+        const token = readCookie(this.#cookies() ?? "", this.#csrfCookieName);
+        if (token !== null) headers[CSRF_HEADER] = token;
+      }
+    } else {
+      init.credentials = "omit";
+      headers.Authorization = `Basic ${base64Utf8(`${this.#auth.email}:${this.#auth.apiKey}`)}`;
+    }
+    if (method !== "GET") {
+      headers["Content-Type"] = "application/x-www-form-urlencoded";
+      init.body = formOf(params).toString();
+    }
+    return init;
+  }
+
+  // One request of the current run, the only one in flight. Resolves with
+  // { ok: true, body } or { ok: false, error } (an EventqError); throws
+  // SUPERSEDED when the run was replaced meanwhile, whatever the answer.
+  async #send(gen, method, path, params, timeoutMs) {
+    this.#check(gen);
+    assertIdle(this.#inFlight);
+    let url = this.#url(path);
+    if (method === "GET") url += `?${formOf(params)}`;
+    const init = this.#init(method, params);
+    const controller = new AbortController();
+    init.signal = controller.signal;
+    this.#inFlight = controller;
+    let timedOut = false;
+    const timer = this.#setTimeout(() => {
+      timedOut = true;
+      controller.abort();
+    }, timeoutMs);
+    // An abort ends the wait even where fetch ignores the signal (a polyfill):
+    // the answer, if it ever comes, then has no one to deliver it to.
+    const aborted = new Promise((_resolve, reject) => {
+      controller.signal.addEventListener("abort", () => reject(new Error("aborted")), {
+        once: true,
+      });
+    });
+    aborted.catch(() => undefined);
+    let response;
+    let text;
+    try {
+      response = await Promise.race([this.#fetch(url, init), aborted]);
+      text = await Promise.race([response.text(), aborted]);
+    } catch (cause) {
+      this.#check(gen);
+      const kind = timedOut ? "timeout" : "network";
+      const what = timedOut ? `no answer in ${timeoutMs} ms` : `${cause}`;
+      return { ok: false, error: new EventqError(`${method} ${path}: ${what}`, { kind, cause }) };
+    } finally {
+      this.#clearTimeout(timer);
+      if (this.#inFlight === controller) this.#inFlight = null;
+    }
+    this.#check(gen);
+    return this.#outcome(method, path, response, text);
+  }
+
+  #outcome(method, path, response, text) {
+    let body = null;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      // not JSON: a proxy's error page, judged by its status below
+    }
+    const isObject = body !== null && typeof body === "object" && !Array.isArray(body);
+    if (response.status >= 200 && response.status < 300) {
+      if (isObject && body.result === "success") return { ok: true, body };
+      return {
+        ok: false,
+        error: new EventqError(
+          `${method} ${path}: status ${response.status} without a success body`,
+          {
+            kind: "protocol",
+            status: response.status,
+            body: isObject ? body : null,
+          },
+        ),
+      };
+    }
+    const msg = isObject && typeof body.msg === "string" ? body.msg : `status ${response.status}`;
+    return {
+      ok: false,
+      error: new EventqError(`${method} ${path}: ${msg}`, {
+        kind: "http",
+        status: response.status,
+        code: isObject && typeof body.code === "string" ? body.code : null,
+        body: isObject ? body : null,
+        retryAfterMs: retryAfterOf(response.headers, isObject ? body : null, this.#now),
+      }),
+    };
+  }
+
+  // DELETE the queue with keepalive, so the request outlives the page; the
+  // fetch is issued synchronously (a pagehide listener must not await). The
+  // promise resolves when it is answered or failed, and never rejects: the
+  // queue expires on its own if this does not reach the server.
+  #deleteQueue() {
+    const queueId = this.#queueId;
+    if (queueId === null) return Promise.resolve();
+    this.#queueId = null;
+    const init = this.#init("DELETE", { queue_id: queueId });
+    init.keepalive = true;
+    let request;
+    try {
+      request = Promise.resolve(this.#fetch(this.#url("events"), init));
+    } catch (error) {
+      request = Promise.reject(error);
+    }
+    return request.then(
+      () => undefined,
+      () => undefined,
+    );
+  }
+}
+
+function assertIdle(inFlight) {
+  if (inFlight !== null) throw new Error("eventq-client: a second request while one is in flight");
+}

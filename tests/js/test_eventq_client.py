@@ -1,0 +1,188 @@
+"""server/static/eventq-client, the page client: its own unit tests (Node's
+test runner, with a fake fetch and fake timers), and the client under Node
+against the real server, losing its queue and resuming."""
+
+from __future__ import annotations
+
+import json
+import queue
+import shutil
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from generation.send import close_for_thread, send_event
+from tests.support import Api, ServerProcess
+
+REPO = Path(__file__).resolve().parents[2]
+CLIENT = REPO / "server" / "static" / "eventq-client"
+# The unit tests take about a second; a hang (a test awaiting a request the
+# client never makes) is cut well before pytest's own 180 s.
+TIMEOUT_SECS = 120
+
+
+def node_binary() -> str:
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("node is not installed: `bash deploy/test.sh` installs it (Node 20)")
+    return node
+
+
+def test_eventq_client_unit_tests_pass() -> None:
+    try:
+        run = subprocess.run(
+            [node_binary(), "--test", "test/"],
+            cwd=CLIENT,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_SECS,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        # The partial output comes as bytes, whatever `text` said.
+        partial = exc.stdout or b""
+        output = partial.decode(errors="replace") if isinstance(partial, bytes) else partial
+        pytest.fail(f"node --test did not finish in {TIMEOUT_SECS} s:\n{output}")
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, f"node --test failed (exit {run.returncode}):\n{output}"
+    # Node reports "# pass N" / "# fail N": a run that found no test passes too.
+    assert "\n# fail 0" in output, output
+    assert "\n# pass 0\n" not in output, f"node --test ran no test:\n{output}"
+
+
+# Runs the client with an API key; prints one JSON line per thing it is told
+# and closes (deleting its queue) once `want` events of type "note" came.
+SCRIPT = """
+import { EventqClient } from %(module)s;
+const [baseUrl, email, apiKey, want] = process.argv.slice(2);
+const print = (line) => process.stdout.write(JSON.stringify(line) + "\\n");
+let notes = 0;
+const client = new EventqClient({
+  baseUrl,
+  auth: { email, apiKey },
+  eventTypes: ["note"],
+  onEvents: async (events, info) => {
+    print({ kind: "events", events, info });
+    notes += events.filter((e) => e.type === "note").length;
+    if (notes >= Number(want)) {
+      await client.close();
+      print({ kind: "closed", queueId: client.queueId });
+    }
+  },
+  onReset: (reset) => print({ kind: "reset", reset }),
+  onError: (error) => {
+    print({ kind: "error", message: error.message });
+    process.exitCode = 1;
+  },
+  onRetry: ({ error, delayMs }) => print({ kind: "retry", error: error.message, delayMs }),
+});
+const state = await client.start();
+print({ kind: "state", queueId: state.queue_id, position: state.stream_position });
+"""
+
+
+class NodeClient:
+    """The script above in a node process, its lines read as they come."""
+
+    def __init__(self, script: Path, api: Api):
+        self.proc = subprocess.Popen(
+            [node_binary(), str(script), api.server.url, api.user.email, api.user.api_key, "4"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.seen: list[str] = []
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def next(self, kind: str, timeout: float = 30.0) -> dict[str, Any]:
+        """The next line of `kind` (skipping retries), failing on anything else."""
+        while True:
+            try:
+                line = self._lines.get(timeout=timeout)
+            except queue.Empty:
+                pytest.fail(f"no {kind!r} from the client in {timeout} s; it said:\n{self.said}")
+            if line is None:
+                pytest.fail(f"the client exited before a {kind!r}; it said:\n{self.said}")
+            self.seen.append(line)
+            item: dict[str, Any] = json.loads(line)
+            if item["kind"] == "retry":
+                continue
+            assert item["kind"] == kind, f"expected {kind!r}; the client said:\n{self.said}"
+            return item
+
+    @property
+    def said(self) -> str:
+        return "".join(self.seen)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self._reader.join(timeout=10)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def node_client(tmp_path: Path) -> Iterator[Callable[[Api], NodeClient]]:
+    script = tmp_path / "listen.mjs"
+    script.write_text(SCRIPT % {"module": json.dumps((CLIENT / "eventq.js").as_uri())})
+    started: list[NodeClient] = []
+
+    def start(api: Api) -> NodeClient:
+        client = NodeClient(script, api)
+        started.append(client)
+        return client
+
+    yield start
+    for client in started:
+        client.kill()
+    close_for_thread()
+
+
+def test_client_resumes_a_lost_queue_on_the_real_server(api, server: ServerProcess, node_client):
+    alice: Api = api()
+    user = alice.user
+
+    producer = server.producer()
+
+    def note(n: int) -> None:
+        send_event(user.realm_id, {"type": "note", "n": n}, [user.user_id], config=producer)
+
+    client = node_client(alice)
+    queue_id = client.next("state")["queueId"]
+    note(0)
+    note(1)
+    got = [e["n"] for e in client.next("events")["events"]]
+    while len(got) < 2:
+        got += [e["n"] for e in client.next("events")["events"]]
+    assert got == [0, 1]
+
+    # The queue is lost; events go on meanwhile.
+    server.wait_parked(user.user_id, queue_id)
+    assert alice.request("DELETE", "events", queue_id=queue_id).status_code == 200
+    note(2)
+    note(3)
+    reset = client.next("reset")["reset"]
+    assert reset["reloadState"] is False, client.said
+    assert reset["reason"] == "queue_lost"
+    assert reset["queueId"] != queue_id
+    while len(got) < 4:
+        got += [e["n"] for e in client.next("events")["events"]]
+    assert got == [0, 1, 2, 3], client.said
+
+    # close() deleted the new queue before the process ended.
+    assert client.next("closed")["queueId"] is None
+    assert client.proc.wait(timeout=30) == 0, client.said
+    assert server.user_queues(user.user_id) == [], client.said
