@@ -108,6 +108,14 @@ class ShardMap:
     # The shard that runs the database's background updates (server/background.py).
     background_tasks_on: str = ""
 
+    def known_host_names(self) -> set[str]:
+        """The host names this config gives the service: the shards' hosts,
+        the realms' hosts and nginx's server names (wildcards left out)."""
+        names = {shard.host.lower() for shard in self.shards.values()}
+        names |= {host.lower() for host in self.hosts}
+        names |= {name.lower() for name in self.nginx_server_name.split() if "*" not in name}
+        return names
+
     def shards_of(self, realm_id: int | None) -> tuple[str, ...]:
         if realm_id is None:
             return (self.default_shard,)

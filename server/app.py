@@ -90,8 +90,14 @@ class EventServer:
         self.db = Database(
             settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max
         )
+        # Read (or created) now, not on the loop at the first authentication.
+        self.sessions = SessionSigner(api_key_secret())
         self.auth = Authenticator(
-            self.db.api_key, upgrade=self.db.upgrade_api_key_hash, ttl_secs=settings.auth_cache_secs
+            self.db.api_key,
+            upgrade=self.db.upgrade_api_key_hash,
+            session_lookup=self.db.session_user,
+            key_tag=self.sessions.key_tag,
+            ttl_secs=settings.auth_cache_secs,
         )
         self.rate_limiter: RateLimiter | None = None
         if settings.rate_limit_requests > 0:
@@ -104,8 +110,6 @@ class EventServer:
                 settings.auth_failure_limit, settings.rate_limit_window_secs, "address"
             )
         self.shared_secret = settings.load_shared_secret()
-        # Read (or created) now, not on the loop at the first authentication.
-        self.sessions = SessionSigner(api_key_secret())
         # Identifies this run of the server to clients (Zulip: start time, s).
         self.server_generation = int(time.time())
         self.started_at = time.monotonic()

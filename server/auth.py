@@ -29,7 +29,7 @@ from generation.accounts import (
     legacy_hash_api_key,
     wrap_legacy_hash,
 )
-from server.db import ApiKeyRow, DatabaseUnavailable
+from server.db import ApiKeyRow, DatabaseUnavailable, SessionRow
 from server.errors import BASIC_CHALLENGE, SESSION_CHALLENGE, ApiError
 from server.sessions import Session
 
@@ -60,10 +60,6 @@ def _unauthorized(msg: str, code: str = "UNAUTHORIZED", *, session: bool = False
     return ApiError(msg, code, 401, headers={"WWW-Authenticate": challenge})
 
 
-# Cache keys of sessions (those of API keys are Authorization headers).
-_SESSION_KEY = "session:"
-
-
 def not_logged_in() -> ApiError:
     """/json/ without credentials or a valid session."""
     return _unauthorized("Not logged in: API authentication or user session required", session=True)
@@ -86,10 +82,18 @@ def parse_basic(header: str | None) -> tuple[str, str]:
     return email, api_key
 
 
+# Cache keys: ("basic", Authorization header) or ("session", user id, key
+# tag, issued ms). Never one kind for the other: a header is looked up only
+# as a header.
+CacheKey = tuple[str, ...]
+
+
 class Authenticator:
     """Checks credentials against the database, remembering successes.
 
-    IO loop only. `lookup` finds the user of an API key id.
+    IO loop only. `lookup` finds the user of an API key id; `session_lookup`
+    the user of a browser session, by user id, with their API key's id and
+    the cutoff of their sessions; `key_tag` is the signer's tag of a key id.
     """
 
     def __init__(
@@ -97,6 +101,8 @@ class Authenticator:
         lookup: Callable[[str], Awaitable[ApiKeyRow | None]],
         *,
         upgrade: Callable[[int, bytes, bytes], Awaitable[None]] | None = None,
+        session_lookup: Callable[[int], Awaitable[SessionRow | None]] | None = None,
+        key_tag: Callable[[str], str] | None = None,
         ttl_secs: float = 60.0,
         stale_secs: float = 600.0,
         max_entries: int = 100_000,
@@ -104,22 +110,24 @@ class Authenticator:
     ):
         self._lookup = lookup
         self._upgrade = upgrade
+        self._session_lookup = session_lookup
+        self._key_tag = key_tag
         self._ttl = ttl_secs
         self._stale = stale_secs
         self._max_entries = max_entries
         self._clock = clock
-        # header value -> (user, fresh until); least recently used first. A
-        # fresh entry is trusted; one stale by less than `stale_secs` is still
+        # key -> (user, fresh until); least recently used first. A fresh
+        # entry is trusted; one stale by less than `stale_secs` is still
         # served while it is checked again in the background. Each entry's
         # freshness is jittered by +-25% so that clients that connected
         # together are not all re-checked in the same second.
-        self._cache: OrderedDict[str, tuple[AuthUser, float]] = OrderedDict()
-        self._inflight: dict[str, asyncio.Future[AuthUser]] = {}
+        self._cache: OrderedDict[CacheKey, tuple[AuthUser, float]] = OrderedDict()
+        self._inflight: dict[CacheKey, asyncio.Future[AuthUser]] = {}
         self._refreshing: set[asyncio.Task[None]] = set()
         self.lookups = 0  # database lookups made, for stats and tests
 
     def forget_user(self, user_id: int) -> None:
-        """Drop a user's cached credentials (deactivated). O(cache): rare."""
+        """Drop a user's cached credentials (deactivated, logged out). O(cache): rare."""
         for key in [k for k, (user, _) in self._cache.items() if user.user_id == user_id]:
             del self._cache[key]
 
@@ -139,91 +147,106 @@ class Authenticator:
                 return user
         email, api_key = parse_basic(header)
         assert header is not None
-        return await self._check_once(header, lambda: self._check(email, api_key))
+        return await self._check_once(("basic", header), lambda: self._check(email, api_key))
 
     async def authenticate_session(self, session: Session) -> AuthUser:
         """The user of a browser session (server/sessions.py) whose token
-        was verified: still active, and still holding the API key the
-        session was issued for. Cached like credentials."""
-        key = f"{_SESSION_KEY}{session.user_id}.{session.key_id}"
-        user = self.cached(key)
+        was verified: still active, still holding the API key the session
+        was issued under, and not logged out since. Cached like credentials."""
+        key = ("session", str(session.user_id), session.key_tag, str(session.issued_ms))
+        user = self._cached(key)
         if user is not None:
             return user
-        return await self._check_once(
-            key, lambda: self._check_session(session.user_id, session.key_id)
-        )
+        return await self._check_once(key, functools.partial(self._check_session, key))
 
-    async def authenticate_session_of(self, user_id: int, key_id: str) -> AuthUser:
-        """The user `user_id` if still active with API key id `key_id`."""
-        return await self._check_session(user_id, key_id)
+    async def session_user(self, user_id: int) -> tuple[AuthUser, str]:
+        """An active user by id, and their API key's id (for a new session)."""
+        row = await self._session_row(user_id)
+        return self._active(row.row), row.api_key_id
 
-    async def _check_session(self, user_id: int, key_id: str) -> AuthUser:
-        self.lookups += 1
-        row = await self._lookup(key_id)
-        if row is None or row.user_id != user_id:
+    async def _session_row(self, user_id: int) -> SessionRow:
+        if self._session_lookup is None:
             raise not_logged_in()
-        return self._active(row)
+        self.lookups += 1
+        row = await self._session_lookup(user_id)
+        if row is None:
+            raise not_logged_in()
+        return row
+
+    async def _check_session(self, key: CacheKey) -> AuthUser:
+        _, user_id, tag, issued_ms = key
+        row = await self._session_row(int(user_id))
+        if self._key_tag is None or not hmac.compare_digest(self._key_tag(row.api_key_id), tag):
+            raise not_logged_in()  # the API key was rotated
+        if int(issued_ms) <= row.sessions_valid_after * 1000:
+            raise not_logged_in()  # logged out since
+        return self._active(row.row)
 
     def cached(self, header: str) -> AuthUser | None:
-        """The user of `header` if its credentials were checked recently
-        (see `authenticate`), without waiting: None means ask `authenticate`.
-        A stale entry is served and checked again in the background."""
-        cached = self._cache.get(header)
+        """The user of the Authorization header `header` if its credentials
+        were checked recently (see `authenticate`), without waiting: None
+        means ask `authenticate`. A stale entry is served and checked again
+        in the background."""
+        return self._cached(("basic", header))
+
+    def _cached(self, key: CacheKey) -> AuthUser | None:
+        cached = self._cache.get(key)
         if cached is None:
             return None
         user, fresh_until = cached
         now = self._clock()
         if now < fresh_until:
-            self._cache.move_to_end(header)
+            self._cache.move_to_end(key)
             return user
         if now < fresh_until + self._stale:
-            self._cache.move_to_end(header)
-            self._refresh_later(header)
+            self._cache.move_to_end(key)
+            self._refresh_later(key)
             return user
-        del self._cache[header]
+        del self._cache[key]
         return None
 
-    async def _check_once(self, header: str, check: Callable[[], Awaitable[AuthUser]]) -> AuthUser:
+    async def _check_once(
+        self, key: CacheKey, check: Callable[[], Awaitable[AuthUser]]
+    ) -> AuthUser:
         """Check credentials, sharing one query among concurrent requests."""
-        pending = self._inflight.get(header)
+        pending = self._inflight.get(key)
         if pending is not None:
             return await asyncio.shield(pending)
         future: asyncio.Future[AuthUser] = asyncio.get_running_loop().create_future()
-        self._inflight[header] = future
+        self._inflight[key] = future
         try:
             user = await check()
         except BaseException as exc:
             if isinstance(exc, ApiError):
-                self._cache.pop(header, None)  # no longer valid
+                self._cache.pop(key, None)  # no longer valid
             future.set_exception(exc)
             future.exception()  # retrieved: waiters re-raise it, nobody else must
             raise
         finally:
-            del self._inflight[header]
+            del self._inflight[key]
         future.set_result(user)
         jitter = random.uniform(0.75, 1.25)  # noqa: S311 (spreading load, not a secret)
-        self._cache[header] = (user, self._clock() + self._ttl * jitter)
-        self._cache.move_to_end(header)
+        self._cache[key] = (user, self._clock() + self._ttl * jitter)
+        self._cache.move_to_end(key)
         while len(self._cache) > self._max_entries:
             self._cache.popitem(last=False)
         return user
 
-    def _refresh_later(self, header: str) -> None:
-        if header in self._inflight or len(self._refreshing) >= MAX_BACKGROUND_CHECKS:
+    def _refresh_later(self, key: CacheKey) -> None:
+        if key in self._inflight or len(self._refreshing) >= MAX_BACKGROUND_CHECKS:
             return  # served stale; a later request checks it
         check: Callable[[], Awaitable[AuthUser]]
-        if header.startswith(_SESSION_KEY):
-            user_id, _, key_id = header[len(_SESSION_KEY) :].partition(".")
-            check = functools.partial(self._check_session, int(user_id), key_id)
+        if key[0] == "session":
+            check = functools.partial(self._check_session, key)
         else:
-            check = functools.partial(self._check, *parse_basic(header))
+            check = functools.partial(self._check, *parse_basic(key[1]))
 
         async def refresh() -> None:
             # ApiError: dropped from the cache, the next request gets the 401.
             # DatabaseUnavailable: the cached user stays; the next request
             # past the TTL tries again.
             with contextlib.suppress(ApiError, DatabaseUnavailable):
-                await self._check_once(header, check)
+                await self._check_once(key, check)
 
         task = asyncio.get_running_loop().create_task(refresh())
         self._refreshing.add(task)

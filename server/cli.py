@@ -90,6 +90,12 @@ async def _serve(settings: Settings, port: int | None, host: str | None) -> int:
     gc.set_threshold(100_000, 50, 100)
     for name in settings.ignored:
         log.warning("%s is set but no longer used: %s", name, retired_advice(name))
+    if settings.demo:
+        log.warning(
+            "EVENTQ_DEMO=1: the demo page is on, and anyone who reaches this server can log"
+            " in as the users of the realm %r without a key; never on a public server",
+            DEMO_REALM,
+        )
     server = EventServer(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

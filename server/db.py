@@ -39,6 +39,16 @@ class ApiKeyRow:
     realm_deactivated: bool
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionRow:
+    """The user of a browser session, found by id: what authentication
+    checks, their API key's id, and since when their sessions count."""
+
+    row: ApiKeyRow
+    api_key_id: str
+    sessions_valid_after: float
+
+
 class Database:
     """Created closed; `open()` on the IO loop before use, `close()` at shutdown."""
 
@@ -110,6 +120,33 @@ class Database:
                 (key_id,),
             )
             return await cur.fetchone()
+
+    async def session_user(self, user_id: int) -> SessionRow | None:
+        """The user `user_id` as a browser session needs them, or None."""
+        async with self.connection() as conn:
+            cur = await conn.execute(
+                """
+                SELECT u.id, u.realm_id, u.email, u.full_name, u.role, u.is_active,
+                       u.api_key_hash, u.api_key_hash_scheme, r.deactivated,
+                       u.api_key_id, u.sessions_valid_after
+                FROM users u JOIN realms r ON r.id = u.realm_id
+                WHERE u.id = %s
+                """,
+                (user_id,),
+            )
+            found = await cur.fetchone()
+        if found is None:
+            return None
+        return SessionRow(ApiKeyRow(*found[:9]), found[9], float(found[10]))
+
+    async def end_sessions(self, user_id: int, before: float) -> None:
+        """Every browser session of `user_id` issued before `before` ends."""
+        async with self.connection() as conn:
+            await conn.execute(
+                "UPDATE users SET sessions_valid_after = greatest(sessions_valid_after, %s)"
+                " WHERE id = %s",
+                (before, user_id),
+            )
 
     async def realm_users(self, subdomain: str) -> list[tuple[int, str, str, str]]:
         """The active users of an active realm: (id, email, full name, API key id)."""

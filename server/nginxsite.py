@@ -70,6 +70,8 @@ def _headers(*, accel: bool) -> list[str]:
         'proxy_set_header Connection "";',
         "proxy_set_header Host $http_host;",
         "proxy_set_header X-Real-IP $remote_addr;",
+        # Whether the browser's connection is TLS: sessions' cookies are then Secure.
+        "proxy_set_header X-Forwarded-Proto $scheme;",
         "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;",
         # Only shards forward to shards; a client's copy is dropped.
         f'proxy_set_header {FORWARDED_HEADER} "";',

@@ -3,10 +3,12 @@
 A page must not hold a user's API key in script: `POST /json/login` (email and
 API key, or the demo's password-less dev login) sets two cookies:
 
-- `eventq_session` (HttpOnly, SameSite=Lax): the user id, the id of the API
-  key it was issued for (rotating the key ends the session), an expiry and a
-  nonce, signed with a key derived from the installation's API key secret, so
-  that every shard accepts it and nothing is stored;
+- `eventq_session` (HttpOnly, SameSite=Lax): the user id, a tag of the API
+  key it was issued under (rotating the key ends the session), when it was
+  issued (a logout ends every session of the user issued before it:
+  `users.sessions_valid_after`), an expiry and a nonce, signed with a key
+  derived from the installation's API key secret, so that every shard
+  accepts it and none is stored;
 - `csrftoken` (readable by the page, SameSite=Lax): derived from the session
   by the same key (and the same pair again under per-user names, see
   `USER_HEADER`). Every `/json/` request other than GET/HEAD authenticated
@@ -50,7 +52,8 @@ def cookie_names(user_id: int | None) -> tuple[str, str]:
 DEFAULT_SESSION_SECS = 14 * 24 * 3600
 
 _TOKEN = re.compile(
-    r"([0-9]{1,18})\.([A-Za-z0-9]{1,32})\.([0-9]{1,12})\.([A-Za-z0-9_-]{16,64})\.([A-Za-z0-9_-]{43})"
+    r"v1\.([0-9]{1,18})\.([A-Za-z0-9_-]{16})\.([0-9]{1,15})\.([0-9]{1,12})"
+    r"\.([A-Za-z0-9_-]{16,64})\.([A-Za-z0-9_-]{43})"
 )
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -61,8 +64,12 @@ def _b64(data: bytes) -> str:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Session:
+    """A verified token: whose, for which API key (a tag, not the key's
+    id), issued when (ms since the epoch), until when (s), and its nonce."""
+
     user_id: int
-    key_id: str
+    key_tag: str
+    issued_ms: int
     expires: int
     nonce: str
 
@@ -77,8 +84,16 @@ class SessionSigner:
     def _mac(self, text: str) -> str:
         return _b64(hmac.digest(self._key, text.encode(), "sha256"))
 
-    def mint(self, user_id: int, key_id: str, expires: int) -> str:
-        body = f"{user_id}.{key_id}.{expires}.{secrets.token_urlsafe(18)}"
+    def key_tag(self, api_key_id: str) -> str:
+        """Which API key a session was issued under, without showing any of
+        it: rotating the key ends the session."""
+        return self._mac(f"key.{api_key_id}")[:16]
+
+    def mint(self, user_id: int, api_key_id: str, issued: float, expires: int) -> str:
+        body = (
+            f"v1.{user_id}.{self.key_tag(api_key_id)}.{int(issued * 1000)}.{expires}"
+            f".{secrets.token_urlsafe(18)}"
+        )
         return f"{body}.{self._mac(body)}"
 
     def verify(self, token: str, now: float) -> Session | None:
@@ -86,12 +101,13 @@ class SessionSigner:
         match = _TOKEN.fullmatch(token)
         if match is None:
             return None
-        user_id, key_id, expires, nonce, mac = match.groups()
-        if not hmac.compare_digest(mac, self._mac(f"{user_id}.{key_id}.{expires}.{nonce}")):
+        user_id, tag, issued, expires, nonce, mac = match.groups()
+        body = f"v1.{user_id}.{tag}.{issued}.{expires}.{nonce}"
+        if not hmac.compare_digest(mac, self._mac(body)):
             return None
         if int(expires) <= now:
             return None
-        return Session(int(user_id), key_id, int(expires), nonce)
+        return Session(int(user_id), tag, int(issued), int(expires), nonce)
 
     def csrf_token(self, session: Session) -> str:
         return self._mac(f"csrf.{session.nonce}")

@@ -44,11 +44,28 @@ LOGGED_URI_CHARS = 300
 access_log = logging.getLogger("eventq.access")
 
 
+# Query parameters whose values never reach a log.
+_SECRET_QUERY = re.compile(r"(?i)([?&](?:token|api_key|password|secret)=)[^&]*")
+
+
 def logged_uri(uri: str) -> str:
-    """`uri` as the access log shows it: cut at LOGGED_URI_CHARS, saying so."""
+    """`uri` as the access log shows it: secrets in its query string
+    redacted, cut at LOGGED_URI_CHARS, saying so."""
+    uri = _SECRET_QUERY.sub(r"\1[redacted]", uri)
     if len(uri) <= LOGGED_URI_CHARS:
         return uri
     return f"{uri[:LOGGED_URI_CHARS]}... ({len(uri)} characters)"
+
+
+def is_internal(address: str, shard_map: ShardMap | None) -> bool:
+    """Whether `address` is this machine, or with several shards one of the
+    sharding config's internal networks."""
+    if shard_map is not None:
+        return shard_map.is_internal(address)
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
 
 
 def log_access(
@@ -73,17 +90,8 @@ def log_access(
 def client_address(peer: str, forwarded: str | None, shard_map: ShardMap | None) -> str:
     """Who is calling: the peer, or behind our own proxy (a loopback or
     internal peer) the address nginx puts in X-Real-IP (`forwarded`)."""
-    if forwarded:
-        try:
-            trusted = (
-                shard_map.is_internal(peer)
-                if shard_map is not None
-                else ipaddress.ip_address(peer).is_loopback
-            )
-        except ValueError:
-            trusted = False
-        if trusted:
-            return forwarded
+    if forwarded and is_internal(peer, shard_map):
+        return forwarded
     return peer
 
 
@@ -235,6 +243,39 @@ class BaseHandler(tornado.web.RequestHandler):
                 raw.setdefault(name, []).extend(values)
         return Params(raw)
 
+    def over_tls(self) -> bool:
+        """Whether the client's connection is TLS: here, or at our own proxy
+        (a loopback or internal peer) that says so in X-Forwarded-Proto."""
+        if self.request.protocol == "https":
+            return True
+        forwarded = self.request.headers.get("X-Forwarded-Proto", "")
+        peer = self.request.remote_ip or ""
+        return forwarded.lower() == "https" and is_internal(peer, self.server.settings.sharding)
+
+    def refuse_other_hosts(self) -> None:
+        """For what this machine's own callers are trusted with (the operator
+        page, the demo's login): a Host header that is an address, localhost,
+        or a name of the sharding config. Another name is a page that had
+        its name pointed at this machine (DNS rebinding)."""
+        host = self.request.host_name.lower()
+        if host == "localhost" or host.endswith(".localhost"):
+            return
+        try:
+            ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            pass
+        else:
+            return
+        shard_map = self.server.settings.sharding
+        if shard_map is not None and host in shard_map.known_host_names():
+            return
+        log.warning("request to %s for host %r refused", self.request.path, host[:100])
+        raise ApiError(
+            f"Unknown host {host[:100]!r}: use this server's address or a name of its config",
+            "BAD_REQUEST",
+            403,
+        )
+
     def client_address(self) -> str:
         """Who is calling: the peer, or behind our own proxy (a loopback or
         internal peer) the address nginx puts in X-Real-IP."""
@@ -280,7 +321,11 @@ class BaseHandler(tornado.web.RequestHandler):
         """A /json/ request without credentials: the browser session's user
         (server/sessions.py), with its CSRF check."""
         selected = self.request.headers.get(USER_HEADER)
-        user_id = int(selected) if selected and _DIGITS.fullmatch(selected) else None
+        user_id = None
+        if selected is not None:
+            if not _DIGITS.fullmatch(selected.strip()):
+                raise ApiError(f"Invalid {USER_HEADER} header: a user id")
+            user_id = int(selected)
         token = self.get_cookie(cookie_names(user_id)[0])
         session = self.server.sessions.verify(token, time.time()) if token else None
         if session is None or (user_id is not None and session.user_id != user_id):

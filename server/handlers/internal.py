@@ -8,13 +8,12 @@ and never logged.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import logging
 
 from generation.errors import BadNotice
 from generation.notice import parse_notice
 from server.errors import ApiError, missing_argument
-from server.handlers.base import BaseHandler
+from server.handlers.base import BaseHandler, is_internal
 from server.params import Params
 
 log = logging.getLogger("eventq.internal")
@@ -29,14 +28,8 @@ class InternalHandler(BaseHandler):
         if secret is None:
             raise missing_argument("secret")
         caller = self.request.remote_ip or ""
-        shard_map = self.server.settings.sharding
-        if shard_map is not None:  # loopback or another shard's network
-            local = shard_map.is_internal(caller)
-        else:
-            try:
-                local = ipaddress.ip_address(caller).is_loopback
-            except ValueError:
-                local = False
+        # Loopback, or with several shards another shard's network.
+        local = is_internal(caller, self.server.settings.sharding)
         expected = self.server.shared_secret.encode()
         if not hmac.compare_digest(secret.encode(), expected) or not local:
             log.warning(

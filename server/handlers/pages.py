@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import importlib.resources
-import ipaddress
 import logging
 import re
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from server.errors import ApiError
-from server.handlers.base import BaseHandler
+from server.handlers.base import BaseHandler, is_internal
 
 log = logging.getLogger("eventq.pages")
 
@@ -41,7 +40,6 @@ _PAGES = {"demo": "demo.html", "operator": "operator.html"}
 _CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".png": "image/png",
-    ".svg": "image/svg+xml",
     ".css": "text/css; charset=utf-8",
     ".json": "application/json",
 }
@@ -49,6 +47,11 @@ _REPORT_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,100}")
 _POLICY = (
     "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self';"
     " connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
+# The analytics report: its own styles, no scripts at all.
+_REPORT_POLICY = (
+    "default-src 'none'; img-src 'self' data:; style-src 'self' 'unsafe-inline';"
+    " frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 )
 _cache: dict[str, bytes] = {}
 
@@ -70,12 +73,14 @@ class BrowserHandler(BaseHandler):
         self.set_header("X-Content-Type-Options", "nosniff")
         self.set_header("Referrer-Policy", "same-origin")
 
-    def send_file(self, body: bytes, content_type: str, *, page: bool = False) -> None:
+    def send_file(
+        self, body: bytes, content_type: str, *, page: bool = False, policy: str = _POLICY
+    ) -> None:
         self.set_header("Content-Type", content_type)
         # Revalidated each time: a new version is picked up at once.
         self.set_header("Cache-Control", "no-cache")
         if page:
-            self.set_header("Content-Security-Policy", _POLICY)
+            self.set_header("Content-Security-Policy", policy)
             self.set_header("X-Frame-Options", "DENY")
         if self.request.method == "HEAD":
             self.set_header("Content-Length", str(len(body)))
@@ -122,37 +127,35 @@ class OperatorHandler(BrowserHandler):
             )
 
     def operator_allowed(self) -> bool:
-        address = self.client_address()
-        shard_map = self.server.settings.sharding
-        try:
-            internal = (
-                shard_map.is_internal(address)
-                if shard_map is not None
-                else ipaddress.ip_address(address).is_loopback
-            )
-        except ValueError:
-            internal = False
-        if internal:
-            return True
         expected = self.server.settings.operator_token
-        if not expected:
+        if expected:
+            given = self.get_query_argument("token", None) or self.get_cookie(OPERATOR_COOKIE)
+            authorization = self.request.headers.get("Authorization", "")
+            if authorization.startswith("Bearer "):
+                given = authorization[len("Bearer ") :].strip()
+            if given and hmac.compare_digest(given.encode(), expected.encode()):
+                return True
+        if not is_internal(self.client_address(), self.server.settings.sharding):
             return False
-        given = self.get_cookie(OPERATOR_COOKIE) or self.get_query_argument("token", "")
-        authorization = self.request.headers.get("Authorization", "")
-        if authorization.startswith("Bearer "):
-            given = authorization[len("Bearer ") :].strip()
-        return bool(given) and hmac.compare_digest(given.encode(), expected.encode())
+        # Trusted for where it calls from: only under a name of this server.
+        self.refuse_other_hosts()
+        return True
 
 
 class OperatorPageHandler(OperatorHandler):
     def get(self) -> None:
-        if self.get_query_argument("token", None) is not None:
+        token = self.get_query_argument("token", None)
+        if token is not None:
+            expected = self.server.settings.operator_token
+            if not expected or not hmac.compare_digest(token.encode(), expected.encode()):
+                raise ApiError("Wrong operator token", "UNAUTHORIZED", 403)
             # Kept in a cookie of the operator's paths, out of the address bar.
             self.set_cookie(
                 OPERATOR_COOKIE,
-                self.get_query_argument("token"),
+                token,
                 path="/operator",
                 httponly=True,
+                secure=self.over_tls(),
                 samesite="Strict",
             )
             self.set_status(303)
@@ -216,4 +219,4 @@ class OperatorReportHandler(OperatorHandler):
             raise ApiError(
                 "No analytics report yet: `eventq analytics run` writes it", "NOT_FOUND", 404
             ) from None
-        self.send_file(body, _CONTENT_TYPES[suffix])
+        self.send_file(body, _CONTENT_TYPES[suffix], page=True, policy=_REPORT_POLICY)

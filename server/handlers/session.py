@@ -23,16 +23,12 @@ DEMO_REALM = "demo"
 class SessionHandler(BaseHandler):
     SUPPORTED_METHODS = ("POST",)
 
-    def secure(self) -> bool:
-        """Whether the page came over TLS (here, or at our proxy)."""
-        forwarded = self.request.headers.get("X-Forwarded-Proto", "")
-        return self.request.protocol == "https" or forwarded.lower() == "https"
-
     def start_session(self, user: AuthUser, key_id: str) -> None:
-        expires = int(time.time() + self.server.settings.session_secs)
+        now = time.time()
+        expires = int(now + self.server.settings.session_secs)
         signer = self.server.sessions
-        token = signer.mint(user.user_id, key_id, expires)
-        session = signer.verify(token, time.time())
+        token = signer.mint(user.user_id, key_id, now, expires)
+        session = signer.verify(token, now)
         assert session is not None
         csrf = signer.csrf_token(session)
         for session_cookie, csrf_cookie in (cookie_names(None), cookie_names(user.user_id)):
@@ -50,7 +46,7 @@ class SessionHandler(BaseHandler):
             path="/",
             expires=expires,
             httponly=httponly,
-            secure=self.secure(),
+            secure=self.over_tls(),
             samesite="Lax",
         )
 
@@ -63,6 +59,9 @@ class SessionHandler(BaseHandler):
 class LoginHandler(SessionHandler):
     async def post(self) -> None:
         self.refuse_other_origins()
+        if "api_key" in self.request.query_arguments:
+            # It would be in access logs, proxies' logs and browser history.
+            raise ApiError("Send the API key in the request body, not in the URL")
         params = self.params()
         email = params.string("username", max_length=254) or params.string("email", max_length=254)
         api_key = params.string("api_key", max_length=256)
@@ -85,12 +84,13 @@ class DevLoginHandler(SessionHandler):
         email = self.params().string("email", max_length=254)
         if not email:
             raise missing_argument("email")
+        self.refuse_other_hosts()
         users = await self.server.db.realm_users(DEMO_REALM)
         found = next((u for u in users if u[1].lower() == email.lower()), None)
         if found is None:
             raise ApiError(f"No demo user {email}", "BAD_REQUEST", 400)
-        user = await self.server.auth.authenticate_session_of(found[0], found[3])
-        self.start_session(user, found[3])
+        user, key_id = await self.server.auth.session_user(found[0])
+        self.start_session(user, key_id)
 
 
 class DevUsersHandler(BaseHandler):
@@ -99,6 +99,7 @@ class DevUsersHandler(BaseHandler):
     async def get(self) -> None:
         if not self.server.settings.demo:
             raise ApiError(f"Invalid API path: {self.request.path}", "NOT_FOUND", 404)
+        self.refuse_other_hosts()
         users = await self.server.db.realm_users(DEMO_REALM)
         self.write_success(
             {"users": [{"user_id": u[0], "email": u[1], "full_name": u[2]} for u in users]}
@@ -108,6 +109,11 @@ class DevUsersHandler(BaseHandler):
 class LogoutHandler(SessionHandler):
     async def post(self) -> None:
         user = await self.authenticate()  # the session, with its CSRF check
+        # Every session of the user issued until now ends, in every browser
+        # (a copied cookie included): at once here, on other shards when
+        # their cache of it expires (EVENTQ_AUTH_CACHE_SECS).
+        await self.server.db.end_sessions(user.user_id, time.time())
+        self.server.auth.forget_user(user.user_id)
         names = [*cookie_names(user.user_id)]
         latest = self.get_cookie(cookie_names(None)[0])
         session = self.server.sessions.verify(latest, time.time()) if latest else None

@@ -83,7 +83,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import hashlib
 import io
 import json
@@ -122,16 +121,13 @@ from quickmode import parse_with_quick
 from rabbitmq import CpuMeter, FreezableServer, Vhost, remove_scratch, spread
 from register import populate_domain, register_once
 from stream_costs import (
-    STREAM_COUNTERS,
     Readers,
     Round,
     Run,
-    compare,
-    expected_by_user,
+    collect_round,
     postgres_cpu_secs,
     ratio,
     summary,
-    until,
 )
 
 from generation.accounts import HASH_HMAC, HASH_SHA256, HASH_WRAPPED
@@ -589,30 +585,9 @@ class UpdateRun(Run):
             await asyncio.to_thread(registrar.finish)
             self.registered += registrar.used
         measured = time.monotonic() - meters[0][0].started
-        user_ids = [user.user_id for user in readers.users]
-        expected = expected_by_user(list(sent.at), user_ids, args.recipients)
-        want = sum(sum(counts.values()) for counts in expected.values())
-        await until(lambda: len(readers.reads) >= want, 60, readers.check)
-        meter, postgres0 = meters[0]
-        cpu: dict[str, Any] = meter.read()
-        cpu["postgres_cpu_secs"] = round(postgres_cpu_secs() - postgres0, 3)
-        cpu["publishers_cpu_secs"] = round(sent.cpu_secs, 3)
-        stream = (await readers.stats())["stream"]
-        deliveries = Round(
-            event_log=True,
-            sent=sent,
-            reads_expected=want,
-            reads=len(readers.reads),
-            latencies=[now - sent.at[seq] for seq, now in readers.reads if seq in sent.at],
-            cpu=cpu,
-            stream={key: stream[key] - stream0[key] for key in STREAM_COUNTERS if key in stream},
+        deliveries = await collect_round(
+            readers, sent, meters[0], stream0, args.recipients, event_log=True
         )
-        for client in readers.clients:
-            wanted = expected[readers.user_for(client.index).user_id]
-            lost, more = compare(wanted, collections.Counter(client.seqs))
-            deliveries.missing += lost
-            deliveries.extra += more
-            deliveries.never_read |= set(wanted) - set(client.seqs)
         return Window(deliveries, registrar.one_at_a_time, registrar.at_once, measured)
 
     # -- finishing the update, and its checks -----------------------------------------

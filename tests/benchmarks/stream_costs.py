@@ -639,31 +639,7 @@ class Run:
             max_secs=secs * 3,
         )
         sent, _ = await self.send(plans, readers.check, on_release=release)
-        user_ids = [user.user_id for user in readers.users]
-        expected = expected_by_user(list(sent.at), user_ids, args.recipients)
-        want = sum(sum(counts.values()) for counts in expected.values())
-        await until(lambda: len(readers.reads) >= want, 60, readers.check)
-        meter, postgres0 = meters[0]
-        cpu: dict[str, Any] = meter.read()
-        cpu["postgres_cpu_secs"] = round(postgres_cpu_secs() - postgres0, 3)
-        cpu["publishers_cpu_secs"] = round(sent.cpu_secs, 3)
-        stream = (await readers.stats())["stream"]
-        result = Round(
-            event_log=event_log,
-            sent=sent,
-            reads_expected=want,
-            reads=len(readers.reads),
-            latencies=[now - sent.at[seq] for seq, now in readers.reads if seq in sent.at],
-            cpu=cpu,
-            stream={key: stream[key] - stream0[key] for key in STREAM_COUNTERS if key in stream},
-        )
-        for client in readers.clients:
-            wanted = expected[readers.user_for(client.index).user_id]
-            lost, more = compare(wanted, collections.Counter(client.seqs))
-            result.missing += lost
-            result.extra += more
-            result.never_read |= set(wanted) - set(client.seqs)
-        return result
+        return await collect_round(readers, sent, meters[0], stream0, args.recipients, event_log)
 
     # -- 2. register ---------------------------------------------------------------
 
@@ -890,6 +866,44 @@ class Run:
             "other_events",
         )
         return {"queues": len(queues)} | {key: counts[key] for key in keys}
+
+
+async def collect_round(
+    readers: Readers,
+    sent: Sent,
+    meter: tuple[CpuMeter, float],
+    stream0: dict[str, int],
+    recipients: int,
+    event_log: bool,
+) -> Round:
+    """Once every client has read what `sent` sent it: the round's
+    latencies, CPU (since `meter` started, PostgreSQL's included), stream
+    counters (since `stream0`) and what was lost or read twice."""
+    user_ids = [user.user_id for user in readers.users]
+    expected = expected_by_user(list(sent.at), user_ids, recipients)
+    want = sum(sum(counts.values()) for counts in expected.values())
+    await until(lambda: len(readers.reads) >= want, 60, readers.check)
+    cpu_meter, postgres0 = meter
+    cpu: dict[str, Any] = cpu_meter.read()
+    cpu["postgres_cpu_secs"] = round(postgres_cpu_secs() - postgres0, 3)
+    cpu["publishers_cpu_secs"] = round(sent.cpu_secs, 3)
+    stream = (await readers.stats())["stream"]
+    result = Round(
+        event_log=event_log,
+        sent=sent,
+        reads_expected=want,
+        reads=len(readers.reads),
+        latencies=[now - sent.at[seq] for seq, now in readers.reads if seq in sent.at],
+        cpu=cpu,
+        stream={key: stream[key] - stream0[key] for key in STREAM_COUNTERS if key in stream},
+    )
+    for client in readers.clients:
+        wanted = expected[readers.user_for(client.index).user_id]
+        lost, more = compare(wanted, collections.Counter(client.seqs))
+        result.missing += lost
+        result.extra += more
+        result.never_read |= set(wanted) - set(client.seqs)
+    return result
 
 
 async def until(

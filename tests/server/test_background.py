@@ -399,9 +399,17 @@ def test_the_realm_index_is_built_concurrently_and_built_again_when_left_invalid
     _enqueue(own_db, "event_log_realm_index")
     _run(own_db, [event_log_realm_index()], controller)
     assert _index_valid(own_db) is True
-    # A build interrupted by a crash leaves the index invalid: as if so.
-    _rows(own_db, "UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass",
-          (EVENT_LOG_REALM_INDEX,))  # fmt: skip
+    # A build that did not finish leaves an invalid index of that name (as a
+    # killed one does): a unique one over duplicates fails just so.
+    _rows(own_db, f"DROP INDEX {EVENT_LOG_REALM_INDEX}")
+    with (
+        psycopg.connect(own_db, autocommit=True) as conn,
+        pytest.raises(psycopg.errors.UniqueViolation),
+    ):
+        conn.execute(
+            f"CREATE UNIQUE INDEX CONCURRENTLY {EVENT_LOG_REALM_INDEX} ON event_log (realm_id)"
+        )
+    assert _index_valid(own_db) is False
     _enqueue(own_db, "event_log_realm_index")
     _run(own_db, [event_log_realm_index()], controller)
     assert _index_valid(own_db) is True

@@ -134,11 +134,13 @@ def test_a_login_from_another_origin_or_with_a_wrong_key_is_refused(
 def test_a_forged_or_tampered_session_is_not_logged_in(server: ServerProcess, world: World):
     user = world.user()
     good = login(server, user).cookies["eventq_session"]
-    user_id, rest = good.split(".", 1)
+    version, user_id, tag, rest = good.split(".", 3)
+    assert (version, int(user_id)) == ("v1", user.user_id)
+    assert user.api_key[:8] not in good  # no part of the key
     other = world.user()
     for token in (
         "garbage",
-        f"{other.user_id}.{rest}",  # another user's id under this signature
+        f"v1.{other.user_id}.{tag}.{rest}",  # another user's id under this signature
         good[:-2] + ("AA" if not good.endswith("AA") else "BB"),
     ):
         response = requests.get(
@@ -149,7 +151,62 @@ def test_a_forged_or_tampered_session_is_not_logged_in(server: ServerProcess, wo
             "Not logged in: API authentication or user session required"
         )
         assert response.headers["WWW-Authenticate"] == 'Session realm="zulip"'
-    assert int(user_id) == user.user_id
+
+
+def test_a_session_in_the_cache_is_not_an_authorization_header(server: ServerProcess, world: World):
+    user = world.user()
+    session = login(server, user)
+    assert session.get(f"{server.url}/json/users/me", timeout=10).status_code == 200  # cached
+    token = session.cookies["eventq_session"]
+    _, user_id, tag, issued, _ = token.split(".", 4)
+    for header in (
+        f"session:{user_id}.{tag}",
+        f"session {user_id} {tag} {issued}",
+        str(("session", user_id, tag, issued)),
+    ):
+        for path in ("/api/v1/users/me", "/json/users/me", "/api/v1/events"):
+            response = requests.get(
+                f"{server.url}{path}", headers={"Authorization": header}, timeout=10
+            )
+            assert response.status_code in (400, 401), (header, path, response.text)
+
+
+def test_logout_ends_the_session_a_copied_cookie_included(server: ServerProcess, world: World):
+    user = world.user()
+    browser = login(server, user)
+    copied = requests.Session()
+    copied.cookies.update(browser.cookies)
+    assert copied.get(f"{server.url}/json/users/me", timeout=10).status_code == 200
+    out = browser.post(
+        f"{server.url}/json/logout",
+        headers={"X-CSRFToken": browser.cookies["csrftoken"]},
+        timeout=10,
+    )
+    assert out.status_code == 200, out.text
+    assert "eventq_session" not in browser.cookies
+    assert copied.get(f"{server.url}/json/users/me", timeout=10).status_code == 401
+    # A new login works again.
+    again = login(server, user)
+    assert again.get(f"{server.url}/json/users/me", timeout=10).status_code == 200
+
+
+def test_credentials_and_tokens_stay_out_of_urls_and_logs(server: ServerProcess, world: World):
+    user = world.user()
+    in_url = requests.post(
+        f"{server.url}/json/login",
+        params={"username": user.email, "api_key": user.api_key},
+        timeout=10,
+    )
+    assert in_url.status_code == 400
+    assert in_url.json()["msg"] == "Send the API key in the request body, not in the URL"
+    requests.get(f"{server.url}/operator/stats?token=sekrit-value-123", timeout=10)
+    wait_for(lambda: "/json/login?username=" in server.log(), 10, "the refusal logged")
+    assert user.api_key not in server.log()
+    assert "sekrit-value-123" not in server.log()
+    assert "api_key=[redacted]" in server.log()
+    bad = requests.get(f"{server.url}/json/users/me", headers={"X-Eventq-User": "me"}, timeout=10)
+    assert bad.status_code == 400
+    assert bad.json()["msg"] == "Invalid X-Eventq-User header: a user id"
 
 
 def test_rotating_the_api_key_or_deactivating_ends_the_session(
@@ -248,6 +305,15 @@ def test_the_demo_logs_in_without_a_key_only_when_it_is_on(
         f"{demo_server.url}/json/dev_login", data={"email": "nobody@example.com"}, timeout=10
     )
     assert unknown.status_code == 400
+    rebound = requests.post(
+        f"{demo_server.url}/json/dev_login",
+        data={"email": "hamlet@demo.example.com"},
+        headers={"Host": "attacker.example:80"},
+        timeout=10,
+    )
+    assert rebound.status_code == 403
+    assert "eventq_session" not in rebound.cookies
+    assert "EVENTQ_DEMO=1: the demo page is on" in demo_server.log()
     page = requests.get(f"{demo_server.url}/demo", timeout=10)
     assert page.status_code == 200
     assert page.headers["Content-Type"] == "text/html; charset=utf-8"
@@ -302,6 +368,17 @@ def test_the_operator_pages_answer_this_machine_and_refuse_an_outsider(
     assert stats["report"] is True
     shown = requests.get(f"{server.url}/operator/report/", timeout=10)
     assert shown.text == "<html><body>the report</body></html>"
+    assert "script-src" not in shown.headers["Content-Security-Policy"]
+    assert "default-src 'none'" in shown.headers["Content-Security-Policy"]
+    # This machine, but under a name that is not the server's: a page that
+    # pointed its own name here (DNS rebinding).
+    rebound = requests.get(
+        f"{server.url}/operator/stats", headers={"Host": "evil.example"}, timeout=10
+    )
+    assert rebound.status_code == 403
+    assert rebound.json()["msg"].startswith("Unknown host 'evil.example'")
+    wrong_token = requests.get(f"{server.url}/operator?token=nope", timeout=10)
+    assert wrong_token.status_code == 403
     assert requests.get(f"{server.url}/operator/report/..%2Fx.html", timeout=10).status_code == 404
 
     outside = f"http://{address}:{server.port}"
