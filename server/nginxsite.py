@@ -58,7 +58,9 @@ def shard_upstream(name: str) -> str:
 def _upstream(name: str, servers: list[str], *, sticky: bool) -> list[str]:
     lines = [f"upstream {name} {{"]
     if sticky:
-        lines.append("    hash $http_authorization consistent;")
+        # One client's requests to one shard: an API client by its
+        # credentials, a browser by its session (the other is empty).
+        lines.append("    hash $http_authorization$cookie_eventq_session consistent;")
     lines += [f"    server {server};" for server in servers]
     lines += [f"    keepalive {KEEPALIVE};", "}", ""]
     return lines

@@ -339,6 +339,14 @@ def test_the_client_library_and_the_pages_scripts_are_served(server: ServerProce
         assert response.headers["Content-Type"] == content_type
         assert response.headers["X-Content-Type-Options"] == "nosniff"
         assert marker in response.text, name
+    # Revalidated cheaply: the same file again is a 304.
+    first = requests.get(f"{server.url}/static/eventq.js", timeout=10)
+    etag = first.headers["ETag"]
+    again = requests.get(
+        f"{server.url}/static/eventq.js", headers={"If-None-Match": etag}, timeout=10
+    )
+    assert again.status_code == 304
+    assert again.content == b""
     missing = requests.get(f"{server.url}/static/../server/app.py", timeout=10)
     assert missing.status_code == 404
     assert requests.get(f"{server.url}/static/secret.py", timeout=10).json()["code"] == "NOT_FOUND"
