@@ -82,10 +82,11 @@ def parse_basic(header: str | None) -> tuple[str, str]:
     return email, api_key
 
 
-# Cache keys: ("basic", Authorization header) or ("session", user id, key
-# tag, issued ms). Never one kind for the other: a header is looked up only
-# as a header.
-CacheKey = tuple[str, ...]
+# Cache keys: the Authorization header itself (a string: the long poll's hot
+# path looks it up as it comes), or ("session", user id, key tag, session
+# generation) for a browser session. A string never equals a tuple: neither
+# kind can be taken for the other.
+CacheKey = str | tuple[str, ...]
 
 
 class Authenticator:
@@ -93,7 +94,8 @@ class Authenticator:
 
     IO loop only. `lookup` finds the user of an API key id; `session_lookup`
     the user of a browser session, by user id, with their API key's id and
-    the cutoff of their sessions; `key_tag` is the signer's tag of a key id.
+    the generation of their sessions; `key_tag` is the signer's tag of a key
+    id.
     """
 
     def __init__(
@@ -122,14 +124,32 @@ class Authenticator:
         # freshness is jittered by +-25% so that clients that connected
         # together are not all re-checked in the same second.
         self._cache: OrderedDict[CacheKey, tuple[AuthUser, float]] = OrderedDict()
+        # user id -> their keys in the cache, so that forgetting a user costs
+        # what they have, not the cache's size (logout can be asked often).
+        self._keys_of: dict[int, set[CacheKey]] = {}
         self._inflight: dict[CacheKey, asyncio.Future[AuthUser]] = {}
         self._refreshing: set[asyncio.Task[None]] = set()
+        # Counts forget_user calls; a check that began before a user was
+        # forgotten does not cache its (older) answer for them.
+        self._forgets = 0
+        self._forgotten_at: dict[int, int] = {}
         self.lookups = 0  # database lookups made, for stats and tests
 
     def forget_user(self, user_id: int) -> None:
-        """Drop a user's cached credentials (deactivated, logged out). O(cache): rare."""
-        for key in [k for k, (user, _) in self._cache.items() if user.user_id == user_id]:
-            del self._cache[key]
+        """Drop a user's cached credentials (deactivated, logged out)."""
+        self._forgets += 1
+        self._forgotten_at[user_id] = self._forgets
+        for key in self._keys_of.pop(user_id, ()):
+            self._cache.pop(key, None)
+
+    def _drop(self, key: CacheKey) -> None:
+        entry = self._cache.pop(key, None)
+        if entry is not None:
+            keys = self._keys_of.get(entry[0].user_id)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._keys_of[entry[0].user_id]
 
     async def authenticate(self, header: str | None) -> AuthUser:
         """The user behind an Authorization header; raises `ApiError` (401/400)
@@ -147,22 +167,23 @@ class Authenticator:
                 return user
         email, api_key = parse_basic(header)
         assert header is not None
-        return await self._check_once(("basic", header), lambda: self._check(email, api_key))
+        return await self._check_once(header, lambda: self._check(email, api_key))
 
     async def authenticate_session(self, session: Session) -> AuthUser:
         """The user of a browser session (server/sessions.py) whose token
         was verified: still active, still holding the API key the session
         was issued under, and not logged out since. Cached like credentials."""
-        key = ("session", str(session.user_id), session.key_tag, str(session.issued_ms))
+        key = ("session", str(session.user_id), session.key_tag, str(session.generation))
         user = self._cached(key)
         if user is not None:
             return user
         return await self._check_once(key, functools.partial(self._check_session, key))
 
-    async def session_user(self, user_id: int) -> tuple[AuthUser, str]:
-        """An active user by id, and their API key's id (for a new session)."""
+    async def session_user(self, user_id: int) -> tuple[AuthUser, str, int]:
+        """An active user by id, their API key's id and their sessions'
+        generation (for a new session), read afresh."""
         row = await self._session_row(user_id)
-        return self._active(row.row), row.api_key_id
+        return self._active(row.row), row.api_key_id, row.sessions_generation
 
     async def _session_row(self, user_id: int) -> SessionRow:
         if self._session_lookup is None:
@@ -173,12 +194,12 @@ class Authenticator:
             raise not_logged_in()
         return row
 
-    async def _check_session(self, key: CacheKey) -> AuthUser:
-        _, user_id, tag, issued_ms = key
+    async def _check_session(self, key: tuple[str, ...]) -> AuthUser:
+        _, user_id, tag, generation = key
         row = await self._session_row(int(user_id))
         if self._key_tag is None or not hmac.compare_digest(self._key_tag(row.api_key_id), tag):
             raise not_logged_in()  # the API key was rotated
-        if int(issued_ms) <= row.sessions_valid_after * 1000:
+        if int(generation) != row.sessions_generation:
             raise not_logged_in()  # logged out since
         return self._active(row.row)
 
@@ -187,7 +208,7 @@ class Authenticator:
         were checked recently (see `authenticate`), without waiting: None
         means ask `authenticate`. A stale entry is served and checked again
         in the background."""
-        return self._cached(("basic", header))
+        return self._cached(header)
 
     def _cached(self, key: CacheKey) -> AuthUser | None:
         cached = self._cache.get(key)
@@ -202,7 +223,7 @@ class Authenticator:
             self._cache.move_to_end(key)
             self._refresh_later(key)
             return user
-        del self._cache[key]
+        self._drop(key)
         return None
 
     async def _check_once(
@@ -214,32 +235,36 @@ class Authenticator:
             return await asyncio.shield(pending)
         future: asyncio.Future[AuthUser] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
+        began = self._forgets
         try:
             user = await check()
         except BaseException as exc:
             if isinstance(exc, ApiError):
-                self._cache.pop(key, None)  # no longer valid
+                self._drop(key)  # no longer valid
             future.set_exception(exc)
             future.exception()  # retrieved: waiters re-raise it, nobody else must
             raise
         finally:
             del self._inflight[key]
         future.set_result(user)
+        if self._forgotten_at.get(user.user_id, 0) > began:
+            return user  # forgotten meanwhile: this answer may predate it
         jitter = random.uniform(0.75, 1.25)  # noqa: S311 (spreading load, not a secret)
         self._cache[key] = (user, self._clock() + self._ttl * jitter)
         self._cache.move_to_end(key)
+        self._keys_of.setdefault(user.user_id, set()).add(key)
         while len(self._cache) > self._max_entries:
-            self._cache.popitem(last=False)
+            self._drop(next(iter(self._cache)))
         return user
 
     def _refresh_later(self, key: CacheKey) -> None:
         if key in self._inflight or len(self._refreshing) >= MAX_BACKGROUND_CHECKS:
             return  # served stale; a later request checks it
         check: Callable[[], Awaitable[AuthUser]]
-        if key[0] == "session":
+        if isinstance(key, tuple):
             check = functools.partial(self._check_session, key)
         else:
-            check = functools.partial(self._check, *parse_basic(key[1]))
+            check = functools.partial(self._check, *parse_basic(key))
 
         async def refresh() -> None:
             # ApiError: dropped from the cache, the next request gets the 401.

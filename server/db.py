@@ -42,11 +42,11 @@ class ApiKeyRow:
 @dataclasses.dataclass(frozen=True, slots=True)
 class SessionRow:
     """The user of a browser session, found by id: what authentication
-    checks, their API key's id, and since when their sessions count."""
+    checks, their API key's id, and the generation of their sessions."""
 
     row: ApiKeyRow
     api_key_id: str
-    sessions_valid_after: float
+    sessions_generation: int
 
 
 class Database:
@@ -128,7 +128,7 @@ class Database:
                 """
                 SELECT u.id, u.realm_id, u.email, u.full_name, u.role, u.is_active,
                        u.api_key_hash, u.api_key_hash_scheme, r.deactivated,
-                       u.api_key_id, u.sessions_valid_after
+                       u.api_key_id, u.sessions_generation
                 FROM users u JOIN realms r ON r.id = u.realm_id
                 WHERE u.id = %s
                 """,
@@ -137,15 +137,14 @@ class Database:
             found = await cur.fetchone()
         if found is None:
             return None
-        return SessionRow(ApiKeyRow(*found[:9]), found[9], float(found[10]))
+        return SessionRow(ApiKeyRow(*found[:9]), found[9], int(found[10]))
 
-    async def end_sessions(self, user_id: int, before: float) -> None:
-        """Every browser session of `user_id` issued before `before` ends."""
+    async def end_sessions(self, user_id: int) -> None:
+        """Every browser session of `user_id` issued until now ends."""
         async with self.connection() as conn:
             await conn.execute(
-                "UPDATE users SET sessions_valid_after = greatest(sessions_valid_after, %s)"
-                " WHERE id = %s",
-                (before, user_id),
+                "UPDATE users SET sessions_generation = sessions_generation + 1 WHERE id = %s",
+                (user_id,),
             )
 
     async def realm_users(self, subdomain: str) -> list[tuple[int, str, str, str]]:

@@ -4,11 +4,11 @@ A page must not hold a user's API key in script: `POST /json/login` (email and
 API key, or the demo's password-less dev login) sets two cookies:
 
 - `eventq_session` (HttpOnly, SameSite=Lax): the user id, a tag of the API
-  key it was issued under (rotating the key ends the session), when it was
-  issued (a logout ends every session of the user issued before it:
-  `users.sessions_valid_after`), an expiry and a nonce, signed with a key
-  derived from the installation's API key secret, so that every shard
-  accepts it and none is stored;
+  key it was issued under (rotating the key ends the session), the
+  generation of the user's sessions it belongs to (a logout moves the user
+  to the next: `users.sessions_generation`), an expiry and a nonce, signed
+  with a key derived from the installation's API key secret, so that every
+  shard accepts it and none is stored;
 - `csrftoken` (readable by the page, SameSite=Lax): derived from the session
   by the same key (and the same pair again under per-user names, see
   `USER_HEADER`). Every `/json/` request other than GET/HEAD authenticated
@@ -52,7 +52,7 @@ def cookie_names(user_id: int | None) -> tuple[str, str]:
 DEFAULT_SESSION_SECS = 14 * 24 * 3600
 
 _TOKEN = re.compile(
-    r"v1\.([0-9]{1,18})\.([A-Za-z0-9_-]{16})\.([0-9]{1,15})\.([0-9]{1,12})"
+    r"v1\.([0-9]{1,18})\.([A-Za-z0-9_-]{16})\.([0-9]{1,10})\.([0-9]{1,12})"
     r"\.([A-Za-z0-9_-]{16,64})\.([A-Za-z0-9_-]{43})"
 )
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -65,11 +65,12 @@ def _b64(data: bytes) -> str:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Session:
     """A verified token: whose, for which API key (a tag, not the key's
-    id), issued when (ms since the epoch), until when (s), and its nonce."""
+    id), of which generation of the user's sessions (a logout starts the
+    next), until when (s since the epoch), and its nonce."""
 
     user_id: int
     key_tag: str
-    issued_ms: int
+    generation: int
     expires: int
     nonce: str
 
@@ -89,9 +90,9 @@ class SessionSigner:
         it: rotating the key ends the session."""
         return self._mac(f"key.{api_key_id}")[:16]
 
-    def mint(self, user_id: int, api_key_id: str, issued: float, expires: int) -> str:
+    def mint(self, user_id: int, api_key_id: str, generation: int, expires: int) -> str:
         body = (
-            f"v1.{user_id}.{self.key_tag(api_key_id)}.{int(issued * 1000)}.{expires}"
+            f"v1.{user_id}.{self.key_tag(api_key_id)}.{generation}.{expires}"
             f".{secrets.token_urlsafe(18)}"
         )
         return f"{body}.{self._mac(body)}"
@@ -101,13 +102,13 @@ class SessionSigner:
         match = _TOKEN.fullmatch(token)
         if match is None:
             return None
-        user_id, tag, issued, expires, nonce, mac = match.groups()
-        body = f"v1.{user_id}.{tag}.{issued}.{expires}.{nonce}"
+        user_id, tag, generation, expires, nonce, mac = match.groups()
+        body = f"v1.{user_id}.{tag}.{generation}.{expires}.{nonce}"
         if not hmac.compare_digest(mac, self._mac(body)):
             return None
         if int(expires) <= now:
             return None
-        return Session(int(user_id), tag, int(issued), int(expires), nonce)
+        return Session(int(user_id), tag, int(generation), int(expires), nonce)
 
     def csrf_token(self, session: Session) -> str:
         return self._mac(f"csrf.{session.nonce}")

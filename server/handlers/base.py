@@ -8,6 +8,7 @@ import ipaddress
 import logging
 import re
 import time
+import urllib.parse
 from collections.abc import Awaitable
 from typing import Any
 
@@ -44,14 +45,26 @@ LOGGED_URI_CHARS = 300
 access_log = logging.getLogger("eventq.access")
 
 
-# Query parameters whose values never reach a log.
-_SECRET_QUERY = re.compile(r"(?i)([?&](?:token|api_key|password|secret)=)[^&]*")
+# Query parameters whose values never reach a log (by their decoded names).
+_SECRET_NAMES = frozenset({"token", "api_key", "password", "secret"})
+
+
+def _redacted(uri: str) -> str:
+    path, sep, query = uri.partition("?")
+    if not sep:
+        return uri
+    parts = []
+    for part in query.split("&"):
+        name, eq, _ = part.partition("=")
+        secret = eq and urllib.parse.unquote_plus(name).strip().lower() in _SECRET_NAMES
+        parts.append(f"{name}=[redacted]" if secret else part)
+    return f"{path}?{'&'.join(parts)}"
 
 
 def logged_uri(uri: str) -> str:
-    """`uri` as the access log shows it: secrets in its query string
-    redacted, cut at LOGGED_URI_CHARS, saying so."""
-    uri = _SECRET_QUERY.sub(r"\1[redacted]", uri)
+    """`uri` as the logs show it: secrets in its query string redacted, cut
+    at LOGGED_URI_CHARS, saying so."""
+    uri = _redacted(uri)
     if len(uri) <= LOGGED_URI_CHARS:
         return uri
     return f"{uri[:LOGGED_URI_CHARS]}... ({len(uri)} characters)"
@@ -441,6 +454,11 @@ class BaseHandler(tornado.web.RequestHandler):
             for m in self.SUPPORTED_METHODS
             if getattr(type(self), m.lower()) is not getattr(tornado.web.RequestHandler, m.lower())
         ]
+
+    def _request_summary(self) -> str:
+        # Tornado's own log lines (errors) show the request through this.
+        request = self.request
+        return f"{request.method} {logged_uri(request.uri or '')} ({request.remote_ip})"
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
         if isinstance(value, ApiError | QueueError):

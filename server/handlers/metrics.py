@@ -28,5 +28,8 @@ class MetricsHandler(BaseHandler):
         if not local:
             log.warning("metrics request from %s refused", self.request.remote_ip)
             raise ApiError("Access denied", "BAD_REQUEST", 403)
+        # A browser on this machine must not read it for a page that pointed
+        # its own name here (DNS rebinding).
+        self.refuse_other_hosts()
         self.set_header("Content-Type", CONTENT_TYPE_LATEST)
         self.write_body(exposition(self.server.metrics_registry))

@@ -13,6 +13,7 @@ Policy that allows scripts, styles and requests of this origin only.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import importlib.resources
 import logging
@@ -20,8 +21,6 @@ import re
 import time
 from pathlib import Path
 from typing import Any
-
-import tornado.web
 
 from server.errors import ApiError
 from server.handlers.base import BaseHandler, is_internal
@@ -58,6 +57,12 @@ _REPORT_POLICY = (
 _cache: dict[str, bytes] = {}
 
 
+def _etag(body: bytes) -> str:
+    """A file's ETag: a digest of its content (tens of microseconds for the
+    largest, eventq.js)."""
+    return f'"{hashlib.sha256(body).hexdigest()[:32]}"'
+
+
 def static_file(path: str) -> bytes:
     """A file of server/static/ (in the wheel as package data), read once."""
     body = _cache.get(path)
@@ -70,14 +75,12 @@ def static_file(path: str) -> bytes:
 class BrowserHandler(BaseHandler):
     SUPPORTED_METHODS = ("GET", "HEAD")
 
-    sends_file = False
+    file_etag: str | None = None
 
     def compute_etag(self) -> str | None:  # type: ignore[override]
-        """Files (not the JSON answers) revalidate with an ETag: a page load
-        that has them gets 304s."""
-        if not self.sends_file:
-            return None
-        return tornado.web.RequestHandler.compute_etag(self)
+        """Files (not the JSON answers) revalidate with an ETag of their
+        content (for HEAD too): a page load that has them gets 304s."""
+        return self.file_etag
 
     def set_default_headers(self) -> None:
         super().set_default_headers()
@@ -87,7 +90,7 @@ class BrowserHandler(BaseHandler):
     def send_file(
         self, body: bytes, content_type: str, *, page: bool = False, policy: str = _POLICY
     ) -> None:
-        self.sends_file = True
+        self.file_etag = _etag(body)
         self.set_header("Content-Type", content_type)
         # Revalidated each time (cheaply: ETag): a new version is picked up at once.
         self.set_header("Cache-Control", "no-cache")

@@ -36,7 +36,7 @@ from queues.errors import QueueError
 from queues.event_queue import Item
 from server.auth import AuthUser
 from server.errors import ApiError, bad_queue_id, from_queue_error, rate_limited
-from server.handlers.base import log_access, owned_queue
+from server.handlers.base import log_access, logged_uri, owned_queue
 from server.interface import ServerApi
 from server.params import Params
 from server.responses import events_body
@@ -192,7 +192,10 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
             self._fail(exc)
         except Exception:
             app_log.error(
-                "Uncaught exception GET %s (%s)", self.uri, self.remote_ip(), exc_info=True
+                "Uncaught exception GET %s (%s)",
+                logged_uri(self.uri),
+                self.remote_ip(),
+                exc_info=True,
             )
             self._error(500, _INTERNAL_ERROR)
 
@@ -277,7 +280,10 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
             self._respond(client, items, kind, waited, client.queue_id, None)
         except Exception:
             app_log.error(
-                "Uncaught exception GET %s (%s)", self.uri, self.remote_ip(), exc_info=True
+                "Uncaught exception GET %s (%s)",
+                logged_uri(self.uri),
+                self.remote_ip(),
+                exc_info=True,
             )
             self._error(500, _INTERNAL_ERROR)
 

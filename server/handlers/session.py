@@ -9,8 +9,6 @@ import base64
 import logging
 import time
 
-from generation.accounts import api_key_id
-from server.auth import AuthUser
 from server.errors import ApiError, missing_argument
 from server.handlers.base import BaseHandler
 from server.sessions import check_origin, cookie_names
@@ -23,11 +21,14 @@ DEMO_REALM = "demo"
 class SessionHandler(BaseHandler):
     SUPPORTED_METHODS = ("POST",)
 
-    def start_session(self, user: AuthUser, key_id: str) -> None:
+    async def start_session(self, user_id: int) -> None:
+        # Read afresh: the user as they are now, with their key and the
+        # generation of their sessions.
+        user, key_id, generation = await self.server.auth.session_user(user_id)
         now = time.time()
         expires = int(now + self.server.settings.session_secs)
         signer = self.server.sessions
-        token = signer.mint(user.user_id, key_id, now, expires)
+        token = signer.mint(user.user_id, key_id, generation, expires)
         session = signer.verify(token, now)
         assert session is not None
         csrf = signer.csrf_token(session)
@@ -71,7 +72,7 @@ class LoginHandler(SessionHandler):
             raise missing_argument("api_key")
         credentials = base64.b64encode(f"{email}:{api_key}".encode()).decode()
         user = await self._basic_user(f"Basic {credentials}")
-        self.start_session(user, api_key_id(api_key))
+        await self.start_session(user.user_id)
 
 
 class DevLoginHandler(SessionHandler):
@@ -89,8 +90,7 @@ class DevLoginHandler(SessionHandler):
         found = next((u for u in users if u[1].lower() == email.lower()), None)
         if found is None:
             raise ApiError(f"No demo user {email}", "BAD_REQUEST", 400)
-        user, key_id = await self.server.auth.session_user(found[0])
-        self.start_session(user, key_id)
+        await self.start_session(found[0])
 
 
 class DevUsersHandler(BaseHandler):
@@ -112,7 +112,7 @@ class LogoutHandler(SessionHandler):
         # Every session of the user issued until now ends, in every browser
         # (a copied cookie included): at once here, on other shards when
         # their cache of it expires (EVENTQ_AUTH_CACHE_SECS).
-        await self.server.db.end_sessions(user.user_id, time.time())
+        await self.server.db.end_sessions(user.user_id)
         self.server.auth.forget_user(user.user_id)
         names = [*cookie_names(user.user_id)]
         latest = self.get_cookie(cookie_names(None)[0])

@@ -4,6 +4,7 @@ pages in a real browser: tests/browser/)."""
 
 from __future__ import annotations
 
+import http.client
 import re
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,20 @@ def test_a_post_without_the_right_csrf_token_or_from_another_origin_is_refused(
         assert response.json() == {"result": "error", "msg": message, "code": "CSRF_FAILED"}
 
 
+def test_cookies_are_secure_when_our_proxy_says_the_browser_used_tls(
+    server: ServerProcess, world: World
+):
+    user = world.user()
+    form = {"username": user.email, "api_key": user.api_key}
+    url = f"{server.url}/json/login"
+    plain = requests.post(url, data=form, timeout=10)
+    assert "Secure" not in cookie_header(plain, "eventq_session")
+    # From loopback, as our nginx sends it: trusted.
+    behind_tls = requests.post(url, data=form, headers={"X-Forwarded-Proto": "https"}, timeout=10)
+    assert "Secure" in cookie_header(behind_tls, "eventq_session")
+    assert "Secure" in cookie_header(behind_tls, "csrftoken")
+
+
 def test_a_login_from_another_origin_or_with_a_wrong_key_is_refused(
     server: ServerProcess, world: World
 ):
@@ -158,11 +173,11 @@ def test_a_session_in_the_cache_is_not_an_authorization_header(server: ServerPro
     session = login(server, user)
     assert session.get(f"{server.url}/json/users/me", timeout=10).status_code == 200  # cached
     token = session.cookies["eventq_session"]
-    _, user_id, tag, issued, _ = token.split(".", 4)
+    _, user_id, tag, generation, _ = token.split(".", 4)
     for header in (
         f"session:{user_id}.{tag}",
-        f"session {user_id} {tag} {issued}",
-        str(("session", user_id, tag, issued)),
+        f"session {user_id} {tag} {generation}",
+        str(("session", user_id, tag, generation)),
     ):
         for path in ("/api/v1/users/me", "/json/users/me", "/api/v1/events"):
             response = requests.get(
@@ -190,6 +205,33 @@ def test_logout_ends_the_session_a_copied_cookie_included(server: ServerProcess,
     assert again.get(f"{server.url}/json/users/me", timeout=10).status_code == 200
 
 
+def test_a_logout_reaches_another_shard_when_its_cache_checks_again(
+    start_server: Any, world: World, tmp_path: Path
+):
+    # Two servers of one installation (the same API key secret and database).
+    first = start_server(tmp_path / "first", EVENTQ_AUTH_CACHE_SECS="0.5")
+    second = start_server(tmp_path / "second", EVENTQ_AUTH_CACHE_SECS="0.5")
+    user = world.user()
+    browser = login(first, user)
+    me = "/json/users/me"
+    assert browser.get(f"{second.url}{me}", timeout=10).status_code == 200  # cached there
+    copied = requests.Session()  # the same session, kept aside
+    copied.cookies.set("eventq_session", browser.cookies["eventq_session"])
+    assert copied.get(f"{second.url}{me}", timeout=10).status_code == 200
+    out = browser.post(
+        f"{first.url}/json/logout",
+        headers={"X-CSRFToken": browser.cookies["csrftoken"]},
+        timeout=10,
+    )
+    assert out.status_code == 200, out.text
+    assert copied.get(f"{first.url}{me}", timeout=10).status_code == 401  # at once
+
+    def refused() -> bool:
+        return copied.get(f"{second.url}{me}", timeout=10).status_code == 401
+
+    assert wait_for(refused, 10, "the other shard to refuse the session")
+
+
 def test_credentials_and_tokens_stay_out_of_urls_and_logs(server: ServerProcess, world: World):
     user = world.user()
     in_url = requests.post(
@@ -199,11 +241,22 @@ def test_credentials_and_tokens_stay_out_of_urls_and_logs(server: ServerProcess,
     )
     assert in_url.status_code == 400
     assert in_url.json()["msg"] == "Send the API key in the request body, not in the URL"
+    # Names percent-encoded (sent as they are: requests would decode them).
+    raw = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    raw.request("POST", f"/json/login?username=x&api%5fkey={user.api_key}")
+    assert raw.getresponse().status == 400
+    raw.close()
+    raw = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    raw.request("GET", "/operator/stats?TOK%45N=sekrit-value-456")
+    assert raw.getresponse().status == 200
+    raw.close()
     requests.get(f"{server.url}/operator/stats?token=sekrit-value-123", timeout=10)
     wait_for(lambda: "/json/login?username=" in server.log(), 10, "the refusal logged")
+    wait_for(lambda: "TOK%45N=[redacted]" in server.log(), 10, "the encoded name logged")
     assert user.api_key not in server.log()
-    assert "sekrit-value-123" not in server.log()
+    assert "sekrit-value" not in server.log()
     assert "api_key=[redacted]" in server.log()
+    assert "api%5fkey=[redacted]" in server.log()
     bad = requests.get(f"{server.url}/json/users/me", headers={"X-Eventq-User": "me"}, timeout=10)
     assert bad.status_code == 400
     assert bad.json()["msg"] == "Invalid X-Eventq-User header: a user id"
@@ -347,6 +400,9 @@ def test_the_client_library_and_the_pages_scripts_are_served(server: ServerProce
     )
     assert again.status_code == 304
     assert again.content == b""
+    head = requests.head(f"{server.url}/static/eventq.js", timeout=10)
+    assert head.headers["ETag"] == etag  # of the file, not of HEAD's empty body
+    assert int(head.headers["Content-Length"]) == len(first.content)
     missing = requests.get(f"{server.url}/static/../server/app.py", timeout=10)
     assert missing.status_code == 404
     assert requests.get(f"{server.url}/static/secret.py", timeout=10).json()["code"] == "NOT_FOUND"
