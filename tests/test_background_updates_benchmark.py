@@ -16,8 +16,13 @@ from typing import Any
 
 import pytest
 
-from tests.support import run_quick_benchmark
-from tests.test_benchmarks import CLEANUP_SECS, assert_spread, database_exists, vhosts
+from tests.test_benchmarks import (
+    CLEANUP_SECS,
+    assert_spread,
+    database_exists,
+    run_quick_with_figures,
+    vhosts,
+)
 
 BENCHMARKS = Path(__file__).resolve().parent / "benchmarks"
 # A quick run takes about 30 s on the 2-core machine; the rest is headroom
@@ -54,22 +59,10 @@ def script() -> Any:
 
 @pytest.mark.timeout(RUN_LIMIT_SECS + CLEANUP_SECS + 30)
 def test_quick_mode_measures_both_modes_wraps_every_key_and_removes_its_world(database_url):
-    results = run_quick_benchmark(
-        "background_updates.py",
-        env={"EVENTQ_DATABASE_URL": database_url},
-        limit_secs=RUN_LIMIT_SECS,
-        cleanup_secs=CLEANUP_SECS,
+    results = run_quick_with_figures(
+        "background_updates.py", database_url, FIGURES, limit_secs=RUN_LIMIT_SECS
     )
     config = results["config"]
-    assert config["quick"]
-    assert results["completed"]
-    assert results["problems"] == []
-
-    figures = results["figures"]
-    assert set(figures) == FIGURES
-    for key, value in figures.items():
-        assert value is not None, key
-        assert value > 0, (key, value)
 
     # The rounds took turns, each read every notice once, and the update ran
     # in each "with" window (started before it, not done after it) and in no

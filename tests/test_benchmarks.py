@@ -34,6 +34,33 @@ def run_quick(script: str) -> dict[str, Any]:
     return run_quick_benchmark(script, limit_secs=RUN_LIMIT_SECS, cleanup_secs=CLEANUP_SECS)
 
 
+def run_quick_with_figures(
+    script: str,
+    database_url: str,
+    figures: set[str],
+    *,
+    limit_secs: float,
+    may_be_zero: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """A script's quick run against this session's database server that
+    completed without problems and reported exactly `figures`, each one
+    positive (or zero, for those in `may_be_zero`); its results."""
+    results = run_quick_benchmark(
+        script,
+        env={"EVENTQ_DATABASE_URL": database_url},
+        limit_secs=limit_secs,
+        cleanup_secs=CLEANUP_SECS,
+    )
+    assert results["config"]["quick"]
+    assert results["completed"]
+    assert results["problems"] == []
+    assert set(results["figures"]) == figures
+    for key, value in results["figures"].items():
+        assert value is not None, key
+        assert value >= 0 if key in may_be_zero else value > 0, (key, value)
+    return results
+
+
 def database_exists(database_url: str, name: str) -> bool:
     """Whether the PostgreSQL server of `database_url` (this session's, the
     scripts' too) has a database `name`."""

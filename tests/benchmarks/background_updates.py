@@ -124,6 +124,9 @@ from stream_costs import (
     Readers,
     Round,
     Run,
+    add_run_arguments,
+    add_world_arguments,
+    check_world,
     collect_round,
     postgres_cpu_secs,
     ratio,
@@ -1040,15 +1043,10 @@ def render(results: dict[str, Any]) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--users", type=int, default=1000, help="users of the clients' realm")
-    parser.add_argument("--streams", type=int, default=200)
-    parser.add_argument("--subs-per-user", type=int, default=20)
-    parser.add_argument("--messages", type=int, default=5000, help="stream messages in the realm")
+    add_world_arguments(parser, "users of the clients' realm", "parked clients")
     parser.add_argument(
         "--rows", type=int, default=1_000_000, help="legacy users for the update to wrap"
     )
-    parser.add_argument("--clients", type=int, default=100, help="parked clients")
-    parser.add_argument("--recipients", type=int, default=3, help="users per notice")
     parser.add_argument("--rate", type=float, default=200.0, help="notices/s during a window")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of each window")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each mode, taking turns")
@@ -1085,17 +1083,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--check-keys", type=int, default=20, help="wrapped keys authenticated at the end"
     )
-    parser.add_argument(
-        "--amqp-base",
-        default=DEFAULT_AMQP_BASE,
-        help="RabbitMQ URL without vhost (rabbitmqctl must manage that broker)",
-    )
-    parser.add_argument("--batch", type=int, default=500, help="connections opened at once")
-    parser.add_argument("--json", action="store_true", help="JSON on stdout, the table on stderr")
-    parser.add_argument("--keep-db", action="store_true", help="keep the database, vhost and logs")
+    add_run_arguments(parser)
     args = parse_with_quick(parser, argv, QUICK)
-    if not 1 <= args.recipients <= args.clients <= args.users:
-        parser.error("need 1 <= --recipients <= --clients <= --users")
+    check_world(parser, args)
     if not 1 <= args.rows <= MAX_ROWS:
         parser.error(f"--rows must be 1 to {MAX_ROWS:,} (the key ids are L + 7 digits)")
     if min(args.rate, args.duration) <= 0 or args.warmup < 0:

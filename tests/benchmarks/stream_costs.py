@@ -1220,14 +1220,38 @@ def render(results: dict[str, Any]) -> str:
 # -- main ----------------------------------------------------------------------------
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--users", type=int, default=1000, help="users of the realm")
+def add_world_arguments(parser: argparse.ArgumentParser, users: str, clients: str) -> None:
+    """The realm and its clients, as this script and background_updates.py
+    build them (register.py's populate_domain, Readers)."""
+    parser.add_argument("--users", type=int, default=1000, help=users)
     parser.add_argument("--streams", type=int, default=200)
     parser.add_argument("--subs-per-user", type=int, default=20)
     parser.add_argument("--messages", type=int, default=5000, help="stream messages in the realm")
-    parser.add_argument("--clients", type=int, default=100, help="parked clients of phase 1")
+    parser.add_argument("--clients", type=int, default=100, help=clients)
     parser.add_argument("--recipients", type=int, default=3, help="users per notice")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The broker, connection batches and output of this script and
+    background_updates.py."""
+    parser.add_argument(
+        "--amqp-base",
+        default=DEFAULT_AMQP_BASE,
+        help="RabbitMQ URL without vhost (rabbitmqctl must manage that broker)",
+    )
+    parser.add_argument("--batch", type=int, default=500, help="connections opened at once")
+    parser.add_argument("--json", action="store_true", help="JSON on stdout, the table on stderr")
+    parser.add_argument("--keep-db", action="store_true", help="keep the database, vhost and logs")
+
+
+def check_world(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if not 1 <= args.recipients <= args.clients <= args.users:
+        parser.error("need 1 <= --recipients <= --clients <= --users")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_world_arguments(parser, "users of the realm", "parked clients of phase 1")
     parser.add_argument("--rate", type=float, default=1000.0, help="notices/s of phase 1")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds of each phase 1 run")
     parser.add_argument(
@@ -1248,17 +1272,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--recovery-events", type=int, default=2000, help="notices sent before each restart"
     )
-    parser.add_argument(
-        "--amqp-base",
-        default=DEFAULT_AMQP_BASE,
-        help="RabbitMQ URL without vhost (rabbitmqctl must manage that broker)",
-    )
-    parser.add_argument("--batch", type=int, default=500, help="connections opened at once")
-    parser.add_argument("--json", action="store_true", help="JSON on stdout, the table on stderr")
-    parser.add_argument("--keep-db", action="store_true", help="keep the database, vhost and logs")
+    add_run_arguments(parser)
     args = parse_with_quick(parser, argv, QUICK)
-    if not 1 <= args.recipients <= args.clients <= args.users:
-        parser.error("need 1 <= --recipients <= --clients <= --users")
+    check_world(parser, args)
     if args.registers > args.users:
         parser.error("--registers must not exceed --users (each register is another user)")
     if math.ceil(args.queues / args.users) > 100:
