@@ -41,6 +41,7 @@ from server.config import Settings
 from server.consumer import NoticeConsumer
 from server.db import Database, DatabaseUnavailable
 from server.deliverylog import DeliveryLog
+from server.http1 import FastHTTPServer
 from server.httpserver import EventHTTPServer, Refusals
 from server.journal import QueueJournal
 from server.longpoll import AnswerSlices, heartbeat_delay
@@ -67,6 +68,9 @@ READER_FLOOR_SECS = 10.0
 READER_FLOOR_REFRESH_SECS = 60.0
 # How long start() waits for the consumer before accepting clients anyway.
 CONSUMER_START_WAIT_SECS = 5.0
+# Connections waiting this long for a request head are closed.
+IDLE_CONNECTION_SECS = 3600.0
+LISTEN_BACKLOG = 4096
 
 
 def _runner_ended(task: asyncio.Task[bool]) -> None:
@@ -126,6 +130,7 @@ class EventServer:
         self._idle.set()
         self._gc: PeriodicCallback | None = None
         self._http: EventHTTPServer | None = None
+        self._fast: FastHTTPServer | None = None
         # Requests whose head cannot be served (too large, not HTTP) are
         # answered, counted and closed here (server/httpserver.py).
         self.refusals = Refusals(settings.max_header_bytes)
@@ -212,7 +217,7 @@ class EventServer:
                 self.settings.port if port is None else port,
                 host or self.settings.host,
                 family=socket.AF_INET,
-                backlog=4096,
+                backlog=LISTEN_BACKLOG,
             )
         except OSError as exc:
             raise StartupError(
@@ -261,14 +266,23 @@ class EventServer:
             every = min(every, self.settings.checkpoint_secs)
         self._reader = PeriodicCallback(self._say_reader_floor_soon, every * 1000)
         self._reader.start()
+        dispatcher = make_dispatcher(self)
         self._http = EventHTTPServer(
-            make_dispatcher(self),
+            dispatcher,
             # The handlers enforce their own (smaller) limits with a JSON 413;
             # this is the hard cap for a body without a Content-Length.
             max_body_size=self.settings.max_internal_request_bytes,
             refusals=self.refusals,
-            idle_connection_timeout=3600,
+            idle_connection_timeout=IDLE_CONNECTION_SECS,
         )
+        if self.settings.http_server == "eventq":
+            # eventq's connections; Tornado's server gets those they hand over.
+            self._fast = FastHTTPServer(
+                dispatcher,
+                self._http,
+                max_body_size=self.settings.max_internal_request_bytes,
+                idle_timeout=IDLE_CONNECTION_SECS,
+            )
         if self.settings.checkpoint_secs > 0:
             # Right away: the restart event pushed to restored queues is in it.
             await self.checkpoint()
@@ -277,7 +291,10 @@ class EventServer:
         if self.background is not None:
             self._background_task = asyncio.get_running_loop().create_task(self.background.run())
             self._background_task.add_done_callback(_runner_ended)
-        self._http.add_sockets(sockets)
+        if self._fast is not None:
+            await self._fast.add_sockets(sockets, LISTEN_BACKLOG)
+        else:
+            self._http.add_sockets(sockets)
         log.info(
             "listening on http://%s:%d (generation %d, %d queues)",
             host or self.settings.host,
@@ -291,6 +308,8 @@ class EventServer:
         if self.stopping:
             return
         self.stopping = True
+        if self._fast is not None:
+            self._fast.stop()
         if self._http is not None:
             self._http.stop()
         # No notice may enter a queue after it is saved: stop consuming first
@@ -323,6 +342,8 @@ class EventServer:
         self._checkpoint_floor = self.stream.position
         await self.say_reader_floor()
         await self._stop_background()
+        if self._fast is not None:
+            await self._fast.close_all_connections()
         if self._http is not None:
             await self._http.close_all_connections()
         await self.refusals.close()
@@ -855,6 +876,18 @@ class EventServer:
             )
         return report
 
+    def _http_stats(self) -> dict[str, Any]:
+        """Which HTTP server serves connections; for eventq's, how many are
+        open and how many it handed to Tornado's (server/http1.py)."""
+        fast = self._fast
+        if fast is None:
+            return {"server": "tornado"}
+        return {
+            "server": "eventq",
+            "connections": len(fast.connections),
+            "handed_off": fast.handed_off,
+        }
+
     def stats(self, user_id: int | None = None) -> dict[str, Any]:
         events, size = self.registry.held()
         body: dict[str, Any] = {
@@ -869,6 +902,7 @@ class EventServer:
             "auth_lookups": self.auth.lookups,
             "loop_lag": self.loop_lag.percentiles(),
             "poll_paths": dict(self.poll_paths),
+            "http": self._http_stats(),
             "stream": self.stream.stats(),
             "checkpoint": self.last_checkpoint,
             "db_pool": self.db.stats(),

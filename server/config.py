@@ -24,6 +24,7 @@ from queues.registry import QueueLimits
 
 _LIMITS = QueueLimits()
 EVENT_LOOPS = ("uvloop", "asyncio")
+HTTP_SERVERS = ("eventq", "tornado")
 # A shard's name goes into file names (saved queues, delivery log).
 _SHARD_NAME = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -221,6 +222,10 @@ class Settings:
     # The asyncio event loop `eventq serve` runs on: "uvloop" (libuv, the
     # default) or "asyncio" (the standard library's).
     event_loop: str = "uvloop"
+    # What serves HTTP connections: "eventq" (server/http1.py: the common
+    # requests on eventq's own connections, the others handed to Tornado's)
+    # or "tornado" (Tornado's HTTP server for every connection).
+    http_server: str = "eventq"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -258,6 +263,11 @@ class Settings:
         if event_loop not in EVENT_LOOPS:
             raise ConfigError(
                 f"EVENTQ_EVENT_LOOP must be one of {', '.join(EVENT_LOOPS)}, got {event_loop!r}"
+            )
+        http_server = env.get("EVENTQ_HTTP_SERVER", "").strip() or cls.http_server
+        if http_server not in HTTP_SERVERS:
+            raise ConfigError(
+                f"EVENTQ_HTTP_SERVER must be one of {', '.join(HTTP_SERVERS)}, got {http_server!r}"
             )
         shard = env.get("EVENTQ_SHARD", "").strip()
         if shard and not _SHARD_NAME.fullmatch(shard):
@@ -377,6 +387,7 @@ class Settings:
             log_retention_days=_integer(env, "EVENTQ_LOG_RETENTION_DAYS", 30, minimum=0),
             log_max_pending=_integer(env, "EVENTQ_LOG_MAX_PENDING", cls.log_max_pending),
             event_loop=event_loop,
+            http_server=http_server,
         )
 
     @property

@@ -187,8 +187,20 @@ class _AnsweringStream(tornado.iostream.IOStream):
     request at a time, so a new head read also means no answer is under way.
     """
 
-    def __init__(self, sock: socket.socket, refusals: Refusals, peer: str, **kwargs: Any):
+    def __init__(
+        self,
+        sock: socket.socket,
+        refusals: Refusals,
+        peer: str,
+        initial: bytes = b"",
+        **kwargs: Any,
+    ):
         super().__init__(sock, **kwargs)
+        if initial:
+            # Read before the connection was handed over (server/http1.py):
+            # what Tornado reads first.
+            self._read_buffer += initial
+            self._read_buffer_size += len(initial)
         self._refusals = refusals
         self._peer = peer
         # Whether the read in progress is a request head.
@@ -284,13 +296,23 @@ class EventHTTPServer(tornado.httpserver.HTTPServer):
     def handle_stream(self, stream: tornado.iostream.IOStream, address: Any) -> None:
         # Tornado made a plain IOStream for the new connection, which has not
         # read or registered anything yet: serve the same socket through ours.
+        self._serve(stream.socket, address, b"")
+
+    def adopt(self, sock: socket.socket, address: Any, initial: bytes) -> None:
+        """Serve a connection another server began (server/http1.py), from
+        the request that starts `initial`, the bytes it read of it."""
+        sock.setblocking(False)
+        self._serve(sock, address, initial)
+
+    def _serve(self, sock: socket.socket, address: Any, initial: bytes) -> None:
         peer = address[0] if isinstance(address, tuple) and address else str(address)
         answering = _AnsweringStream(
-            stream.socket,
+            sock,
             self.refusals,
             peer,
-            max_buffer_size=stream.max_buffer_size,
-            read_chunk_size=stream.read_chunk_size,
+            initial,
+            max_buffer_size=self.max_buffer_size,
+            read_chunk_size=self.read_chunk_size,
         )
         self._streams.add(answering)
         if self._sweep is None and self.idle_timeout is not None:

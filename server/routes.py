@@ -30,6 +30,7 @@ from server.handlers.poll import LeanPoll
 from server.handlers.register import RegisterHandler
 from server.handlers.session import DevLoginHandler, DevUsersHandler, LoginHandler, LogoutHandler
 from server.handlers.settings import ServerSettingsHandler
+from server.http1 import Exchange
 from server.interface import ServerApi
 
 
@@ -121,7 +122,7 @@ class Dispatcher(tornado.httputil.HTTPServerConnectionDelegate):
         """A `LeanPoll` for a poll of an existing queue by a user whose
         credentials are cached, of this shard, without a body; else None."""
         if start_line.method != "GET" or not isinstance(
-            conn, tornado.http1connection.HTTP1Connection
+            conn, (Exchange, tornado.http1connection.HTTP1Connection)
         ):
             return None
         path, _, query = start_line.path.partition("?")

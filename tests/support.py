@@ -194,6 +194,11 @@ class ServerProcess:
                 "EVENTQ_BACKGROUND_TASKS": "off",
             }
         )
+        # The suite runs against either HTTP server (server/http1.py; the
+        # default is the settings' own).
+        http_server = os.environ.get("EVENTQ_TEST_HTTP_SERVER")
+        if http_server:
+            env["EVENTQ_HTTP_SERVER"] = http_server
         env.update(self.extra_env)
         return env
 

@@ -2097,16 +2097,20 @@ def render_sharded(results: dict[str, Any], sharded: dict[str, Any]) -> str:
 # -- main -------------------------------------------------------------------
 
 
-def eventq_env(workdir: Path) -> dict[str, str]:
+def eventq_env(workdir: Path, http_server: str | None = None) -> dict[str, str]:
     """What the measured eventq runs with, beside ServerProcess' defaults
-    (no heartbeat during a measurement, no broker)."""
+    (no heartbeat during a measurement, no broker); `http_server` None: the
+    server's default HTTP server."""
     log_dir = workdir / "deliverylog"
     log_dir.mkdir(exist_ok=True)
-    return {
+    env = {
         "EVENTQ_LOG_DIR": str(log_dir),
         "EVENTQ_RATE_LIMIT_REQUESTS": str(RATE_LIMIT),
         "EVENTQ_AUTH_FAILURE_LIMIT": "50",  # production's
     }
+    if http_server is not None:
+        env["EVENTQ_HTTP_SERVER"] = http_server
+    return env
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -2159,6 +2163,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--py-spy-native", action="store_true", help="with --py-spy: native stacks too"
     )
     parser.add_argument("--no-uvloop", action="store_true", help="never use uvloop here")
+    parser.add_argument(
+        "--http-server",
+        choices=("eventq", "tornado"),
+        help="eventq's EVENTQ_HTTP_SERVER (default: the server's default)",
+    )
     parser.add_argument(
         "--shards",
         type=int,
@@ -2282,7 +2291,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 results["servers"]["nchan"]["warnings"] = nginx.warnings()
                 nginx.stop()
             server = ServerGroup(
-                [ServerProcess(database.url, workdir, secret, eventq_env(workdir))]
+                [
+                    ServerProcess(
+                        database.url, workdir, secret, eventq_env(workdir, args.http_server)
+                    )
+                ]
             )
             server.start()
             results["servers"]["eventq"]["pids"] = [member.pid for member in server.members]
@@ -2309,7 +2322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     secret,
                     args.shards,
                     database.realm_id,
-                    eventq_env(workdir),
+                    eventq_env(workdir, args.http_server),
                 )
                 shards.start()
                 recorder = Recorder()

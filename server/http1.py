@@ -1,0 +1,609 @@
+"""eventq's own HTTP/1.1 connections, on the event loop (issue 14).
+
+Tornado's `HTTP1Connection` and `IOStream` cost more per request than
+everything eventq does for a long poll (a coroutine per request, headers
+parsed and formatted in Python line by line, a future and a poller
+re-registration per read and write). Here a connection is an
+`asyncio.Protocol`: the loop's transport (uvloop's, in C) reads and writes,
+a request head is cut from one buffer and parsed with one regular expression
+per line, and an answer is one `transport.write`.
+
+Each request is handed to the same `HTTPServerConnectionDelegate` Tornado's
+server would use (`routes.Dispatcher`), through `Exchange`, an
+`HTTPConnection` that frames the answer as `HTTP1Connection` does: the
+lean long poll and every full handler run unchanged, with the same headers,
+keep-alive and close decisions.
+
+Only the requests everybody sends are served here: HTTP/1.1, a request line
+and headers of plain printable ASCII within the head limit, no body or a
+`Content-Length` one within the body limit, no `Transfer-Encoding`,
+`Expect` or `Upgrade`. A connection whose next request is anything else
+(a head past the limit, a head that does not parse, HTTP/1.0, a chunked
+body, ...) is handed, from that request on, to Tornado's server
+(`httpserver.EventHTTPServer.adopt`), whose answers to all of those are
+tested and stay as they are: the same socket, the bytes already read put
+back in front of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+import tornado.httputil
+import tornado.iostream
+from tornado.httputil import HTTPHeaders, RequestStartLine, ResponseStartLine
+
+from server.httpserver import IDLE_SWEEP_SECS, EventHTTPServer
+
+log = logging.getLogger("eventq.http")
+# Tornado's logger for exceptions a delegate let escape; its HTTP1Connection
+# logs them there too.
+app_log = logging.getLogger("tornado.application")
+
+_HEAD_END = b"\r\n\r\n"
+# Methods the server answers; any other goes to Tornado (which answers 405).
+_REQUEST_LINE = re.compile(rb"(GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) (/[\x21-\x7e]*) HTTP/1\.1")
+# A header of a token name and a value of printable ASCII (and tabs), the
+# whitespace around the value dropped as Tornado drops it. Obsolete line
+# folding, control characters or bytes past ASCII go to Tornado.
+_HEADER_LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([\x20-\x7e\t]*?)[ \t]*")
+_DIGITS = re.compile(r"[0-9]{1,18}")
+# A Host of unreserved characters and a port; Tornado parses the others.
+_PLAIN_HOST = re.compile(r"[A-Za-z0-9._~-]+(?::[0-9]*)?")
+# Headers whose presence sends a request to Tornado.
+_UNUSUAL = ("Transfer-Encoding", "Expect", "Upgrade")
+# A body is handed to the delegate in pieces of at most this (Tornado's).
+_CHUNK_BYTES = 65536
+# What may wait unread behind a request in progress (pipelined requests, or
+# a body beyond the current one) before the connection stops reading.
+_MAX_PENDING_BYTES = 256 * 1024
+# At shutdown, how long closing connections may take to send what they hold.
+CLOSE_WAIT_SECS = 5.0
+
+
+class _Context:
+    """What `HTTPServerRequest` reads of a connection: the peer's address."""
+
+    __slots__ = ("address", "protocol", "remote_ip")
+
+    def __init__(self, address: Any):
+        self.address = address
+        self.remote_ip = address[0] if isinstance(address, tuple) and address else ""
+        self.protocol = "http"
+
+    def __str__(self) -> str:
+        return self.remote_ip
+
+
+def _closed_future() -> asyncio.Future[None]:
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    future.set_exception(tornado.iostream.StreamClosedError())
+    future.exception()  # retrieved: nobody has to look at it
+    return future
+
+
+class Exchange(tornado.httputil.HTTPConnection):
+    """One request and its answer on an `HTTP1Protocol` connection: the
+    `HTTPConnection` its delegate writes the answer through, framed as
+    Tornado's `HTTP1Connection` frames it (chunked without a
+    Content-Length, `Connection: close` when the connection ends after it,
+    no body for HEAD, 204 and 304)."""
+
+    __slots__ = (
+        "_chunking",
+        "_close_callback",
+        "_remaining",
+        "context",
+        "delegate",
+        "disconnect",
+        "protocol",
+        "read_finished",
+        "start_line",
+        "write_finished",
+    )
+
+    def __init__(self, protocol: HTTP1Protocol, start_line: RequestStartLine, keep_alive: bool):
+        self.protocol = protocol
+        self.start_line = start_line
+        self.context = protocol.context
+        self.delegate: tornado.httputil.HTTPMessageDelegate | None = None
+        # Whether the connection closes once this answer is written.
+        self.disconnect = not keep_alive
+        self.read_finished = False
+        self.write_finished = False
+        self._chunking = False
+        self._remaining: int | None = None
+        self._close_callback: Callable[[], None] | None = None
+
+    def set_close_callback(self, callback: Callable[[], None] | None) -> None:
+        self._close_callback = callback
+
+    def connection_closed(self) -> None:
+        """The connection ended (client gone, or closed by us) before this
+        request's answer was finished."""
+        callback, self._close_callback = self._close_callback, None
+        if callback is not None:
+            callback()
+
+    def write_headers(
+        self,
+        start_line: RequestStartLine | ResponseStartLine,
+        headers: HTTPHeaders,
+        chunk: bytes | None = None,
+    ) -> asyncio.Future[None]:
+        assert isinstance(start_line, ResponseStartLine)
+        code = start_line.code
+        head_request = self.start_line.method == "HEAD"
+        self._chunking = (
+            not head_request
+            and code not in (204, 304)
+            and not 100 <= code < 200
+            and "Content-Length" not in headers
+        )
+        if self.disconnect:
+            headers["Connection"] = "close"
+        if self._chunking:
+            headers["Transfer-Encoding"] = "chunked"
+        if head_request or code == 304:
+            self._remaining = 0
+        elif "Content-Length" in headers:
+            self._remaining = int(headers["Content-Length"])
+        else:
+            self._remaining = None
+        lines = [f"HTTP/1.1 {code} {start_line.reason}"]
+        lines.extend(f"{name}: {value}" for name, value in headers.get_all())
+        text = "\r\n".join(lines)
+        # As Tornado refuses them: a CR or LF inside a header would let a
+        # value write headers (or an answer) of its own.
+        if text.count("\n") != len(lines) - 1 or text.count("\r") != len(lines) - 1:
+            raise ValueError(f"Illegal characters (CR or LF) in header: {text!r}")
+        data = text.encode("latin1") + b"\r\n\r\n"
+        if chunk:
+            data += self._frame(chunk)
+        return self.protocol.write(data)
+
+    def write(self, chunk: bytes) -> asyncio.Future[None]:
+        return self.protocol.write(self._frame(chunk))
+
+    def _frame(self, chunk: bytes) -> bytes:
+        if self._remaining is not None:
+            self._remaining -= len(chunk)
+            if self._remaining < 0:
+                self.protocol.close()
+                raise tornado.httputil.HTTPOutputError(
+                    "Tried to write more data than Content-Length"
+                )
+        if self._chunking and chunk:
+            return b"%x\r\n%s\r\n" % (len(chunk), chunk)
+        return chunk
+
+    def finish(self) -> None:
+        protocol = self.protocol
+        if self._remaining and not protocol.closed:
+            protocol.close()
+            raise tornado.httputil.HTTPOutputError(
+                f"Tried to write {self._remaining} bytes less than Content-Length"
+            )
+        if self._chunking:
+            protocol.write(b"0\r\n\r\n")
+        self.write_finished = True
+        # Answered before the body was read: closing the connection is the
+        # only way not to read the rest of it.
+        if not self.read_finished:
+            self.disconnect = True
+        self._close_callback = None
+        protocol.exchange_done(self)
+
+    def answer(self, data: bytes) -> None:
+        """Write a whole answer (head and body) made by the caller, which
+        has framed it as `write_headers` would (the lean poll's answers:
+        a Content-Length, never chunked), and finish."""
+        if self.disconnect:
+            raise AssertionError("a connection closing after the answer takes write_headers")
+        self.protocol.write(data)
+        self.write_finished = True
+        self._close_callback = None
+        self.protocol.exchange_done(self)
+
+
+class HTTP1Protocol(asyncio.Protocol):
+    """One client connection (see the module's docstring)."""
+
+    def __init__(self, server: FastHTTPServer):
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.context = _Context(None)
+        # Bytes read and not yet taken: the next request's head, a body.
+        self.buffer = bytearray()
+        # The request being served (read, answered, or both).
+        self.exchange: Exchange | None = None
+        # Bytes of the current request's body not yet taken from `buffer`.
+        self.body_left = 0
+        # Whether the connection is closed or closing; whether Tornado has it.
+        self.closed = False
+        self.handed_off = False
+        # Since when the connection has been waiting for a request head
+        # (None while a request is served).
+        self.head_since: float | None = time.monotonic()
+        self._data_waiter: asyncio.Future[None] | None = None
+        self._drain_waiters: list[asyncio.Future[None]] | None = None
+        self._reading = True
+
+    # -- asyncio's side -------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports do not derive from asyncio's classes.
+        self.transport = cast(asyncio.Transport, transport)
+        self.context = _Context(transport.get_extra_info("peername"))
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            # Every answer is written whole: Nagle's algorithm could only delay it.
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.opened(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.handed_off:
+            return
+        self.buffer += data
+        waiter = self._data_waiter
+        if waiter is not None:
+            self._data_waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+        if self.exchange is None:
+            self._next_request()
+        elif len(self.buffer) - self.body_left > _MAX_PENDING_BYTES and self._reading:
+            self._reading = False
+            self.transport.pause_reading()  # type: ignore[union-attr]
+
+    def eof_received(self) -> bool:
+        return False  # a half-closed client is a gone client: close
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.server.closed(self)
+        waiter = self._data_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        for drain in self._drain_waiters or ():
+            if not drain.done():
+                drain.set_exception(tornado.iostream.StreamClosedError())
+                drain.exception()
+        self._drain_waiters = None
+        exchange, self.exchange = self.exchange, None
+        if exchange is None or self.handed_off or exchange.write_finished:
+            return
+        if not exchange.read_finished:
+            # Still reading its request: its delegate is told, as Tornado tells it.
+            delegate = exchange.delegate
+            if delegate is not None:
+                try:
+                    delegate.on_connection_close()
+                except Exception:
+                    app_log.error("Uncaught exception", exc_info=True)
+            return
+        try:
+            exchange.connection_closed()
+        except Exception:
+            app_log.error("Uncaught exception", exc_info=True)
+
+    def pause_writing(self) -> None:
+        self._drain_waiters = []
+
+    def resume_writing(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, None
+        for waiter in waiters or ():
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # -- for Exchange -----------------------------------------------------------
+
+    def write(self, data: bytes) -> asyncio.Future[None]:
+        """Write `data`; the future is done once the transport takes more."""
+        if self.closed:
+            return _closed_future()
+        self.transport.write(data)  # type: ignore[union-attr]
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._drain_waiters is None:
+            future.set_result(None)
+        else:
+            self._drain_waiters.append(future)
+        return future
+
+    def close(self) -> None:
+        """Close once what is written has been sent."""
+        if not self.closed:
+            self.closed = True
+            self.transport.close()  # type: ignore[union-attr]
+
+    def exchange_done(self, exchange: Exchange) -> None:
+        """`exchange`'s answer is written: the connection closes or reads on."""
+        if exchange is not self.exchange or self.closed:
+            return
+        if exchange.disconnect:
+            self.close()
+            return
+        self.exchange = None
+        self.head_since = time.monotonic()
+        if not self._reading:
+            self._reading = True
+            self.transport.resume_reading()  # type: ignore[union-attr]
+        if self.buffer:
+            # A pipelined request: served from the loop, not from inside the
+            # answer to the one before.
+            asyncio.get_running_loop().call_soon(self._next_request)
+
+    # -- requests -----------------------------------------------------------------
+
+    def _next_request(self) -> None:
+        if self.exchange is not None or self.closed or self.handed_off or not self.buffer:
+            return
+        buffer = self.buffer
+        end = buffer.find(_HEAD_END)
+        limit = self.server.max_header_bytes
+        if end < 0:
+            # Tornado ends a head at a bare LF too; a head past the limit is
+            # refused. Both are Tornado's to answer.
+            if len(buffer) > limit or b"\n\n" in buffer or b"\n\r\n" in buffer:
+                self._hand_off()
+            return
+        if end + 4 > limit:
+            self._hand_off()
+            return
+        parsed = self._parse(bytes(buffer[:end]))
+        if parsed is None:
+            self._hand_off()
+            return
+        start_line, headers, length, keep_alive = parsed
+        head = bytes(buffer[: end + 4])
+        del buffer[: end + 4]
+        self._serve(head, start_line, headers, length, keep_alive)
+
+    def _parse(self, head: bytes) -> tuple[RequestStartLine, HTTPHeaders, int, bool] | None:
+        """The request in `head` (without its blank line), or None for one
+        this connection does not serve (Tornado will)."""
+        lines = head.split(b"\r\n")
+        request = _REQUEST_LINE.fullmatch(lines[0])
+        if request is None:
+            return None
+        headers = HTTPHeaders()
+        for line in lines[1:]:
+            header = _HEADER_LINE.fullmatch(line)
+            if header is None:
+                return None
+            headers.add(header[1].decode("ascii"), header[2].decode("ascii"))
+        for name in _UNUSUAL:
+            if name in headers:
+                return None
+        # Tornado refuses an HTTP/1.1 request without a Host.
+        if "Host" not in headers or not _PLAIN_HOST.fullmatch(headers["Host"]):
+            return None
+        length = 0
+        if "Content-Length" in headers:
+            value = headers["Content-Length"]
+            if not _DIGITS.fullmatch(value):
+                return None
+            length = int(value)
+            if length > self.server.max_body_size:
+                return None
+        connection = headers.get("Connection")
+        keep_alive = connection is None or connection.lower() != "close"
+        start_line = RequestStartLine(
+            request[1].decode("ascii"), request[2].decode("ascii"), "HTTP/1.1"
+        )
+        return start_line, headers, length, keep_alive
+
+    def _serve(
+        self,
+        head: bytes,
+        start_line: RequestStartLine,
+        headers: HTTPHeaders,
+        length: int,
+        keep_alive: bool,
+    ) -> None:
+        exchange = Exchange(self, start_line, keep_alive)
+        self.exchange = exchange
+        self.head_since = None
+        self.body_left = length
+        try:
+            delegate = self.server.delegate.start_request(self, exchange)
+            exchange.delegate = delegate
+            waiting = delegate.headers_received(start_line, headers)
+        except tornado.httputil.HTTPInputError:
+            # A request Tornado's parser refuses (a query of too many fields,
+            # ...), found out before anything was done for it: Tornado's
+            # server answers it, from its head on.
+            self.exchange = None
+            self.body_left = 0
+            self.buffer[:0] = head
+            self._hand_off()
+            return
+        except Exception:
+            self._uncaught(exchange)
+            return
+        if waiting is None and length == 0:
+            # The common case, without a coroutine: a GET.
+            exchange.read_finished = True
+            if not exchange.write_finished:
+                try:
+                    delegate.finish()
+                except Exception:
+                    self._uncaught(exchange)
+            return
+        asyncio.get_running_loop().create_task(self._serve_body(exchange, waiting))
+
+    async def _serve_body(self, exchange: Exchange, waiting: Awaitable[None] | None) -> None:
+        delegate = exchange.delegate
+        assert delegate is not None
+        try:
+            if waiting is not None:
+                await waiting
+            while self.body_left > 0:
+                if self.closed:
+                    return
+                if not self.buffer:
+                    waiter = asyncio.get_running_loop().create_future()
+                    self._data_waiter = waiter
+                    await waiter
+                    continue
+                take = min(len(self.buffer), self.body_left, _CHUNK_BYTES)
+                chunk = bytes(self.buffer[:take])
+                del self.buffer[:take]
+                self.body_left -= take
+                if not self._reading and len(self.buffer) - self.body_left <= _MAX_PENDING_BYTES:
+                    self._reading = True
+                    self.transport.resume_reading()  # type: ignore[union-attr]
+                if not exchange.write_finished:
+                    pending = delegate.data_received(chunk)
+                    if pending is not None:
+                        await pending
+            if self.closed and exchange.write_finished:
+                return
+            exchange.read_finished = True
+            if not exchange.write_finished:
+                delegate.finish()
+        except Exception:
+            self._uncaught(exchange)
+
+    def _uncaught(self, exchange: Exchange) -> None:
+        """A delegate raised: logged as Tornado logs it, and the connection
+        closes (its delegate told, if it was still reading)."""
+        app_log.error("Uncaught exception", exc_info=True)
+        delegate = exchange.delegate
+        if delegate is not None and not exchange.read_finished:
+            exchange.read_finished = True  # told once
+            try:
+                delegate.on_connection_close()
+            except Exception:
+                app_log.error("Uncaught exception", exc_info=True)
+        self.close()
+
+    # -- to Tornado -------------------------------------------------------------------
+
+    def _hand_off(self) -> None:
+        """Give the connection, from the request at the front of `buffer`
+        on, to Tornado's server. Waits for our last answer to be sent."""
+        transport = self.transport
+        assert transport is not None
+        if self._reading:
+            self._reading = False
+            transport.pause_reading()
+        if transport.get_write_buffer_size():
+            asyncio.get_running_loop().call_later(0.005, self._hand_off)
+            return
+        sock = transport.get_extra_info("socket")
+        if sock is None or self.closed:
+            self.close()
+            return
+        try:
+            duplicate = socket.socket(fileno=os.dup(sock.fileno()))
+        except OSError:
+            self.close()
+            return
+        self.handed_off = True
+        self.closed = True
+        self.server.closed(self)
+        data, self.buffer = bytes(self.buffer), bytearray()
+        # Our descriptor closes; the connection lives on in the duplicate.
+        transport.abort()
+        self.server.handed_off += 1
+        self.server.tornado.adopt(duplicate, self.context.address, data)
+
+
+class FastHTTPServer:
+    """Listens with `HTTP1Protocol` connections; requests are served by
+    `delegate`, connections it does not serve by `tornado` (which does not
+    listen itself)."""
+
+    def __init__(
+        self,
+        delegate: tornado.httputil.HTTPServerConnectionDelegate,
+        tornado_server: EventHTTPServer,
+        *,
+        max_body_size: int,
+        idle_timeout: float | None,
+    ):
+        self.delegate = delegate
+        self.tornado = tornado_server
+        self.max_header_bytes = tornado_server.refusals.max_header_bytes
+        self.max_body_size = max_body_size
+        self.idle_timeout = idle_timeout
+        self.connections: set[HTTP1Protocol] = set()
+        # Set while no connection is open (close_all_connections waits on it).
+        self._none_open = asyncio.Event()
+        self._none_open.set()
+        # Connections given to Tornado since start (read by tests and stats).
+        self.handed_off = 0
+        self._servers: list[asyncio.Server] = []
+        self._sweep: asyncio.TimerHandle | None = None
+
+    async def add_sockets(self, sockets: list[socket.socket], backlog: int) -> None:
+        loop = asyncio.get_running_loop()
+        for sock in sockets:
+            server = await loop.create_server(
+                lambda: HTTP1Protocol(self), sock=sock, backlog=backlog
+            )
+            self._servers.append(server)
+        if self.idle_timeout is not None and self._sweep is None:
+            self._schedule_sweep()
+
+    def _schedule_sweep(self) -> None:
+        assert self.idle_timeout is not None
+        every = min(IDLE_SWEEP_SECS, self.idle_timeout / 4)
+        self._sweep = asyncio.get_running_loop().call_later(every, self._close_idle)
+
+    def _close_idle(self) -> None:
+        """Close the connections that have waited `idle_timeout` for a
+        request head (as `EventHTTPServer.close_idle` does for its own)."""
+        timeout = self.idle_timeout
+        assert timeout is not None
+        oldest = time.monotonic() - timeout
+        idle = [
+            connection
+            for connection in self.connections
+            if (since := connection.head_since) is not None and since <= oldest
+        ]
+        for connection in idle:
+            connection.close()
+        if idle:
+            log.info("closed %d connections idle for %.0f s", len(idle), timeout)
+        self._schedule_sweep()
+
+    def stop(self) -> None:
+        """Stop accepting connections; the open ones go on."""
+        for server in self._servers:
+            server.close()
+        self._servers = []
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+
+    def opened(self, connection: HTTP1Protocol) -> None:
+        self.connections.add(connection)
+        self._none_open.clear()
+
+    def closed(self, connection: HTTP1Protocol) -> None:
+        self.connections.discard(connection)
+        if not self.connections:
+            self._none_open.set()
+
+    async def close_all_connections(self) -> None:
+        """Close every connection (what is written is sent first); those
+        that have not gone after CLOSE_WAIT_SECS are cut."""
+        for connection in list(self.connections):
+            connection.close()
+        try:
+            await asyncio.wait_for(self._none_open.wait(), CLOSE_WAIT_SECS)
+        except TimeoutError:
+            for connection in list(self.connections):
+                if connection.transport is not None:
+                    connection.transport.abort()
