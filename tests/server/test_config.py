@@ -39,6 +39,7 @@ def test_timings_accept_fractions_and_the_jitter_scales():
         ({"EVENTQ_MAX_HEADER_BYTES": "512"}, "EVENTQ_MAX_HEADER_BYTES must be >= 1024"),
         ({"EVENTQ_MAX_HEADER_BYTES": "2000000"}, "EVENTQ_MAX_HEADER_BYTES must be <= 1048576"),
         ({"EVENTQ_EVENT_LOOP": "tokio"}, "EVENTQ_EVENT_LOOP must be one of uvloop, asyncio"),
+        ({"EVENTQ_HTTP_SERVER": "nginx"}, "EVENTQ_HTTP_SERVER must be one of eventq, tornado"),
         ({"EVENTQ_BACKGROUND_TASKS": "maybe"}, "EVENTQ_BACKGROUND_TASKS must be on, off or auto"),
         ({"EVENTQ_BACKGROUND_SLEEP_MS": "-1"}, "EVENTQ_BACKGROUND_SLEEP_MS must be >= 0"),
         ({"EVENTQ_MODULES": "a.b, c d"}, "EVENTQ_MODULES must be dotted module names"),
@@ -90,6 +91,11 @@ def test_heartbeat_delays_stay_within_the_jitter():
 def test_the_event_loop_is_uvloop_unless_asyncio_is_asked_for():
     assert Settings.from_env({}).event_loop == "uvloop"
     assert Settings.from_env({"EVENTQ_EVENT_LOOP": "asyncio"}).event_loop == "asyncio"
+
+
+def test_the_http_server_is_eventq_unless_tornado_is_asked_for():
+    assert Settings.from_env({}).http_server == "eventq"
+    assert Settings.from_env({"EVENTQ_HTTP_SERVER": "tornado"}).http_server == "tornado"
 
 
 def test_background_tasks_run_on_a_lone_server_or_the_shard_the_config_names(tmp_path):
