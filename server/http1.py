@@ -208,14 +208,32 @@ class Exchange(tornado.httputil.HTTPConnection):
         a Content-Length, never chunked), and finish."""
         if self.disconnect:
             raise AssertionError("a connection closing after the answer takes write_headers")
-        self.protocol.write(data)
+        protocol = self.protocol
+        if not protocol.closed:
+            protocol.transport.write(data)  # type: ignore[union-attr]
         self.write_finished = True
         self._close_callback = None
-        self.protocol.exchange_done(self)
+        protocol.exchange_done(self)
 
 
 class HTTP1Protocol(asyncio.Protocol):
     """One client connection (see the module's docstring)."""
+
+    # Thousands are parked at once: no __dict__ each.
+    __slots__ = (
+        "_data_waiter",
+        "_drain_waiters",
+        "_reading",
+        "body_left",
+        "buffer",
+        "closed",
+        "context",
+        "exchange",
+        "handed_off",
+        "head_since",
+        "server",
+        "transport",
+    )
 
     def __init__(self, server: FastHTTPServer):
         self.server = server
@@ -365,7 +383,12 @@ class HTTP1Protocol(asyncio.Protocol):
             return
         start_line, headers, length, keep_alive = parsed
         head = bytes(buffer[: end + 4])
-        del buffer[: end + 4]
+        if len(buffer) == end + 4:
+            # A bytearray keeps its size after a deletion: a parked
+            # connection keeps an empty one.
+            self.buffer = bytearray()
+        else:
+            del buffer[: end + 4]
         self._serve(head, start_line, headers, length, keep_alive)
 
     def _parse(self, head: bytes) -> tuple[RequestStartLine, HTTPHeaders, int, bool] | None:
