@@ -886,6 +886,7 @@ class EventServer:
             "server": "eventq",
             "connections": len(fast.connections),
             "handed_off": fast.handed_off,
+            "write_buffer_bytes": fast.write_buffered(),
         }
 
     def stats(self, user_id: int | None = None) -> dict[str, Any]:

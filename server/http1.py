@@ -103,6 +103,7 @@ class Exchange(tornado.httputil.HTTPConnection):
         "_remaining",
         "context",
         "delegate",
+        "delegate_done",
         "disconnect",
         "protocol",
         "read_finished",
@@ -119,6 +120,9 @@ class Exchange(tornado.httputil.HTTPConnection):
         self.disconnect = not keep_alive
         self.read_finished = False
         self.write_finished = False
+        # Whether the delegate has been finished, or told the connection
+        # closed: it hears of the connection no more.
+        self.delegate_done = False
         self._chunking = False
         self._remaining: int | None = None
         self._close_callback: Callable[[], None] | None = None
@@ -158,14 +162,20 @@ class Exchange(tornado.httputil.HTTPConnection):
             self._remaining = int(headers["Content-Length"])
         else:
             self._remaining = None
-        lines = [f"HTTP/1.1 {code} {start_line.reason}"]
-        lines.extend(f"{name}: {value}" for name, value in headers.get_all())
-        text = "\r\n".join(lines)
+        status = f"HTTP/1.1 {code} {start_line.reason}"
+        lines = [f"{name}: {value}" for name, value in headers.get_all()]
+        text = "".join(f"\r\n{line}" for line in lines)
         # As Tornado refuses them: a CR or LF inside a header would let a
         # value write headers (or an answer) of its own.
-        if text.count("\n") != len(lines) - 1 or text.count("\r") != len(lines) - 1:
-            raise ValueError(f"Illegal characters (CR or LF) in header: {text!r}")
-        data = text.encode("latin1") + b"\r\n\r\n"
+        if (
+            text.count("\n") != len(lines)
+            or text.count("\r") != len(lines)
+            or "\r" in status
+            or "\n" in status
+        ):
+            raise ValueError(f"Illegal characters (CR or LF) in header: {status + text!r}")
+        # The status line in UTF-8, the headers in Latin-1, as Tornado writes them.
+        data = status.encode() + text.encode("latin1") + b"\r\n\r\n"
         if chunk:
             data += self._frame(chunk)
         return self.protocol.write(data)
@@ -223,6 +233,7 @@ class HTTP1Protocol(asyncio.Protocol):
     __slots__ = (
         "_data_waiter",
         "_drain_waiters",
+        "_handoff_pending",
         "_reading",
         "body_left",
         "buffer",
@@ -252,7 +263,11 @@ class HTTP1Protocol(asyncio.Protocol):
         # (None while a request is served).
         self.head_since: float | None = time.monotonic()
         self._data_waiter: asyncio.Future[None] | None = None
+        # Futures of writes made while the transport's buffer is full; None
+        # while it takes more.
         self._drain_waiters: list[asyncio.Future[None]] | None = None
+        # A handoff waiting for our last answer to leave the buffer.
+        self._handoff_pending = False
         self._reading = True
 
     # -- asyncio's side -------------------------------------------------------
@@ -279,9 +294,8 @@ class HTTP1Protocol(asyncio.Protocol):
                 waiter.set_result(None)
         if self.exchange is None:
             self._next_request()
-        elif len(self.buffer) - self.body_left > _MAX_PENDING_BYTES and self._reading:
-            self._reading = False
-            self.transport.pause_reading()  # type: ignore[union-attr]
+        elif len(self.buffer) - self.body_left > _MAX_PENDING_BYTES:
+            self._pause_reading()
 
     def eof_received(self) -> bool:
         return False  # a half-closed client is a gone client: close
@@ -300,8 +314,9 @@ class HTTP1Protocol(asyncio.Protocol):
         exchange, self.exchange = self.exchange, None
         if exchange is None or self.handed_off or exchange.write_finished:
             return
-        if not exchange.read_finished:
+        if not exchange.delegate_done:
             # Still reading its request: its delegate is told, as Tornado tells it.
+            exchange.delegate_done = True
             delegate = exchange.delegate
             if delegate is not None:
                 try:
@@ -322,6 +337,23 @@ class HTTP1Protocol(asyncio.Protocol):
         for waiter in waiters or ():
             if not waiter.done():
                 waiter.set_result(None)
+        if self._handoff_pending:
+            self._handoff_pending = False
+            self._hand_off()
+        elif self.exchange is None and not self.closed:
+            # The next request waited for the answers before it to leave.
+            self._resume_reading()
+            self._next_request()
+
+    def _pause_reading(self) -> None:
+        if self._reading:
+            self._reading = False
+            self.transport.pause_reading()  # type: ignore[union-attr]
+
+    def _resume_reading(self) -> None:
+        if not self._reading:
+            self._reading = True
+            self.transport.resume_reading()  # type: ignore[union-attr]
 
     # -- for Exchange -----------------------------------------------------------
 
@@ -352,9 +384,13 @@ class HTTP1Protocol(asyncio.Protocol):
             return
         self.exchange = None
         self.head_since = time.monotonic()
-        if not self._reading:
-            self._reading = True
-            self.transport.resume_reading()  # type: ignore[union-attr]
+        if self._drain_waiters is not None:
+            # The client is not reading its answers: read no more requests
+            # until they have left (resume_writing), as Tornado reads the
+            # next request once the answer is written.
+            self._pause_reading()
+            return
+        self._resume_reading()
         if self.buffer:
             # A pipelined request: served from the loop, not from inside the
             # answer to the one before.
@@ -364,6 +400,9 @@ class HTTP1Protocol(asyncio.Protocol):
 
     def _next_request(self) -> None:
         if self.exchange is not None or self.closed or self.handed_off or not self.buffer:
+            return
+        if self._drain_waiters is not None:
+            self._pause_reading()  # resume_writing serves it
             return
         buffer = self.buffer
         end = buffer.find(_HEAD_END)
@@ -461,6 +500,8 @@ class HTTP1Protocol(asyncio.Protocol):
                     delegate.finish()
                 except Exception:
                     self._uncaught(exchange)
+                    return
+            exchange.delegate_done = True
             return
         asyncio.get_running_loop().create_task(self._serve_body(exchange, waiting))
 
@@ -482,18 +523,18 @@ class HTTP1Protocol(asyncio.Protocol):
                 chunk = bytes(self.buffer[:take])
                 del self.buffer[:take]
                 self.body_left -= take
-                if not self._reading and len(self.buffer) - self.body_left <= _MAX_PENDING_BYTES:
-                    self._reading = True
-                    self.transport.resume_reading()  # type: ignore[union-attr]
+                if len(self.buffer) - self.body_left <= _MAX_PENDING_BYTES:
+                    self._resume_reading()
                 if not exchange.write_finished:
                     pending = delegate.data_received(chunk)
                     if pending is not None:
                         await pending
-            if self.closed and exchange.write_finished:
-                return
+            if self.closed:
+                return  # the delegate was told (connection_lost), or has answered
             exchange.read_finished = True
             if not exchange.write_finished:
                 delegate.finish()
+            exchange.delegate_done = True
         except Exception:
             self._uncaught(exchange)
 
@@ -501,9 +542,10 @@ class HTTP1Protocol(asyncio.Protocol):
         """A delegate raised: logged as Tornado logs it, and the connection
         closes (its delegate told, if it was still reading)."""
         app_log.error("Uncaught exception", exc_info=True)
+        exchange.set_close_callback(None)
         delegate = exchange.delegate
-        if delegate is not None and not exchange.read_finished:
-            exchange.read_finished = True  # told once
+        if delegate is not None and not exchange.delegate_done:
+            exchange.delegate_done = True
             try:
                 delegate.on_connection_close()
             except Exception:
@@ -517,11 +559,12 @@ class HTTP1Protocol(asyncio.Protocol):
         on, to Tornado's server. Waits for our last answer to be sent."""
         transport = self.transport
         assert transport is not None
-        if self._reading:
-            self._reading = False
-            transport.pause_reading()
-        if transport.get_write_buffer_size():
-            asyncio.get_running_loop().call_later(0.005, self._hand_off)
+        self._pause_reading()
+        if transport.get_write_buffer_size() and not self.closed:
+            # Once the buffer is empty (resume_writing; connection_lost if
+            # the client goes first).
+            self._handoff_pending = True
+            transport.set_write_buffer_limits(high=0)
             return
         sock = transport.get_extra_info("socket")
         if sock is None or self.closed:
@@ -609,6 +652,14 @@ class FastHTTPServer:
         if self._sweep is not None:
             self._sweep.cancel()
             self._sweep = None
+
+    def write_buffered(self) -> int:
+        """Bytes written and not yet taken by the kernel, on all connections."""
+        return sum(
+            connection.transport.get_write_buffer_size()
+            for connection in self.connections
+            if connection.transport is not None and not connection.closed
+        )
 
     def opened(self, connection: HTTP1Protocol) -> None:
         self.connections.add(connection)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import time
 
 import pytest
 
@@ -28,10 +29,15 @@ def plus(count: int | None, more: int) -> int | None:
 
 
 class Wire:
-    """A raw keep-alive connection, reading answers by their framing."""
+    """A raw keep-alive connection, reading answers by their framing.
+    `receive_buffer`: SO_RCVBUF, small for a client slow to read."""
 
-    def __init__(self, port: int):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    def __init__(self, port: int, receive_buffer: int | None = None):
+        self.sock = socket.socket()
+        if receive_buffer is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        self.sock.settimeout(10)
+        self.sock.connect(("127.0.0.1", port))
         self.data = b""
 
     def send(self, data: bytes) -> None:
@@ -81,8 +87,8 @@ class Wire:
 def wire(server):
     opened: list[Wire] = []
 
-    def make() -> Wire:
-        opened.append(Wire(server.port))
+    def make(receive_buffer: int | None = None) -> Wire:
+        opened.append(Wire(server.port, receive_buffer))
         return opened[-1]
 
     yield make
@@ -266,3 +272,73 @@ def test_a_client_leaving_mid_body_or_mid_poll_leaves_the_server_serving(api, se
     third = wire()
     third.send(_get("/api/v1/server_settings"))
     assert third.answer()[0] == 200
+
+
+_OPENAPI = _get("/api/v1/openapi.json")  # a large answer (about 100 KB)
+
+
+def _write_buffered(server) -> int | None:
+    http = server.stats()["http"]
+    return http.get("write_buffer_bytes")
+
+
+def _never_above(server, limit: int, secs: float) -> int:
+    """The most the server held unsent over `secs` (checked ten times a second)."""
+    most = 0
+    deadline = time.monotonic() + secs
+    while time.monotonic() < deadline:
+        most = max(most, _write_buffered(server) or 0)
+        assert most <= limit, f"{most} bytes of answers held for a client not reading"
+        time.sleep(0.1)
+    return most
+
+
+def test_a_client_not_reading_its_answers_is_not_read_either(server, wire):
+    """As Tornado reads a connection's next request once the answer before
+    it is written: 400 pipelined requests for large answers, none read, do
+    not put 40 MB of answers in the server's memory."""
+    conn = wire(receive_buffer=4096)
+    conn.send(_OPENAPI * 400)
+    if _write_buffered(server) is not None:
+        wait_for(lambda: _write_buffered(server), what="answers waiting for the client")
+        _never_above(server, 4 * 1024 * 1024, 2.0)
+    for _ in range(400):
+        status, _, body = conn.answer()
+        assert status == 200
+        assert json.loads(body)["openapi"]
+
+
+def _wakeups(pid: int) -> int:
+    """Times the server's main thread went to sleep (its loop waiting)."""
+    with open(f"/proc/{pid}/task/{pid}/status") as status:
+        for line in status:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches")
+
+
+def test_a_handoff_waits_for_unread_answers_without_polling(server, wire):
+    """A request for Tornado's server (HTTP/1.0) behind answers the client
+    has not read yet is handed over once they have left, and the server's
+    loop sleeps meanwhile; the client then gets every answer."""
+    before = handed_off(server)
+    pid = server.proc.pid
+    start = _wakeups(pid)
+    time.sleep(2.0)  # the loop's wake-ups when idle: the comparison
+    idle = _wakeups(pid) - start
+    conns = [wire(receive_buffer=4096) for _ in range(4)]
+    for conn in conns:
+        conn.send(_OPENAPI * 64 + b"GET /api/v1/server_settings HTTP/1.0\r\n\r\n")
+    if before is not None:
+        wait_for(lambda: _write_buffered(server), what="answers waiting for the clients")
+    start = _wakeups(pid)
+    time.sleep(2.0)
+    waiting = _wakeups(pid) - start
+    assert waiting < 2 * idle + 100, f"{waiting} loop wake-ups in 2 s ({idle} when idle)"
+    for conn in conns:
+        for _ in range(64):
+            assert conn.answer()[0] == 200
+        status, _, body = conn.answer()
+        assert (status, json.loads(body)["result"]) == (200, "success")
+        assert conn.closed()  # HTTP/1.0 without keep-alive
+    assert handed_off(server) == plus(before, 4)
