@@ -108,6 +108,18 @@ def _get(path: str, auth: str = "", extra: str = "") -> bytes:
     return (lines + extra + "\r\n").encode()
 
 
+def _registered_then_parked(conn: Wire, server, client, auth: str) -> None:
+    """Read the answer to a register sent on `conn`, park a poll of the new
+    queue on it, and see it answered with an event."""
+    status, _, answer = conn.answer()
+    assert status == 200, answer
+    queue_id = json.loads(answer)["queue_id"]
+    conn.send(_get(f"/api/v1/events?queue_id={queue_id}&last_event_id=-1", auth))
+    server.wait_parked(client.user.user_id, queue_id)
+    server.notify({"type": "test"}, [client.user.user_id])
+    assert json.loads(conn.answer()[2])["events"] == [{"type": "test", "id": 0}]
+
+
 def test_pipelined_requests_are_answered_in_order_on_one_connection(api, server, wire):
     client = api()
     queue_id = client.register()["queue_id"]
@@ -151,14 +163,7 @@ def test_a_post_body_is_read_and_a_parked_poll_is_answered_on_its_connection(api
         + b"\r\n\r\n"
     )
     conn.send(body)  # the body after the head, as a second segment
-    status, _, answer = conn.answer()
-    assert status == 200, answer
-    queue_id = json.loads(answer)["queue_id"]
-    conn.send(_get(f"/api/v1/events?queue_id={queue_id}&last_event_id=-1", auth))
-    server.wait_parked(client.user.user_id, queue_id)
-    server.notify({"type": "test"}, [client.user.user_id])
-    status, _, answer = conn.answer()
-    assert json.loads(answer)["events"] == [{"type": "test", "id": 0}]
+    _registered_then_parked(conn, server, client, auth)
 
 
 def test_head_and_connection_close(server, wire):
@@ -237,14 +242,8 @@ def test_a_chunked_body_is_served_by_tornado_on_the_same_connection(api, server,
         + b"Transfer-Encoding: chunked\r\n\r\n"
         + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
     )
-    status, _, answer = conn.answer()
-    assert status == 200, answer
-    queue_id = json.loads(answer)["queue_id"]
     # Tornado keeps serving the connection: a poll on it is answered.
-    conn.send(_get(f"/api/v1/events?queue_id={queue_id}&last_event_id=-1", auth))
-    server.wait_parked(client.user.user_id, queue_id)
-    server.notify({"type": "test"}, [client.user.user_id])
-    assert json.loads(conn.answer()[2])["events"] == [{"type": "test", "id": 0}]
+    _registered_then_parked(conn, server, client, auth)
     assert handed_off(server) == plus(before, 1)
 
 
