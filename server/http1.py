@@ -41,7 +41,7 @@ import tornado.httputil
 import tornado.iostream
 from tornado.httputil import HTTPHeaders, RequestStartLine, ResponseStartLine
 
-from server.httpserver import IDLE_SWEEP_SECS, EventHTTPServer
+from server.httpserver import IDLE_SWEEP_SECS, EventHTTPServer, close_idle
 
 log = logging.getLogger("eventq.http")
 # Tornado's logger for exceptions a delegate let escape; its HTTP1Connection
@@ -56,8 +56,11 @@ _REQUEST_LINE = re.compile(rb"(GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) (/[\x21-\
 # folding, control characters or bytes past ASCII go to Tornado.
 _HEADER_LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([\x20-\x7e\t]*?)[ \t]*")
 _DIGITS = re.compile(r"[0-9]{1,18}")
-# A Host of unreserved characters and a port; Tornado parses the others.
-_PLAIN_HOST = re.compile(r"[A-Za-z0-9._~-]+(?::[0-9]*)?")
+# A Host header Tornado's request parser certainly accepts (a name or IPv4
+# address of unreserved characters, and a port); a request with any other is
+# left to Tornado's parser (here: the connection is handed over; in
+# routes.Dispatcher: the full handlers), which answers 400 for those it refuses.
+PLAIN_HOST = re.compile(r"[A-Za-z0-9._~-]+(?::[0-9]*)?")
 # Headers whose presence sends a request to Tornado.
 _UNUSUAL = ("Transfer-Encoding", "Expect", "Upgrade")
 # A body is handed to the delegate in pieces of at most this (Tornado's).
@@ -447,7 +450,7 @@ class HTTP1Protocol(asyncio.Protocol):
             if name in headers:
                 return None
         # Tornado refuses an HTTP/1.1 request without a Host.
-        if "Host" not in headers or not _PLAIN_HOST.fullmatch(headers["Host"]):
+        if "Host" not in headers or not PLAIN_HOST.fullmatch(headers["Host"]):
             return None
         length = 0
         if "Content-Length" in headers:
@@ -630,18 +633,8 @@ class FastHTTPServer:
     def _close_idle(self) -> None:
         """Close the connections that have waited `idle_timeout` for a
         request head (as `EventHTTPServer.close_idle` does for its own)."""
-        timeout = self.idle_timeout
-        assert timeout is not None
-        oldest = time.monotonic() - timeout
-        idle = [
-            connection
-            for connection in self.connections
-            if (since := connection.head_since) is not None and since <= oldest
-        ]
-        for connection in idle:
-            connection.close()
-        if idle:
-            log.info("closed %d connections idle for %.0f s", len(idle), timeout)
+        assert self.idle_timeout is not None
+        close_idle(list(self.connections), lambda each: each.head_since, self.idle_timeout)
         self._schedule_sweep()
 
     def stop(self) -> None:

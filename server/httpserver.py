@@ -31,8 +31,8 @@ import logging
 import socket
 import time
 import weakref
-from collections.abc import Awaitable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Protocol, TypeVar
 
 import orjson
 import tornado.httpserver
@@ -174,6 +174,31 @@ async def _linger(sock: socket.socket, answer: bytes | None) -> None:
         pass  # the client went away, or kept sending: nothing more to tell it
     finally:
         sock.close()
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+_C = TypeVar("_C", bound=_Closable)
+
+
+def close_idle(
+    connections: Iterable[_C], waiting_since: Callable[[_C], float | None], timeout: float
+) -> None:
+    """Close the `connections` that have waited `timeout` or longer for a
+    request head (`waiting_since`: since when, None while a request is
+    served), and say how many."""
+    oldest = time.monotonic() - timeout
+    idle = [
+        each
+        for each in connections
+        if (since := waiting_since(each)) is not None and since <= oldest
+    ]
+    for each in idle:
+        each.close()
+    if idle:
+        log.info("closed %d connections idle for %.0f s", len(idle), timeout)
 
 
 class _AnsweringStream(tornado.iostream.IOStream):
@@ -325,19 +350,10 @@ class EventHTTPServer(tornado.httpserver.HTTPServer):
     def close_idle(self) -> None:
         """Close the connections that have waited `idle_timeout` for a request
         head (keep-alive connections nobody uses, heads sent too slowly)."""
-        timeout = self.idle_timeout
-        if timeout is None:
-            return
-        oldest = time.monotonic() - timeout
-        idle = [
-            stream
-            for stream in list(self._streams)
-            if (since := stream.waiting_for_head_since()) is not None and since <= oldest
-        ]
-        for stream in idle:
-            stream.close()
-        if idle:
-            log.info("closed %d connections idle for %.0f s", len(idle), timeout)
+        if self.idle_timeout is not None:
+            close_idle(
+                list(self._streams), lambda each: each.waiting_for_head_since(), self.idle_timeout
+            )
 
     def stop(self) -> None:
         if self._sweep is not None:

@@ -4,7 +4,6 @@ the browser's pages and static files (server/handlers/pages.py)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable
 
 import tornado.escape
@@ -30,7 +29,7 @@ from server.handlers.poll import LeanPoll
 from server.handlers.register import RegisterHandler
 from server.handlers.session import DevLoginHandler, DevUsersHandler, LoginHandler, LogoutHandler
 from server.handlers.settings import ServerSettingsHandler
-from server.http1 import Exchange
+from server.http1 import PLAIN_HOST, Exchange
 from server.interface import ServerApi
 
 
@@ -86,10 +85,6 @@ def make_application(server: ServerApi) -> tornado.web.Application:
 
 # The long poll's paths, and whether each allows cross-origin API clients.
 _POLL_PATHS = {"/api/v1/events": True, "/json/events": False}
-# A Host header Tornado's request parser certainly accepts (a name or IPv4
-# address of unreserved characters, and a port); any other goes to the full
-# path, whose parser answers 400 for the ones it refuses.
-_PLAIN_HOST = re.compile(r"[A-Za-z0-9._~-]+(?::[0-9]*)?")
 # Tornado refuses a query string of more than 1,000 fields; the lean path
 # takes only those well below it.
 _MAX_QUERY_SEPARATORS = 100
@@ -133,7 +128,7 @@ class Dispatcher(tornado.httputil.HTTPServerConnectionDelegate):
             or server.stopping
             or start_line.version != "HTTP/1.1"
             or "Host" not in headers
-            or not _PLAIN_HOST.fullmatch(headers["Host"])
+            or not PLAIN_HOST.fullmatch(headers["Host"])
             or query.count("&") > _MAX_QUERY_SEPARATORS
             or "Authorization" not in headers
             or "Content-Length" in headers

@@ -46,15 +46,31 @@ log = logging.getLogger("eventq.events")
 # Tornado's logger for uncaught exceptions, as a RequestHandler logs them.
 app_log = logging.getLogger("tornado.application")
 
-_SERVER = f"TornadoServer/{tornado.version}"
-# An answer's head as `_write` sends it through write_headers, for
-# `Exchange.answer`: status, reason, date, the CORS line, the body's length.
-_HEAD = (
-    b"HTTP/1.1 %d %s\r\nServer: " + _SERVER.encode("ascii") + b"\r\n"
-    b"Content-Type: application/json\r\nDate: %s\r\nVary: Accept-Language, Cookie\r\n"
-    b"Cache-Control: no-store\r\n%sContent-Length: %d\r\n\r\n"
+# An answer's headers, as `handlers.base.BaseHandler` sends them: those
+# before the Date, the Date, those after it, the CORS header for /api/ paths,
+# then the extra ones and the Content-Length.
+_BEFORE_DATE = (
+    ("Server", f"TornadoServer/{tornado.version}"),
+    ("Content-Type", "application/json"),
 )
-_ANY_ORIGIN = b"Access-Control-Allow-Origin: *\r\n"
+_AFTER_DATE = (("Vary", "Accept-Language, Cookie"), ("Cache-Control", "no-store"))
+_ANY_ORIGIN = ("Access-Control-Allow-Origin", "*")
+
+
+def _lines(headers: tuple[tuple[str, str], ...]) -> bytes:
+    return b"".join(f"{name}: {value}\r\n".encode("ascii") for name, value in headers)
+
+
+# The same head as bytes with room for status, reason, date, the CORS line
+# and the body's length, for `Exchange.answer`.
+_HEAD = (
+    b"HTTP/1.1 %d %s\r\n"
+    + _lines(_BEFORE_DATE)
+    + b"Date: %s\r\n"
+    + _lines(_AFTER_DATE)
+    + b"%sContent-Length: %d\r\n\r\n"
+)
+_ANY_ORIGIN_LINE = _lines((_ANY_ORIGIN,))
 _REASONS = {code: reason.encode("ascii") for code, reason in http.client.responses.items()}
 _INTERNAL_ERROR = b'{"result":"error","msg":"Internal server error","code":"INTERNAL_ERROR"}'
 
@@ -346,20 +362,17 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
                     status,
                     _REASONS.get(status, b"Unknown"),
                     date.encode("ascii"),
-                    _ANY_ORIGIN if self.api else b"",
+                    _ANY_ORIGIN_LINE if self.api else b"",
                     len(body),
                 )
                 + body
             )
         else:
             headers = tornado.httputil.HTTPHeaders()
-            headers["Server"] = _SERVER
-            headers["Content-Type"] = "application/json"
-            headers["Date"] = date
-            headers["Vary"] = "Accept-Language, Cookie"
-            headers["Cache-Control"] = "no-store"
+            for name, value in (*_BEFORE_DATE, ("Date", date), *_AFTER_DATE):
+                headers[name] = value
             if self.api:
-                headers["Access-Control-Allow-Origin"] = "*"
+                headers[_ANY_ORIGIN[0]] = _ANY_ORIGIN[1]
             if extra:
                 for name, value in extra.items():
                     headers[name] = value
