@@ -278,7 +278,8 @@ class EventServer:
         if self.settings.http_server == "eventq":
             # eventq's connections; Tornado's server gets those they hand over.
             self._fast = FastHTTPServer(
-                dispatcher,
+                dispatcher.application,
+                dispatcher.lean_poll,
                 self._http,
                 max_body_size=self.settings.max_internal_request_bytes,
                 idle_timeout=IDLE_CONNECTION_SECS,

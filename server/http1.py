@@ -50,19 +50,34 @@ app_log = logging.getLogger("tornado.application")
 
 _HEAD_END = b"\r\n\r\n"
 # Methods the server answers; any other goes to Tornado (which answers 405).
-_REQUEST_LINE = re.compile(rb"(GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) (/[\x21-\x7e]*) HTTP/1\.1")
-# A header of a token name and a value of printable ASCII (and tabs), the
-# whitespace around the value dropped as Tornado drops it. Obsolete line
-# folding, control characters or bytes past ASCII go to Tornado.
-_HEADER_LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([\x20-\x7e\t]*?)[ \t]*")
+_REQUEST_LINE = re.compile(r"(GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) (/[\x21-\x7e]*) HTTP/1\.1")
+# The header lines after it: each a token name and a value of printable ASCII
+# (and tabs). Obsolete line folding, control characters or bytes past ASCII
+# go to Tornado. `_HEADER_LINES` checks them all at once, `_HEADER` takes each
+# apart, the whitespace around the value dropped as Tornado drops it.
+_NAME = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_HEADER_LINES = re.compile(rf"(?:\r\n{_NAME}:[\x20-\x7e\t]*)*")
+_HEADER = re.compile(rf"\r\n({_NAME}):[ \t]*([\x20-\x7e\t]*?)[ \t]*(?=\r|\Z)")
 _DIGITS = re.compile(r"[0-9]{1,18}")
 # A Host header Tornado's request parser certainly accepts (a name or IPv4
 # address of unreserved characters, and a port); a request with any other is
 # left to Tornado's parser (here: the connection is handed over; in
 # routes.Dispatcher: the full handlers), which answers 400 for those it refuses.
 PLAIN_HOST = re.compile(r"[A-Za-z0-9._~-]+(?::[0-9]*)?")
-# Headers whose presence sends a request to Tornado.
-_UNUSUAL = ("Transfer-Encoding", "Expect", "Upgrade")
+# Headers whose presence sends a request to Tornado (names in lower case).
+_UNUSUAL = ("transfer-encoding", "expect", "upgrade")
+# A request head taken apart: its start line, its headers by lower-case name
+# (a repeated one's values joined by commas, as HTTPHeaders joins them), its
+# header lines as sent, its body's length and whether the connection stays open.
+Parsed = tuple[RequestStartLine, dict[str, str], list[tuple[str, str]], int, bool]
+# What serves the requests it takes without HTTPHeaders or routing (the long
+# poll's common case, `routes.Dispatcher.lean_poll`): given a request's start
+# line, headers by lower-case name and its Exchange, a delegate to finish at
+# once, or None for the full delegate.
+LeanPath = Callable[
+    [RequestStartLine, dict[str, str], "Exchange"],
+    tornado.httputil.HTTPMessageDelegate | None,
+]
 # A body is handed to the delegate in pieces of at most this (Tornado's).
 _CHUNK_BYTES = 65536
 # What may wait unread behind a request in progress (pipelined requests, or
@@ -423,7 +438,6 @@ class HTTP1Protocol(asyncio.Protocol):
         if parsed is None:
             self._hand_off()
             return
-        start_line, headers, length, keep_alive = parsed
         head = bytes(buffer[: end + 4])
         if len(buffer) == end + 4:
             # A bytearray keeps its size after a deletion: a parked
@@ -431,47 +445,52 @@ class HTTP1Protocol(asyncio.Protocol):
             self.buffer = bytearray()
         else:
             del buffer[: end + 4]
-        self._serve(head, start_line, headers, length, keep_alive)
+        self._serve(head, *parsed)
 
-    def _parse(self, head: bytes) -> tuple[RequestStartLine, HTTPHeaders, int, bool] | None:
+    def _parse(self, head: bytes) -> Parsed | None:
         """The request in `head` (without its blank line), or None for one
         this connection does not serve (Tornado will)."""
-        lines = head.split(b"\r\n")
-        request = _REQUEST_LINE.fullmatch(lines[0])
-        if request is None:
+        try:
+            text = head.decode("ascii")
+        except UnicodeDecodeError:
             return None
-        headers = HTTPHeaders()
-        for line in lines[1:]:
-            header = _HEADER_LINE.fullmatch(line)
-            if header is None:
-                return None
-            headers.add(header[1].decode("ascii"), header[2].decode("ascii"))
+        request = _REQUEST_LINE.match(text)
+        if request is None or not _HEADER_LINES.fullmatch(text, request.end()):
+            return None
+        lines = _HEADER.findall(text, request.end())
+        fields = {name.lower(): value for name, value in lines}
+        if len(fields) != len(lines):
+            # A name given twice: its values joined, as HTTPHeaders joins them.
+            fields = {}
+            for name, value in lines:
+                key = name.lower()
+                fields[key] = f"{fields[key]},{value}" if key in fields else value
         for name in _UNUSUAL:
-            if name in headers:
+            if name in fields:
                 return None
         # Tornado refuses an HTTP/1.1 request without a Host.
-        if "Host" not in headers or not PLAIN_HOST.fullmatch(headers["Host"]):
+        host = fields.get("host")
+        if host is None or not PLAIN_HOST.fullmatch(host):
             return None
         length = 0
-        if "Content-Length" in headers:
-            value = headers["Content-Length"]
+        value = fields.get("content-length")
+        if value is not None:
             if not _DIGITS.fullmatch(value):
                 return None
             length = int(value)
             if length > self.server.max_body_size:
                 return None
-        connection = headers.get("Connection")
+        connection = fields.get("connection")
         keep_alive = connection is None or connection.lower() != "close"
-        start_line = RequestStartLine(
-            request[1].decode("ascii"), request[2].decode("ascii"), "HTTP/1.1"
-        )
-        return start_line, headers, length, keep_alive
+        start_line = RequestStartLine(request[1], request[2], "HTTP/1.1")
+        return start_line, fields, lines, length, keep_alive
 
     def _serve(
         self,
         head: bytes,
         start_line: RequestStartLine,
-        headers: HTTPHeaders,
+        fields: dict[str, str],
+        lines: list[tuple[str, str]],
         length: int,
         keep_alive: bool,
     ) -> None:
@@ -479,10 +498,20 @@ class HTTP1Protocol(asyncio.Protocol):
         self.exchange = exchange
         self.head_since = None
         self.body_left = length
+        server = self.server
         try:
-            delegate = self.server.delegate.start_request(self, exchange)
-            exchange.delegate = delegate
-            waiting = delegate.headers_received(start_line, headers)
+            # The long poll's common case, without HTTPHeaders or routing.
+            lean = server.lean(start_line, fields, exchange) if length == 0 else None
+            if lean is not None:
+                exchange.delegate = delegate = lean
+                waiting = None
+            else:
+                headers = HTTPHeaders()
+                for name, value in lines:
+                    headers.add(name, value)
+                delegate = server.delegate.start_request(self, exchange)
+                exchange.delegate = delegate
+                waiting = delegate.headers_received(start_line, headers)
         except tornado.httputil.HTTPInputError:
             # A request Tornado's parser refuses (a query of too many fields,
             # ...), found out before anything was done for it: Tornado's
@@ -590,18 +619,20 @@ class HTTP1Protocol(asyncio.Protocol):
 
 class FastHTTPServer:
     """Listens with `HTTP1Protocol` connections; requests are served by
-    `delegate`, connections it does not serve by `tornado` (which does not
-    listen itself)."""
+    `lean` when it takes them, else by `delegate`; connections it does not
+    serve, by `tornado` (which does not listen itself)."""
 
     def __init__(
         self,
         delegate: tornado.httputil.HTTPServerConnectionDelegate,
+        lean: LeanPath,
         tornado_server: EventHTTPServer,
         *,
         max_body_size: int,
         idle_timeout: float | None,
     ):
         self.delegate = delegate
+        self.lean = lean
         self.tornado = tornado_server
         self.max_header_bytes = tornado_server.refusals.max_header_bytes
         self.max_body_size = max_body_size

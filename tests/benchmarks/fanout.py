@@ -1025,6 +1025,7 @@ class Subject(Protocol):
     nchan.py's `NchanPeer`. Clients report each message to a `Recorder`."""
 
     name: str
+    responses: int  # responses read by the clients, over the run
 
     @property
     def clients(self) -> Sequence[Client]: ...
@@ -1496,7 +1497,7 @@ async def measure_throughput(
     await asyncio.sleep(0.2)
     duration = args.duration
     profiler = spy() if spy is not None else None
-    events0 = recorder.events
+    events0, responses0 = recorder.events, subject.responses
     cpu0, own0, started = subject.cpu_secs(), own_cpu_secs(), time.monotonic()
     recorder.samples = []
     tasks = [asyncio.create_task(pump(publisher)) for publisher in publishers]
@@ -1511,6 +1512,7 @@ async def measure_throughput(
             await asyncio.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
         cpu1, own1, ended = subject.cpu_secs(), own_cpu_secs(), time.monotonic()
         events = recorder.events - events0
+        responses = subject.responses - responses0
         running = False
         samples = sorted(recorder.samples)
         recorder.samples = None
@@ -1547,6 +1549,7 @@ async def measure_throughput(
         "notices": total,
         "events_in_window": events,
         "events_per_sec": round(events / elapsed, 1),
+        "events_per_response": round(events / responses, 2) if responses else None,
         "server_cpu_secs": round(server_cpu, 3),
         "server_cpu_share": round(server_cpu / elapsed, 3),
         "server_cpu_per_event_us": round(server_cpu / events * 1e6, 2) if events else None,
@@ -2034,7 +2037,8 @@ def render(results: dict[str, Any]) -> str:
                 f" server {throughput['server_cpu_share']:.0%}, generator"
                 f" {throughput['generator_cpu_share']:.0%}"
                 f" ({_fmt(throughput['generator_cpu_per_event_us'], ' us', 1)} per event);"
-                f" latency p50 {latency['p50']:.1f} / p99 {latency['p99']:.1f} ms\n"
+                f" latency p50 {latency['p50']:.1f} / p99 {latency['p99']:.1f} ms;"
+                f" {_fmt(throughput['events_per_response'], '', 2)} events per response\n"
             )
             if throughput["generator_cpu_share"] > 0.9:
                 out.write("  WARNING: the load generator was saturated\n")
