@@ -8,7 +8,7 @@ Guarantees:
 - The IO loop never waits on the disk: the observer hooks build a tuple per
   record and append it to a bounded in-memory buffer; past `max_pending`
   records, new ones are dropped and counted.
-- A writer thread takes the buffer every `flush_secs`, appends it as JSON
+- A writer thread takes the buffer every `flush_secs`, appends it as spool
   lines to the open (hidden) file of the records' hour and fsyncs it: a
   crash loses at most one flush interval.
 - It closes the file at the hour, every `roll_secs` and at
@@ -58,7 +58,7 @@ _BLANK: dict[str, Any] = dict.fromkeys(NAMES)
 WARN_EVERY_SECS = 60.0
 # Records encoded per orjson call: enough to spread the cost of a call (a
 # few µs), few enough that the call, which holds the GIL the IO loop needs,
-# lasts about a millisecond (tests/benchmarks/deliverylog.py).
+# lasts about half a millisecond (tests/benchmarks/deliverylog.py).
 ENCODE_CHUNK = 2000
 
 
@@ -71,7 +71,7 @@ class DeliveryLog(Observer):
     and joins the thread, at most `stop_timeout_secs`.
 
     Counters (plain ints, read by the metrics from the loop): `written` and
-    `dropped` records, `files_compacted` JSON lines files turned into
+    `dropped` records, `files_compacted` spool files turned into
     Parquet; `pending` records not written yet.
     """
 

@@ -7,13 +7,21 @@ contract test checks that both agree). Every record has every column, null
 where its kind does not fill it. Files, all partitioned by the UTC date and
 hour of the records' `time`:
 
-    <log_dir>/spool/date=YYYY-MM-DD/hour=HH/.<shard>-<pid>-<seq>.jsonl   being appended
-    <log_dir>/spool/date=YYYY-MM-DD/hour=HH/<shard>-<pid>-<seq>.jsonl    closed, to compact
+    <log_dir>/spool/date=YYYY-MM-DD/hour=HH/.<shard>-<pid>-<seq>.rows   being appended
+    <log_dir>/spool/date=YYYY-MM-DD/hour=HH/<shard>-<pid>-<seq>.rows    closed, to compact
     <log_dir>/deliveries/date=YYYY-MM-DD/hour=HH/<shard>-<digest>.parquet  what the jobs read
+
+A spool file holds one record per line: its values in column order, each as
+JSON, separated by commas (a JSON array without its brackets). Written by one
+orjson call per batch, read by Arrow's CSV reader (backslash escapes, `null`
+unquoted) off the GIL: a JSON object per record cost nine times as much to
+write, holding the GIL the IO loop needs. Files of the earlier format (a JSON
+object per line, `.jsonl`) left by an earlier version are still recovered and
+compacted.
 
 Guarantees:
 - A file is visible (its name does not start with "." and Spark reads it)
-  only when complete: a JSON lines file once closed (`Spool.roll`), a
+  only when complete: a spool file once closed (`Spool.roll`), a
   Parquet file once written and fsynced (`compact`); a date partition is
   hidden before it is deleted (`prune`).
 - Appends are fsynced; a torn last line (a crash, a full disk) is dropped
@@ -34,6 +42,7 @@ import hashlib
 import io
 import logging
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -42,6 +51,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
@@ -90,7 +100,7 @@ Record = tuple[Any, ...]
 # this size, so that one compaction never holds more than this in memory
 # (about 150,000 records).
 MAX_FILE_BYTES = 64 * 1024 * 1024
-# Parquet key-value metadata naming the JSON lines files a Parquet file was
+# Parquet key-value metadata naming the spool files a Parquet file was
 # built from: a compaction interrupted after the rename finds them there.
 INPUTS_KEY = b"eventq.inputs"
 
@@ -121,27 +131,41 @@ def _encode_default(value: object) -> str:
     raise TypeError(f"cannot encode {type(value).__name__} in a delivery-log record")
 
 
+# Where one record ends and the next begins in orjson's array of records:
+# `],[` before the format version and the opening quote of the kind. Inside a
+# JSON string a quote is always escaped, and after a string's closing quote
+# comes a comma or a bracket, never a letter: only a record starts there.
+_NEXT_RECORD = re.compile(rb'\],\[(?=%d,"[a-z])' % FORMAT_VERSION)
+# A spool file of the earlier format: a JSON object per line.
+OBJECTS_SUFFIX = ".jsonl"
+SPOOL_SUFFIX = ".rows"
+_SUFFIXES = (SPOOL_SUFFIX, OBJECTS_SUFFIX)
+
+
 def encode_records(records: Sequence[Record]) -> bytes:
-    """JSON lines (each ending with a newline) for `records`. Raises
+    """The spool lines (each ending with a newline) of `records`. Raises
     TypeError (orjson.JSONEncodeError) for a value no column can hold.
 
-    One orjson call for all: a call costs several microseconds, ten times
-    what a record costs inside a list. The array is then cut into lines at
-    `},{"v":`, which occurs only between records: every value is a scalar,
-    and inside a JSON string a quote is always escaped."""
+    One orjson call for all (a call costs several microseconds, ten times
+    what a record costs inside a list), then the array cut into lines."""
     if not records:
         return b""
     body = orjson.dumps(
-        [dict(zip(NAMES, record, strict=True)) for record in records],
+        records if isinstance(records, list | tuple) else list(records),
         default=_encode_default,
         option=orjson.OPT_PASSTHROUGH_DATACLASS,
     )
-    return body[1:-1].replace(b'},{"v":', b'}\n{"v":') + b"\n"
+    return _NEXT_RECORD.sub(b"\n", body[2:-2]) + b"\n"
 
 
 def encode_record(record: Record) -> bytes:
-    """One JSON line (newline included) for a record."""
+    """One spool line (newline included) for a record."""
     return encode_records((record,))
+
+
+def decode_line(line: bytes) -> Any:
+    """The values of one spool line (raises orjson.JSONDecodeError)."""
+    return orjson.loads(b"[" + line + b"]")
 
 
 def _complete_lines(data: bytes) -> bytes:
@@ -150,10 +174,13 @@ def _complete_lines(data: bytes) -> bytes:
 
 
 def _split_name(name: str) -> tuple[str, int] | None:
-    """(shard, pid) of a spool file name `[.]<shard>-<pid>-<seq>.jsonl`, or None."""
-    stem = name.removeprefix(".").removesuffix(".jsonl")
-    parts = stem.rsplit("-", 2)
-    if not name.endswith(".jsonl") or len(parts) != 3 or not parts[1].isdigit():
+    """(shard, pid) of a spool file name `[.]<shard>-<pid>-<seq>.rows` (or of
+    the earlier format's `.jsonl`), or None."""
+    suffix = next((each for each in _SUFFIXES if name.endswith(each)), None)
+    if suffix is None:
+        return None
+    parts = name.removeprefix(".").removesuffix(suffix).rsplit("-", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
         return None
     return parts[0], int(parts[1])
 
@@ -184,7 +211,7 @@ class _OpenFile:
 
 
 class Spool:
-    """The JSON lines files of one shard in `<log_dir>/spool`. Used by one
+    """The spool files of one shard in `<log_dir>/spool`. Used by one
     thread at a time (the writer thread, or the command line)."""
 
     def __init__(
@@ -242,7 +269,7 @@ class Spool:
         directory = _hour_dir(self.root, hour)
         directory.mkdir(parents=True, exist_ok=True)
         while True:
-            name = f"{self.shard}-{os.getpid()}-{self._seq}.jsonl"
+            name = f"{self.shard}-{os.getpid()}-{self._seq}{SPOOL_SUFFIX}"
             self._seq += 1
             path = directory / f".{name}"
             if not path.exists() and not (directory / name).exists():
@@ -285,7 +312,7 @@ class Spool:
         """Close this shard's files left open by a process that died: drop a
         torn last line, rename. Files of a live process are left alone."""
         recovered = []
-        for path in sorted(self.root.glob(f"date=*/hour=*/.{self.shard}-*.jsonl")):
+        for path in sorted(self.root.glob(f"date=*/hour=*/.{self.shard}-*")):
             parsed = _split_name(path.name)
             if parsed is None or parsed[0] != self.shard:
                 continue
@@ -323,13 +350,78 @@ def _compaction_lock(log_dir: Path, wait: bool) -> Iterator[bool]:
         os.close(fd)  # releases the lock
 
 
-def _read_jsonl(path: Path) -> tuple[pa.Table, int]:
-    """The records of a closed file as a table, and how many lines were
-    unreadable (skipped). A torn last line is dropped silently."""
+def _read_spool_file(path: Path) -> tuple[pa.Table, int]:
+    """The records of a closed spool file as a table, and how many lines
+    were unreadable (skipped). A torn last line is dropped silently."""
     data = _complete_lines(path.read_bytes())
-    arrow_schema = schema()
     if not data:
-        return arrow_schema.empty_table(), 0
+        return schema().empty_table(), 0
+    if path.name.endswith(OBJECTS_SUFFIX):
+        return _read_objects(data)
+    return _read_rows(data)
+
+
+# Arrow's CSV reader takes a spool line's JSON values, strings quoted with
+# `\"` and `\\` escaped, `null` unquoted; `_JSON_ESCAPE` finds the other
+# escapes of JSON (control characters), which it does not know.
+_JSON_ESCAPE = re.compile(rb'\\(["\\/bfnrt]|u[0-9a-fA-F]{4})')
+_OTHER_ESCAPE = re.compile(rb'\\[^"\\]')
+_UNESCAPED = {b'"': b'\\"', b"\\": b"\\\\", b"/": b"/", b"b": b"\b", b"f": b"\f"}
+_UNESCAPED |= {b"n": b"\n", b"r": b"\r", b"t": b"\t"}
+
+
+def _unescape(match: re.Match[bytes]) -> bytes:
+    escape = match[1]
+    if len(escape) == 1:
+        return _UNESCAPED[escape]
+    char = chr(int(escape[1:], 16)).encode("utf-8", "surrogatepass")
+    return b"\\" + char if char in (b'"', b"\\") else char
+
+
+def _read_rows(data: bytes) -> tuple[pa.Table, int]:
+    arrow_schema = schema()
+    newlines_in_values = False
+    if _OTHER_ESCAPE.search(data):
+        # A string holds a control character (rare): written raw inside its
+        # quotes, where the reader takes it as it is.
+        data = _JSON_ESCAPE.sub(_unescape, data)
+        newlines_in_values = True
+    try:
+        table = pa_csv.read_csv(
+            io.BytesIO(data),
+            read_options=pa_csv.ReadOptions(column_names=list(NAMES)),
+            parse_options=pa_csv.ParseOptions(
+                escape_char="\\", double_quote=False, newlines_in_values=newlines_in_values
+            ),
+            convert_options=pa_csv.ConvertOptions(
+                column_types=arrow_schema,
+                null_values=["null"],
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+        return table.cast(arrow_schema), 0
+    except pa.ArrowInvalid:
+        pass
+    # Slow path, only for a file with a damaged line: parse line by line.
+    rows: list[dict[str, Any]] = []
+    bad = 0
+    for line in data.splitlines():
+        try:
+            values = decode_line(line)
+        except orjson.JSONDecodeError:
+            bad += 1
+            continue
+        if len(values) == len(NAMES):
+            rows.append(dict(zip(NAMES, values, strict=True)))
+        else:
+            bad += 1
+    return _table_of(rows, bad)
+
+
+def _read_objects(data: bytes) -> tuple[pa.Table, int]:
+    """A file of the earlier format: a JSON object per line."""
+    arrow_schema = schema()
     try:
         table = pa_json.read_json(
             io.BytesIO(data),
@@ -340,7 +432,6 @@ def _read_jsonl(path: Path) -> tuple[pa.Table, int]:
         return table.select(list(NAMES)), 0
     except pa.ArrowInvalid:
         pass
-    # Slow path, only for a file with a damaged line: parse line by line.
     rows: list[dict[str, Any]] = []
     bad = 0
     for line in data.splitlines():
@@ -353,10 +444,14 @@ def _read_jsonl(path: Path) -> tuple[pa.Table, int]:
             rows.append(row)
         else:
             bad += 1
+    return _table_of(rows, bad)
+
+
+def _table_of(rows: list[dict[str, Any]], bad: int) -> tuple[pa.Table, int]:
     try:
-        return pa.Table.from_pylist(rows, schema=arrow_schema), bad
+        return pa.Table.from_pylist(rows, schema=schema()), bad
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        return arrow_schema.empty_table(), len(rows) + bad
+        return schema().empty_table(), len(rows) + bad
 
 
 def _compacted_inputs(directory: Path, shard: str) -> dict[str, Path]:
@@ -377,13 +472,13 @@ class Compaction:
 
     def __init__(self) -> None:
         self.written: list[Path] = []  # Parquet files written
-        self.inputs = 0  # JSON lines files compacted and deleted
+        self.inputs = 0  # spool files compacted and deleted
         self.records = 0  # records written to Parquet
         self.skipped_lines = 0  # unreadable lines left out
 
 
 def compact(log_dir: Path, shard: str | None = None) -> Compaction:
-    """Turn the closed JSON lines files of `shard` (of every shard if None)
+    """Turn the closed spool files of `shard` (of every shard if None)
     into Parquet, one file per shard and hour, then delete them; waits for a
     compaction in progress (another shard, the command line). Idempotent: a
     run interrupted anywhere leaves no duplicate and no half-visible file.
@@ -402,7 +497,7 @@ def try_compact(log_dir: Path, shard: str | None, *, wait: bool) -> Compaction |
         if not locked:
             return None
         groups: dict[tuple[Path, str], list[Path]] = {}
-        for path in sorted(spool.glob("date=*/hour=*/*.jsonl")):
+        for path in sorted(spool.glob("date=*/hour=*/*")):
             parsed = _split_name(path.name)
             if path.name.startswith(".") or parsed is None:
                 continue
@@ -431,7 +526,7 @@ def _compact_group(target: Path, shard: str, inputs: list[Path], result: Compact
     names = sorted(path.name for path in pending)
     tables = []
     for path in pending:
-        table, bad = _read_jsonl(path)
+        table, bad = _read_spool_file(path)
         tables.append(table)
         result.skipped_lines += bad
         if bad:

@@ -230,7 +230,7 @@ def test_deliverylog_quick_writes_and_compacts_every_record():
         writer,
         "write_records_per_sec",
         "write_cpu_us_per_record",
-        "jsonl_bytes_per_record",
+        "spool_bytes_per_record",
         "compact_records_per_sec",
         "parquet_bytes_per_record",
     )

@@ -190,7 +190,7 @@ def write_every_kind(log_dir: Path) -> list[dict[str, Any]]:
 
     asyncio.run(log.stop())
     assert (log.written, log.dropped, log.pending) == (len(expected), 0, 0)
-    assert list((log_dir / "spool").rglob("*.jsonl")) == []  # all compacted
+    assert list((log_dir / "spool").glob("date=*/hour=*/*")) == []  # all compacted
     return expected
 
 

@@ -263,7 +263,7 @@ def test_real_traffic_through_the_job_and_report(start_server, api, world, tmp_p
 
     assert server.stats()["parked"] == 0  # shutdown would answer a parked one: a poll more
     assert server.stop() == 0  # SIGTERM: the log is written and compacted into Parquet
-    assert list((logs / "spool").rglob("*.jsonl")) == []
+    assert list((logs / "spool").glob("date=*/hour=*/*")) == []
     hours = len(extract.list_partitions(logs))
     assert hours in (1, 2)  # 2 if the test ran across the hour
 

@@ -186,7 +186,7 @@ def writer_throughput(directory: Path, records: int) -> dict[str, Any]:
         time.sleep(0.005)  # a benchmark waits for the thread; tests never sleep-wait
     written = time.perf_counter() - started
     write_cpu = time.process_time() - process_started
-    spool_bytes = sum(p.stat().st_size for p in (directory / "spool").rglob("*.jsonl"))
+    spool_bytes = sum(p.stat().st_size for p in (directory / "spool").glob("date=*/hour=*/*"))
     started = time.perf_counter()
     asyncio.run(log.stop())
     compacted = time.perf_counter() - started
@@ -200,7 +200,7 @@ def writer_throughput(directory: Path, records: int) -> dict[str, Any]:
         "write_secs": round(written, 3),
         "write_records_per_sec": round(total / written),
         "write_cpu_us_per_record": round(write_cpu / total * 1e6, 3),
-        "jsonl_bytes_per_record": round(spool_bytes / total, 1),
+        "spool_bytes_per_record": round(spool_bytes / total, 1),
         "compact_secs": round(compacted, 3),
         "compact_records_per_sec": round(total / compacted),
         "parquet_bytes_per_record": round(parquet_bytes / total, 1),
@@ -302,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"writer: {writer['records']:,} records written in {writer['write_secs']} s"
         f" ({writer['write_records_per_sec']:,}/s, {writer['write_cpu_us_per_record']} us CPU"
-        f" each, {writer['jsonl_bytes_per_record']} bytes of JSON each);"
+        f" each, {writer['spool_bytes_per_record']} bytes in the spool each);"
         f" compacted in {writer['compact_secs']} s ({writer['compact_records_per_sec']:,}/s,"
         f" {writer['parquet_bytes_per_record']} bytes of Parquet each)"
     )

@@ -78,8 +78,9 @@ def rows(log_dir: Path) -> list[dict[str, Any]]:
 def spool_files(log_dir: Path, hidden: bool | None = None) -> list[Path]:
     return sorted(
         path
-        for path in (log_dir / "spool").rglob("*.jsonl")
-        if hidden is None or path.name.startswith(".") == hidden
+        for path in (log_dir / "spool").rglob("*")
+        if path.name.endswith((logfiles.SPOOL_SUFFIX, logfiles.OBJECTS_SUFFIX))
+        and (hidden is None or path.name.startswith(".") == hidden)
     )
 
 
@@ -182,8 +183,23 @@ def test_one_line_per_record_whatever_the_strings_hold():
     tricky = ['},{"v":1}', "a\nb", '"quoted"\\', "{}", "é\u2028"]
     records = [record(error=text, notice_id=text) for text in tricky]
     lines = logfiles.encode_records(records).splitlines()
-    assert [json.loads(line)["error"] for line in lines] == tricky
-    assert [list(json.loads(line)) for line in lines] == [NAMES] * len(tricky)
+    values = [logfiles.decode_line(line) for line in lines]
+    assert [dict(zip(NAMES, each, strict=True))["error"] for each in values] == tricky
+
+
+def test_strings_of_every_kind_come_out_of_the_compaction_as_they_went_in(tmp_path):
+    tricky = [
+        "", "null", "a\nb\r\tc", '"quoted"\\', "\\", "\\n", "x\x01\x1f\x7f", "é\u2028😀",
+        '],[1,"poll",', 'ends],[1,', "{}", "a,b", " padded ",
+    ]  # fmt: skip
+    hour = int(BEFORE_HOUR // 3600)
+    write_closed(tmp_path, "s", [record(error=text, client=text) for text in tricky], hour)
+    write_closed(tmp_path, "s", [record(error="plain", notice_id=None)], hour)
+    done = compact(tmp_path)
+    assert (done.records, done.skipped_lines) == (len(tricky) + 1, 0)
+    got = rows(tmp_path)
+    assert [row["error"] for row in got] == [*tricky, "plain"]
+    assert [row["client"] for row in got] == [*tricky, None]
 
 
 def test_records_are_appended_on_the_loop_without_touching_the_disk(tmp_path):
@@ -233,12 +249,12 @@ def test_the_open_file_is_hidden_until_it_is_rolled(tmp_path):
 
 
 def test_files_roll_by_size_and_age_and_compact_while_running(tmp_path):
-    log = DeliveryLog(tmp_path, "s", flush_secs=0.01, roll_secs=600, max_file_bytes=4000)
+    log = DeliveryLog(tmp_path, "s", flush_secs=0.01, roll_secs=600, max_file_bytes=1500)
     log.start()
     client = make_client()
     items = push(client, *(payload("message") for _ in range(5)))
 
-    # By size: 6 records of about 450 bytes fit in a 4,000 byte file, 12 do not.
+    # By size: 6 records of about 175 bytes fit in a 1,500 byte file, 12 do not.
     def written(count: int) -> Callable[[], bool]:
         return lambda: log.written == count
 
@@ -268,11 +284,11 @@ def test_a_crash_leftover_is_recovered_without_its_torn_line(tmp_path):
     directory = tmp_path / "spool/date=2026-11-23/hour=10"
     directory.mkdir(parents=True)
     lines = [encode_record(record(failures=n)) for n in range(3)]
-    leftover = directory / f".s-{dead.stdout.strip()}-1.jsonl"
+    leftover = directory / f".s-{dead.stdout.strip()}-1.rows"
     leftover.write_bytes(b"".join(lines)[:-10])
-    alive = directory / f".s-{os.getppid()}-1.jsonl"
+    alive = directory / f".s-{os.getppid()}-1.rows"
     alive.write_bytes(lines[0])
-    other_shard = directory / f".other-{dead.stdout.strip()}-1.jsonl"
+    other_shard = directory / f".other-{dead.stdout.strip()}-1.rows"
     other_shard.write_bytes(lines[0])
 
     log = DeliveryLog(tmp_path, "s", flush_secs=0.01)
@@ -283,6 +299,22 @@ def test_a_crash_leftover_is_recovered_without_its_torn_line(tmp_path):
     assert not leftover.exists()
     assert alive.exists()
     assert other_shard.exists()
+
+
+def test_files_of_the_earlier_format_are_recovered_and_compacted(tmp_path):
+    """An upgrade: a JSON object per line, `.jsonl`, left closed or open
+    (by a process now gone) by the version before."""
+    directory = tmp_path / "spool/date=2026-11-23/hour=10"
+    directory.mkdir(parents=True)
+    objects = [json.dumps(dict(zip(NAMES, record(failures=n), strict=True))) for n in range(4)]
+    (directory / "s-1-1.jsonl").write_text(f"{objects[0]}\n{objects[1]}\n")
+    (directory / f".s-{2**22 + 1}-2.jsonl").write_text(f"{objects[2]}\n{objects[3][:-5]}")
+    log = DeliveryLog(tmp_path, "s", flush_secs=0.01)
+    log.start()
+    wait_for(lambda: log.files_compacted == 2, what="recovery and compaction")
+    stop(log)
+    assert [row["failures"] for row in rows(tmp_path)] == [0, 1, 2]
+    assert spool_files(tmp_path) == []
 
 
 def test_compaction_is_idempotent_when_interrupted_before_deleting_its_inputs(tmp_path):
@@ -462,7 +494,7 @@ def test_a_servers_log_holds_what_its_clients_got(start_server, api, tmp_path):
     assert server.stop() == 0
     stopped = time.time()
 
-    assert list((logs / "spool").rglob("*.jsonl")) == []
+    assert spool_files(logs) == []
     table = ds.dataset(logs / "deliveries", format="parquet", partitioning="hive").to_table()
     got = [
         row for row in table.to_pylist() if row["user_id"] in (alice.user.user_id, bob.user.user_id)
@@ -517,7 +549,8 @@ def test_a_killed_server_loses_at_most_one_flush_interval(start_server, api, tmp
 
     def flushed() -> bool:
         lines = b"".join(path.read_bytes() for path in spool_files(logs, hidden=True))
-        return lines.count(b'"kind":"delivery"') == 5
+        kinds = [logfiles.decode_line(line)[1] for line in lines.splitlines()]
+        return kinds.count("delivery") == 5
 
     wait_for(flushed, what="the deliveries flushed to the open file")
     server.kill()
