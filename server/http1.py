@@ -65,7 +65,7 @@ _DIGITS = re.compile(r"[0-9]{1,18}")
 # routes.Dispatcher: the full handlers), which answers 400 for those it refuses.
 PLAIN_HOST = re.compile(r"[A-Za-z0-9._~-]+(?::[0-9]*)?")
 # Headers whose presence sends a request to Tornado (names in lower case).
-_UNUSUAL = ("transfer-encoding", "expect", "upgrade")
+_UNUSUAL = frozenset(("transfer-encoding", "expect", "upgrade"))
 # A request head taken apart: its start line, its headers by lower-case name
 # (a repeated one's values joined by commas, as HTTPHeaders joins them), its
 # header lines as sent, its body's length and whether the connection stays open.
@@ -78,6 +78,15 @@ LeanPath = Callable[
     [RequestStartLine, dict[str, str], "Exchange"],
     tornado.httputil.HTTPMessageDelegate | None,
 ]
+# A head's headers taken apart: by lower-case name, as sent, the body's
+# length, whether the connection stays open. Shared by every request that
+# sends the same header bytes (`FastHTTPServer.heads`): never modified.
+_Headers = tuple[dict[str, str], list[tuple[str, str]], int, bool]
+_UNKNOWN = object()
+# Header blocks remembered taken apart (or refused): at most this many, of at
+# most this size each; all forgotten at once when full.
+_MAX_KNOWN_HEADS = 4096
+_MAX_KNOWN_HEAD_BYTES = 2048
 # A body is handed to the delegate in pieces of at most this (Tornado's).
 _CHUNK_BYTES = 65536
 # What may wait unread behind a request in progress (pipelined requests, or
@@ -450,14 +459,42 @@ class HTTP1Protocol(asyncio.Protocol):
     def _parse(self, head: bytes) -> Parsed | None:
         """The request in `head` (without its blank line), or None for one
         this connection does not serve (Tornado will)."""
+        split = head.find(b"\r\n")
+        if split < 0:
+            split = len(head)
         try:
-            text = head.decode("ascii")
+            request = _REQUEST_LINE.fullmatch(head[:split].decode("ascii"))
         except UnicodeDecodeError:
             return None
-        request = _REQUEST_LINE.match(text)
-        if request is None or not _HEADER_LINES.fullmatch(text, request.end()):
+        if request is None:
             return None
-        lines = _HEADER.findall(text, request.end())
+        # A client sends the same headers request after request: taken apart
+        # once, for every connection.
+        block = head[split:]
+        known = self.server.heads
+        headers = known.get(block, _UNKNOWN)
+        if headers is _UNKNOWN:
+            headers = self._parse_headers(block)
+            if len(block) <= _MAX_KNOWN_HEAD_BYTES:
+                if len(known) >= _MAX_KNOWN_HEADS:
+                    known.clear()
+                known[block] = headers
+        if headers is None:
+            return None
+        fields, lines, length, keep_alive = cast(_Headers, headers)
+        start_line = RequestStartLine(request[1], request[2], "HTTP/1.1")
+        return start_line, fields, lines, length, keep_alive
+
+    def _parse_headers(self, block: bytes) -> _Headers | None:
+        """The header lines of a head (each after a CRLF), or None for
+        headers this connection does not serve."""
+        try:
+            text = block.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        if not _HEADER_LINES.fullmatch(text):
+            return None
+        lines = _HEADER.findall(text)
         fields = {name.lower(): value for name, value in lines}
         if len(fields) != len(lines):
             # A name given twice: its values joined, as HTTPHeaders joins them.
@@ -465,9 +502,8 @@ class HTTP1Protocol(asyncio.Protocol):
             for name, value in lines:
                 key = name.lower()
                 fields[key] = f"{fields[key]},{value}" if key in fields else value
-        for name in _UNUSUAL:
-            if name in fields:
-                return None
+        if not fields.keys().isdisjoint(_UNUSUAL):
+            return None
         # Tornado refuses an HTTP/1.1 request without a Host.
         host = fields.get("host")
         if host is None or not PLAIN_HOST.fullmatch(host):
@@ -482,8 +518,7 @@ class HTTP1Protocol(asyncio.Protocol):
                 return None
         connection = fields.get("connection")
         keep_alive = connection is None or connection.lower() != "close"
-        start_line = RequestStartLine(request[1], request[2], "HTTP/1.1")
-        return start_line, fields, lines, length, keep_alive
+        return fields, lines, length, keep_alive
 
     def _serve(
         self,
@@ -633,6 +668,8 @@ class FastHTTPServer:
     ):
         self.delegate = delegate
         self.lean = lean
+        # Header blocks already taken apart (see `_Headers`), None for refused ones.
+        self.heads: dict[bytes, _Headers | None] = {}
         self.tornado = tornado_server
         self.max_header_bytes = tornado_server.refusals.max_header_bytes
         self.max_body_size = max_body_size

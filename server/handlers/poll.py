@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import logging
+import re
 import time
 from collections.abc import Mapping
 
@@ -82,9 +83,44 @@ def poll_outcome(items: list[Item]) -> str:
     """How a poll that answered `items` ended, for the log and the metrics."""
     if not items:
         return "empty"
-    if all(payload.event.get("type") == "heartbeat" for _, payload in items):
-        return "heartbeat"
-    return "events"
+    for _, payload in items:
+        if payload.event.get("type") != "heartbeat":
+            return "events"
+    return "heartbeat"
+
+
+# A last_event_id JSON reads as an integer of at most 18 digits (always within
+# Params.integer's bounds).
+_PLAIN_ID = re.compile(rb"-?(?:0|[1-9][0-9]{0,17})")
+_PLAIN_BOOLEANS = {b"true": True, b"false": False}
+
+
+def poll_arguments(query: Mapping[str, list[bytes]]) -> tuple[str, bool, int | None]:
+    """A lean poll's queue_id, dont_block and last_event_id, as `Params`
+    reads them (the errors too: an unusual value is read by `Params`)."""
+    queue_id = query["queue_id"][-1]  # routes.Dispatcher sends the others on
+    last = query.get("last_event_id")
+    dont_block = query.get("dont_block")
+    if (
+        len(query) == 1 + (last is not None) + (dont_block is not None)
+        and queue_id.isascii()
+        and len(queue_id) <= MAX_QUEUE_ID
+        and (last is None or _PLAIN_ID.fullmatch(last[-1]))
+        and (dont_block is None or dont_block[-1] in _PLAIN_BOOLEANS)
+    ):
+        return (
+            queue_id.decode("ascii"),
+            dont_block is not None and _PLAIN_BOOLEANS[dont_block[-1]],
+            None if last is None else int(last[-1]),
+        )
+    params = Params(query)
+    plain_id = params.string("queue_id", max_length=MAX_QUEUE_ID)
+    assert plain_id is not None
+    return (
+        plain_id,
+        params.boolean("dont_block", False),
+        params.integer("last_event_id"),
+    )
 
 
 def woken_answer(
@@ -256,11 +292,7 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         query, self.query = self.query, None
         assert query is not None
         try:
-            params = Params(query)
-            queue_id = params.string("queue_id", max_length=MAX_QUEUE_ID)
-            dont_block = params.boolean("dont_block", False)
-            last_event_id = params.integer("last_event_id")
-            assert queue_id is not None  # routes.Dispatcher sends the others on
+            queue_id, dont_block, last_event_id = poll_arguments(query)
             client = begin_poll(server, self.user, queue_id, last_event_id)
             server.poll_paths["lean"] += 1
         except (ApiError, QueueError) as exc:

@@ -1,6 +1,7 @@
-"""The lean path's own parsing, against what Tornado makes of the same bytes:
-a request head (`HTTP1Protocol._parse` beside `HTTPHeaders.parse`) and a
-query string (`routes.query_arguments` beside `parse_qs_bytes`)."""
+"""The lean path's own parsing, against what the general path makes of the
+same bytes: a request head (`HTTP1Protocol._parse` beside Tornado's
+`HTTPHeaders.parse`), a query string (`routes.query_arguments` beside
+`parse_qs_bytes`) and a poll's arguments (`poll_arguments` beside `Params`)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,20 @@ import pytest
 import tornado.escape
 from tornado.httputil import HTTPHeaders
 
+from server.errors import ApiError
+from server.handlers.poll import MAX_QUEUE_ID, poll_arguments
 from server.http1 import HTTP1Protocol
+from server.params import Params
 from server.routes import query_arguments
 
 
 def parse(head: bytes, max_body_size: int = 1000) -> object:
-    server = types.SimpleNamespace(max_body_size=max_body_size)
-    return HTTP1Protocol(server)._parse(head)  # type: ignore[arg-type]
+    server = types.SimpleNamespace(max_body_size=max_body_size, heads={})
+    protocol = HTTP1Protocol(server)  # type: ignore[arg-type]
+    parsed = protocol._parse(head)
+    # A second request with the same headers is served from what the first left.
+    assert protocol._parse(head) == parsed
+    return parsed
 
 
 @pytest.mark.parametrize(
@@ -104,3 +112,71 @@ def test_query_arguments_are_tornados_for_random_queries():
         assert query_arguments(query) == tornado.escape.parse_qs_bytes(
             query, keep_blank_values=True
         ), query
+
+
+def test_header_blocks_taken_apart_are_remembered_within_bounds():
+    server = types.SimpleNamespace(max_body_size=1000, heads={})
+    protocol = HTTP1Protocol(server)  # type: ignore[arg-type]
+    for n in range(5000):
+        head = b"GET /?n=%d HTTP/1.1\r\nHost: a\r\nX-N: %d" % (n, n % 4500)
+        parsed = protocol._parse(head)
+        assert parsed is not None
+        assert parsed[0].path == f"/?n={n}"
+        assert parsed[1] == {"host": "a", "x-n": str(n % 4500)}
+        assert 0 < len(server.heads) <= 4096
+    server.heads.clear()
+    long_value = b"v" * 3000
+    assert protocol._parse(b"GET / HTTP/1.1\r\nHost: a\r\nX: " + long_value) is not None
+    assert protocol._parse(b"GET / HTTP/1.0\r\nHost: a") is None
+    assert server.heads == {}  # a long block, and a refused request line, are not kept
+
+
+def params_reading(query: dict[str, list[bytes]]) -> object:
+    try:
+        params = Params(query)
+        return (
+            params.string("queue_id", max_length=MAX_QUEUE_ID),
+            params.boolean("dont_block", False),
+            params.integer("last_event_id"),
+        )
+    except ApiError as exc:
+        return exc.msg
+
+
+def lean_reading(query: dict[str, list[bytes]]) -> object:
+    try:
+        return poll_arguments(query)
+    except ApiError as exc:
+        return exc.msg
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "queue_id=q&last_event_id=5",
+        "queue_id=q&last_event_id=-1&dont_block=true",
+        "queue_id=q&dont_block=false",
+        "queue_id=q",
+        "queue_id=q&last_event_id=007",
+        "queue_id=q&last_event_id=-0",
+        "queue_id=q&last_event_id=999999999999999999",
+        "queue_id=q&last_event_id=9999999999999999999",
+        "queue_id=q&last_event_id=1.5",
+        "queue_id=q&last_event_id=null",
+        "queue_id=q&last_event_id=",
+        "queue_id=q&last_event_id=1&last_event_id=2",
+        "queue_id=q&dont_block=True",
+        "queue_id=q&dont_block=1",
+        "queue_id=q&dont_block=true&dont_block=false",
+        "queue_id=%FF&last_event_id=1",
+        "queue_id=%C3%A9&last_event_id=1",
+        "queue_id=q&last_event_id=1&other=%FF",
+        "queue_id=q&last_event_id=1&other=x",
+        "queue_id=" + "q" * 1001,
+        "queue_id=" + "q" * 1000,
+        "queue_id=&last_event_id=1",
+    ],
+)
+def test_a_lean_poll_reads_its_arguments_as_params_does(query):
+    arguments = query_arguments(query)
+    assert lean_reading(arguments) == params_reading(arguments)
