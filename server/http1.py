@@ -54,10 +54,12 @@ _REQUEST_LINE = re.compile(r"(GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) (/[\x21-\x
 # The header lines after it: each a token name and a value of printable ASCII
 # (and tabs). Obsolete line folding, control characters or bytes past ASCII
 # go to Tornado. `_HEADER_LINES` checks them all at once, `_HEADER` takes each
-# apart, the whitespace around the value dropped as Tornado drops it.
+# apart (the value with its trailing whitespace, which Tornado drops: a lazy
+# value before optional whitespace would backtrack quadratically over a
+# value of many spaces).
 _NAME = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
 _HEADER_LINES = re.compile(rf"(?:\r\n{_NAME}:[\x20-\x7e\t]*)*")
-_HEADER = re.compile(rf"\r\n({_NAME}):[ \t]*([\x20-\x7e\t]*?)[ \t]*(?=\r|\Z)")
+_HEADER = re.compile(rf"\r\n({_NAME}):[ \t]*([\x20-\x7e\t]*)")
 _DIGITS = re.compile(r"[0-9]{1,18}")
 # A Host header Tornado's request parser certainly accepts (a name or IPv4
 # address of unreserved characters, and a port); a request with any other is
@@ -83,10 +85,13 @@ LeanPath = Callable[
 # sends the same header bytes (`FastHTTPServer.heads`): never modified.
 _Headers = tuple[dict[str, str], list[tuple[str, str]], int, bool]
 _UNKNOWN = object()
-# Header blocks remembered taken apart (or refused): at most this many, of at
-# most this size each; all forgotten at once when full.
-_MAX_KNOWN_HEADS = 4096
+# Header blocks remembered taken apart (or refused): at most this many, each
+# of at most this size and this many lines (a block taken apart holds a few
+# objects per line: about 10 MB in all at worst); all forgotten at once when
+# full.
+_MAX_KNOWN_HEADS = 2048
 _MAX_KNOWN_HEAD_BYTES = 2048
+_MAX_KNOWN_HEAD_LINES = 32
 # A body is handed to the delegate in pieces of at most this (Tornado's).
 _CHUNK_BYTES = 65536
 # What may wait unread behind a request in progress (pipelined requests, or
@@ -475,7 +480,7 @@ class HTTP1Protocol(asyncio.Protocol):
         headers = known.get(block, _UNKNOWN)
         if headers is _UNKNOWN:
             headers = self._parse_headers(block)
-            if len(block) <= _MAX_KNOWN_HEAD_BYTES:
+            if len(block) <= _MAX_KNOWN_HEAD_BYTES and block.count(b"\n") <= _MAX_KNOWN_HEAD_LINES:
                 if len(known) >= _MAX_KNOWN_HEADS:
                     known.clear()
                 known[block] = headers
@@ -494,7 +499,7 @@ class HTTP1Protocol(asyncio.Protocol):
             return None
         if not _HEADER_LINES.fullmatch(text):
             return None
-        lines = _HEADER.findall(text)
+        lines = [(name, value.rstrip(" \t")) for name, value in _HEADER.findall(text)]
         fields = {name.lower(): value for name, value in lines}
         if len(fields) != len(lines):
             # A name given twice: its values joined, as HTTPHeaders joins them.

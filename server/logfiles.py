@@ -379,16 +379,21 @@ def _unescape(match: re.Match[bytes]) -> bytes:
 
 
 def _read_rows(data: bytes) -> tuple[pa.Table, int]:
+    """Arrow's CSV reader takes what it is given: a line damaged on disk can
+    come out as other values rather than refused (the JSON reader of the
+    earlier format refused more). Lines are only ever torn at the end, which
+    is cut off before this."""
     arrow_schema = schema()
+    readable = data
     newlines_in_values = False
     if _OTHER_ESCAPE.search(data):
         # A string holds a control character (rare): written raw inside its
         # quotes, where the reader takes it as it is.
-        data = _JSON_ESCAPE.sub(_unescape, data)
+        readable = _JSON_ESCAPE.sub(_unescape, data)
         newlines_in_values = True
     try:
         table = pa_csv.read_csv(
-            io.BytesIO(data),
+            io.BytesIO(readable),
             read_options=pa_csv.ReadOptions(column_names=list(NAMES)),
             parse_options=pa_csv.ParseOptions(
                 escape_char="\\", double_quote=False, newlines_in_values=newlines_in_values

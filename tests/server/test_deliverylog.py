@@ -349,6 +349,17 @@ def test_compaction_leaves_out_a_damaged_line(tmp_path):
     assert (done.records, done.skipped_lines) == (2, 1)
 
 
+def test_a_damaged_line_beside_control_characters_loses_only_itself(tmp_path):
+    hour = int(BEFORE_HOUR // 3600)
+    texts = ["plain", "line\nbreak", "ctl\x01x", "C:\\new", "tab\there"]
+    path = write_closed(tmp_path, "s", [record(error=text) for text in texts], hour)
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:2]) + b"garbage\n" + b"".join(lines[2:]))
+    done = compact(tmp_path)
+    assert (done.records, done.skipped_lines) == (len(texts), 1)
+    assert [row["error"] for row in rows(tmp_path)] == texts
+
+
 def test_retention_deletes_old_date_partitions(tmp_path):
     now = BEFORE_HOUR  # 2026-11-23
     for area in ("spool", "deliveries"):

@@ -128,7 +128,21 @@ def test_header_blocks_taken_apart_are_remembered_within_bounds():
     long_value = b"v" * 3000
     assert protocol._parse(b"GET / HTTP/1.1\r\nHost: a\r\nX: " + long_value) is not None
     assert protocol._parse(b"GET / HTTP/1.0\r\nHost: a") is None
-    assert server.heads == {}  # a long block, and a refused request line, are not kept
+    many_lines = b"GET / HTTP/1.1\r\nHost: a" + b"\r\nA:" * 40
+    assert protocol._parse(many_lines) is not None
+    # A long block, a refused request line and a block of many lines are not kept.
+    assert server.heads == {}
+
+
+def test_a_value_of_many_spaces_is_taken_apart_as_tornado_does():
+    value = "a" + " " * 60_000 + "b"
+    lines = ["Host: a", f"X:  {value} \t ", "Y:" + " " * 60_000]
+    head = "\r\n".join(["GET / HTTP/1.1", *lines]).encode()
+    parsed = parse(head, max_body_size=1000)
+    assert parsed is not None
+    tornados = HTTPHeaders.parse("\r\n".join(lines) + "\r\n")
+    assert parsed[1] == {"host": "a", "x": value, "y": ""}
+    assert parsed[1] == {name.lower(): each for name, each in tornados.items()}
 
 
 def params_reading(query: dict[str, list[bytes]]) -> object:
