@@ -82,12 +82,16 @@ def _raise_fd_limit() -> None:
 async def _serve(settings: Settings, port: int | None, host: str | None) -> int:
     from server.app import EventServer, StartupError  # noqa: PLC0415 (tornado only when serving)
 
-    # Collect young objects 100x less often than the default (700): a parked
+    # Collect young objects less often than the default (700): a parked
     # client holds about 100 tracked objects, so a fan-out's responses and
     # re-polls triggered thousands of collections and full sweeps of the
-    # whole heap. Measured with tests/benchmarks/fanout.py, 1,000 clients:
-    # 17.5k -> 21.8k events/s, 57 -> 46 us of CPU per event.
-    gc.set_threshold(100_000, 50, 100)
+    # whole heap (tests/benchmarks/fanout.py, 1,000 clients, at 100,000:
+    # 17.5k -> 21.8k events/s, 57 -> 46 us of CPU per event). Not much less
+    # often: each collection stops the IO loop for as long as it takes, and
+    # at 100,000 the send->delivery p99 of tests/benchmarks/stream_costs.py
+    # was 67-72 ms with the event log off, 5.6-7.0 ms at 10,000 (log on:
+    # 15-18 against 10-13 ms), with fanout.py's figures within their noise.
+    gc.set_threshold(10_000, 50, 100)
     for name in settings.ignored:
         log.warning("%s is set but no longer used: %s", name, retired_advice(name))
     if settings.demo:
