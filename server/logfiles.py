@@ -408,19 +408,35 @@ def _read_rows(data: bytes) -> tuple[pa.Table, int]:
         return table.cast(arrow_schema), 0
     except pa.ArrowInvalid:
         pass
-    # Slow path, only for a file with a damaged line: parse line by line.
+    return _line_by_line(data, _row_of_values)
+
+
+def _row_of_values(line: bytes) -> dict[str, Any] | None:
+    values = decode_line(line)
+    return dict(zip(NAMES, values, strict=True)) if len(values) == len(NAMES) else None
+
+
+def _row_of_object(line: bytes) -> dict[str, Any] | None:
+    row = orjson.loads(line)
+    return row if isinstance(row, dict) and set(row) == set(NAMES) else None
+
+
+def _line_by_line(
+    data: bytes, row_of: Callable[[bytes], dict[str, Any] | None]
+) -> tuple[pa.Table, int]:
+    """The slow path, only for a file with a damaged line: each line read on
+    its own (`row_of`: its row, or None), the unreadable ones counted."""
     rows: list[dict[str, Any]] = []
     bad = 0
     for line in data.splitlines():
         try:
-            values = decode_line(line)
+            row = row_of(line)
         except orjson.JSONDecodeError:
+            row = None
+        if row is None:
             bad += 1
-            continue
-        if len(values) == len(NAMES):
-            rows.append(dict(zip(NAMES, values, strict=True)))
         else:
-            bad += 1
+            rows.append(row)
     return _table_of(rows, bad)
 
 
@@ -437,19 +453,7 @@ def _read_objects(data: bytes) -> tuple[pa.Table, int]:
         return table.select(list(NAMES)), 0
     except pa.ArrowInvalid:
         pass
-    rows: list[dict[str, Any]] = []
-    bad = 0
-    for line in data.splitlines():
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            bad += 1
-            continue
-        if isinstance(row, dict) and set(row) == set(NAMES):
-            rows.append(row)
-        else:
-            bad += 1
-    return _table_of(rows, bad)
+    return _line_by_line(data, _row_of_object)
 
 
 def _table_of(rows: list[dict[str, Any]], bad: int) -> tuple[pa.Table, int]:
