@@ -44,7 +44,7 @@ from server.deliverylog import DeliveryLog
 from server.http1 import FastHTTPServer
 from server.httpserver import EventHTTPServer, Refusals
 from server.journal import QueueJournal
-from server.longpoll import AnswerSlices, heartbeat_delay
+from server.longpoll import HEARTBEAT_TICK_SECS, AnswerSlices, Heartbeats, heartbeat_delay
 from server.looplag import LoopLagMonitor
 from server.metrics import make_metrics
 from server.migrate import latest_migration
@@ -120,6 +120,10 @@ class EventServer:
         self.loop_lag = LoopLagMonitor()
         # Woken parked requests are answered a slice per loop iteration.
         self.answer_slices = AnswerSlices()
+        # Parked requests' heartbeats, gathered in ticks (one timer per tick).
+        self.heartbeats = Heartbeats(
+            self.heartbeat, min(HEARTBEAT_TICK_SECS, settings.heartbeat_secs / 10)
+        )
         # Polls of existing queues by the path that served them: "lean"
         # (handlers/poll.py) or "full" (handlers/events.py); in stats.
         self.poll_paths = {"lean": 0, "full": 0}

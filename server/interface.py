@@ -26,7 +26,7 @@ from server.consumer import NoticeConsumer
 from server.db import Database
 from server.deliverylog import DeliveryLog
 from server.httpserver import Refusals
-from server.longpoll import AnswerSlices
+from server.longpoll import AnswerSlices, Heartbeats
 from server.looplag import LoopLagMonitor
 from server.ratelimit import RateLimiter
 from server.sessions import SessionSigner
@@ -98,6 +98,11 @@ class ServerApi(Protocol):
     @property
     def answer_slices(self) -> AnswerSlices:
         """Where a woken parked request waits for its answer's turn."""
+
+    @property
+    def heartbeats(self) -> Heartbeats:
+        """The heartbeat deadlines of parked requests (`heartbeat_delay` from
+        parking, then `heartbeat`)."""
 
     @property
     def refusals(self) -> Refusals: ...

@@ -111,12 +111,10 @@ class EventsHandler(BaseHandler):
                 503,
                 headers={"Retry-After": "1"},
             )
-        waiter = ParkedRequest(server.answer_slices)
+        waiter = ParkedRequest(server.answer_slices, server.heartbeats)
         parked_at = server.clock()
         server.registry.park(client, waiter, parked_at)
-        waiter.timer = waiter.outcome.get_loop().call_later(
-            server.heartbeat_delay(), server.heartbeat, client
-        )
+        waiter.heartbeat = server.heartbeats.start(waiter, client, server.heartbeat_delay())
         self._parked = (client, waiter)
         outcome = await waiter.outcome
         self._parked = None

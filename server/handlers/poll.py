@@ -20,7 +20,6 @@ whichever path served a poll.
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import logging
 import re
@@ -198,8 +197,8 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         "_client",
         "_closed",
         "_counted",
+        "_heartbeat",
         "_parked_at",
-        "_timer",
         "api",
         "conn",
         "date",
@@ -234,7 +233,8 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         self.date = http_date()
         self._client: ClientDescriptor | None = None
         self._parked_at = 0.0
-        self._timer: asyncio.TimerHandle | None = None
+        # The tick of the pending heartbeat (`server.heartbeats`).
+        self._heartbeat: int | None = None
         self._answered = False
         self._closed = False
         # Whether the server counts this request as in progress (from
@@ -268,7 +268,7 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
             server = self.server
             if server.registry.unpark(client, self, server.clock()):
                 log.debug("client disconnected from queue %s", client.queue_id)
-        self._cancel_timer()
+        self._cancel_heartbeat()
         if self._counted:
             self._counted = False
             self.server.request_finished()
@@ -307,13 +307,11 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         self._parked_at = server.clock()
         server.registry.park(client, self, self._parked_at)
         self.conn.set_close_callback(self.on_connection_close)
-        self._timer = asyncio.get_running_loop().call_later(
-            server.heartbeat_delay(), server.heartbeat, client
-        )
+        self._heartbeat = server.heartbeats.start(self, client, server.heartbeat_delay())
 
     def wake(self, reason: WakeReason) -> None:
         """`queues.client.Waiter`: the registry detached this request."""
-        self._cancel_timer()
+        self._cancel_heartbeat()
         self.server.answer_slices.add(self._answer_parked, reason)
 
     def _answer_parked(self, reason: WakeReason) -> None:
@@ -345,11 +343,11 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
             )
             self._error(500, _INTERNAL_ERROR)
 
-    def _cancel_timer(self) -> None:
-        timer = self._timer
-        if timer is not None:
-            self._timer = None
-            timer.cancel()
+    def _cancel_heartbeat(self) -> None:
+        tick = self._heartbeat
+        if tick is not None:
+            self._heartbeat = None
+            self.server.heartbeats.cancel(tick, self)
 
     # -- answering --------------------------------------------------------------
 
@@ -376,7 +374,7 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         client = self._client
         if client is not None and client.waiter is self:
             self.server.registry.unpark(client, self, self.server.clock())
-        self._cancel_timer()
+        self._cancel_heartbeat()
         if not self._answered and not self._closed:
             self._write(status, body, None)
 

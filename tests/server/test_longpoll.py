@@ -3,10 +3,12 @@ server processes with shortened timings."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import socket
 
+from server.longpoll import Heartbeats
 from tests.support import Api, wait_for
 
 
@@ -217,3 +219,40 @@ def test_a_requested_lifespan_is_capped_at_seven_days(api, server):
     client.register(queue_lifespan_secs=120)
     lifespans = sorted(q["lifespan_secs"] for q in server.user_queues(client.user.user_id))
     assert lifespans == [120, 600, 7 * 24 * 3600]
+
+
+def test_heartbeat_deadlines_fire_once_per_waiter_at_most_a_tick_late():
+    """`Heartbeats` on its own: a deadline fires in its tick, a cancelled
+    one never, and two requests of one queue due in the same tick are
+    told apart (a request displaced by the next poll must not cancel that
+    poll's heartbeat)."""
+
+    async def scenario() -> list[tuple[str, float]]:
+        loop = asyncio.get_running_loop()
+        fired: list[tuple[str, float]] = []
+        done = loop.create_future()
+        started = loop.time()
+
+        def fire(client: object) -> None:
+            fired.append((str(client), loop.time() - started))
+            if len(fired) == 2:
+                done.set_result(None)
+
+        heartbeats = Heartbeats(fire, tick_secs=0.05)
+        first, second, third = object(), object(), object()
+        tick = heartbeats.start(first, "queue-a", 0.1)  # type: ignore[arg-type]
+        assert heartbeats.start(second, "queue-a", 0.1) == tick  # type: ignore[arg-type]
+        heartbeats.start(third, "queue-b", 0.2)  # type: ignore[arg-type]
+        assert len(heartbeats) == 3
+        heartbeats.cancel(tick, first)  # type: ignore[arg-type]
+        # A second cancel changes nothing.
+        heartbeats.cancel(tick, first)  # type: ignore[arg-type]
+        await asyncio.wait_for(done, 5)
+        assert len(heartbeats) == 0
+        return fired
+
+    fired = asyncio.run(scenario())
+    assert [name for name, _ in fired] == ["queue-a", "queue-b"]
+    (_, a_at), (_, b_at) = fired
+    assert a_at >= 0.1
+    assert b_at >= 0.2
