@@ -44,7 +44,7 @@ from server.deliverylog import DeliveryLog
 from server.http1 import FastHTTPServer
 from server.httpserver import EventHTTPServer, Refusals
 from server.journal import QueueJournal
-from server.longpoll import HEARTBEAT_TICK_SECS, AnswerSlices, Heartbeats, heartbeat_delay
+from server.longpoll import AnswerSlices, Heartbeats
 from server.looplag import LoopLagMonitor
 from server.metrics import make_metrics
 from server.migrate import latest_migration
@@ -122,7 +122,7 @@ class EventServer:
         self.answer_slices = AnswerSlices()
         # Parked requests' heartbeats, gathered in ticks (one timer per tick).
         self.heartbeats = Heartbeats(
-            self.heartbeat, min(HEARTBEAT_TICK_SECS, settings.heartbeat_secs / 10)
+            self.heartbeat, settings.heartbeat_secs, settings.heartbeat_jitter_secs
         )
         # Polls of existing queues by the path that served them: "lean"
         # (handlers/poll.py) or "full" (handlers/events.py); in stats.
@@ -708,9 +708,6 @@ class EventServer:
             "server_generation": self.server_generation,
         }
 
-    def heartbeat_delay(self) -> float:
-        return heartbeat_delay(self.settings.heartbeat_secs, self.settings.heartbeat_jitter_secs)
-
     def observe_response(
         self,
         client: ClientDescriptor,
@@ -739,7 +736,7 @@ class EventServer:
                 observer.poll_failed(user_id, realm_id, queue_id, code, wall)
 
     def heartbeat(self, client: ClientDescriptor) -> None:
-        """Timer callback: the parked request has waited a heartbeat period."""
+        """`heartbeats`' callback: the parked request has waited a heartbeat period."""
         self.registry.wake_for_heartbeat(client, self.clock())
 
     def collect_garbage(self) -> None:

@@ -101,8 +101,8 @@ class ServerApi(Protocol):
 
     @property
     def heartbeats(self) -> Heartbeats:
-        """The heartbeat deadlines of parked requests (`heartbeat_delay` from
-        parking, then `heartbeat`)."""
+        """The heartbeat deadlines of parked requests: `start` when parking,
+        `cancel` when answered."""
 
     @property
     def refusals(self) -> Refusals: ...
@@ -126,12 +126,6 @@ class ServerApi(Protocol):
         ends, whatever the outcome (shutdown waits for every one)."""
 
     def request_finished(self) -> None: ...
-
-    def heartbeat_delay(self) -> float:
-        """Seconds a parked long-poll waits before `heartbeat`, jittered."""
-
-    def heartbeat(self, client: ClientDescriptor) -> None:
-        """Timer callback: the client's parked request has waited long enough."""
 
     def observe_response(
         self,

@@ -36,16 +36,27 @@ def heartbeat_delay(base_secs: float, jitter_secs: float) -> float:
 
 
 class Heartbeats:
-    """The heartbeat deadlines of parked requests, gathered in ticks: one loop
-    timer per tick that has a deadline in it, not one per parked request (a
-    timer costs about 1.3 us to start and cancel under uvloop, and memory
-    for as long as its request is parked). A deadline fires at the end of
-    its tick, `fire(client)`, unless cancelled first."""
+    """The heartbeat deadlines of parked requests, each `heartbeat_delay`
+    after parking, gathered in ticks: one loop timer per tick that has a
+    deadline in it, not one per parked request (a timer costs about 1.3 us
+    to start and cancel under uvloop, and memory for as long as its request
+    is parked). A deadline fires at the end of its tick, `fire(client)`,
+    unless cancelled first."""
 
-    __slots__ = ("_due", "_fire", "tick_secs")
+    __slots__ = ("_due", "_fire", "base_secs", "jitter_secs", "tick_secs")
 
-    def __init__(self, fire: Callable[[ClientDescriptor], None], tick_secs: float):
+    def __init__(
+        self,
+        fire: Callable[[ClientDescriptor], None],
+        base_secs: float,
+        jitter_secs: float,
+        tick_secs: float | None = None,
+    ):
         self._fire = fire
+        self.base_secs = base_secs
+        self.jitter_secs = jitter_secs
+        if tick_secs is None:
+            tick_secs = min(HEARTBEAT_TICK_SECS, base_secs / 10)
         self.tick_secs = tick_secs
         # Tick -> the requests due then, each with its queue.
         self._due: dict[int, dict[Waiter, ClientDescriptor]] = {}
@@ -53,9 +64,11 @@ class Heartbeats:
     def __len__(self) -> int:
         return sum(len(due) for due in self._due.values())
 
-    def start(self, waiter: Waiter, client: ClientDescriptor, delay: float) -> int:
-        """Fire for `client` in `delay` s unless `cancel` comes first; returns
-        the tick to give `cancel`."""
+    def start(self, waiter: Waiter, client: ClientDescriptor, delay: float | None = None) -> int:
+        """Fire for `client` in `delay` s (default: a jittered heartbeat
+        period) unless `cancel` comes first; returns the tick to give `cancel`."""
+        if delay is None:
+            delay = heartbeat_delay(self.base_secs, self.jitter_secs)
         loop = asyncio.get_running_loop()
         tick = math.ceil((loop.time() + delay) / self.tick_secs)
         due = self._due.get(tick)

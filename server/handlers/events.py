@@ -114,7 +114,7 @@ class EventsHandler(BaseHandler):
         waiter = ParkedRequest(server.answer_slices, server.heartbeats)
         parked_at = server.clock()
         server.registry.park(client, waiter, parked_at)
-        waiter.heartbeat = server.heartbeats.start(waiter, client, server.heartbeat_delay())
+        waiter.heartbeat = server.heartbeats.start(waiter, client)
         self._parked = (client, waiter)
         outcome = await waiter.outcome
         self._parked = None

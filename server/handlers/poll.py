@@ -307,7 +307,7 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         self._parked_at = server.clock()
         server.registry.park(client, self, self._parked_at)
         self.conn.set_close_callback(self.on_connection_close)
-        self._heartbeat = server.heartbeats.start(self, client, server.heartbeat_delay())
+        self._heartbeat = server.heartbeats.start(self, client)
 
     def wake(self, reason: WakeReason) -> None:
         """`queues.client.Waiter`: the registry detached this request."""

@@ -238,7 +238,7 @@ def test_heartbeat_deadlines_fire_once_per_waiter_at_most_a_tick_late():
             if len(fired) == 2:
                 done.set_result(None)
 
-        heartbeats = Heartbeats(fire, tick_secs=0.05)
+        heartbeats = Heartbeats(fire, 45.0, 10.0, tick_secs=0.05)
         first, second, third = object(), object(), object()
         tick = heartbeats.start(first, "queue-a", 0.1)  # type: ignore[arg-type]
         assert heartbeats.start(second, "queue-a", 0.1) == tick  # type: ignore[arg-type]
