@@ -112,6 +112,11 @@ class QueueOptions:
         )
 
 
+# The `covered` of almost every queue: one shared empty set rather than an
+# empty frozenset (216 bytes) per queue.
+NO_POSITIONS: frozenset[int] = frozenset()
+
+
 class ClientDescriptor:
     """One queue and everything the server knows about the client behind it.
 
@@ -152,7 +157,7 @@ class ClientDescriptor:
         self.waiter: Waiter | None = None
         # Event log positions above the stream position at creation whose
         # effect is in the state register fetched: not delivered again.
-        self.covered: frozenset[int] = frozenset()
+        self.covered: frozenset[int] = NO_POSITIONS
 
     def accepts(self, event_type: str, event: Mapping[str, Any]) -> bool:
         """Whether this queue takes an event of `event_type` (before any narrow).
@@ -223,5 +228,5 @@ class ClientDescriptor:
             isinstance(p, int) and not isinstance(p, bool) for p in covered
         ):
             raise ValueError(f"queue {queue_id}: covered is not a list of positions")
-        client.covered = frozenset(covered)
+        client.covered = frozenset(covered) if covered else NO_POSITIONS
         return client

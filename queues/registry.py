@@ -36,6 +36,8 @@ SNAPSHOT_VERSION = 1
 SNAPSHOT_VERSIONS_READ = frozenset({1})
 
 HEARTBEAT_EVENT: Event = {"type": "heartbeat"}
+# Distinct QueueOptions values the registry shares before it starts again.
+SHARED_OPTIONS = 1024
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -96,6 +98,8 @@ class QueueRegistry:
         self._idle: dict[float, OrderedDict[str, ClientDescriptor]] = {}
         # queue id -> (owner, reason) for queues ended by overflow or eviction.
         self._tombstones: OrderedDict[str, tuple[int, EndReason]] = OrderedDict()
+        # One QueueOptions object per distinct value (`_shared_options`).
+        self._options: dict[QueueOptions, QueueOptions] = {}
         # Number of queues with a parked request.
         self.parked = 0
         self._heartbeat = Payload.build(HEARTBEAT_EVENT, encode)
@@ -164,11 +168,26 @@ class QueueRegistry:
         return client
 
     def _insert(self, client: ClientDescriptor) -> None:
+        client.options = self._shared_options(client.options)
         self._clients[client.queue_id] = client
         self._by_user.setdefault(client.user_id, {})[client.queue_id] = client
         if client.options.all_public_streams:
             self._public_by_realm.setdefault(client.realm_id, {})[client.queue_id] = client
         self._idle_add(client)
+
+    def _shared_options(self, options: QueueOptions) -> QueueOptions:
+        """The registry's object equal to `options`. Clients ask for the same
+        few option sets (one app, the same event types), and each object holds
+        two frozensets (over 500 bytes): one object per distinct value instead
+        of one per queue. At SHARED_OPTIONS distinct values the table starts
+        again; queues keep the objects they have."""
+        shared = self._options.get(options)
+        if shared is not None:
+            return shared
+        if len(self._options) >= SHARED_OPTIONS:
+            self._options.clear()
+        self._options[options] = options
+        return options
 
     def _idle_add(self, client: ClientDescriptor) -> None:
         """Append to its lifespan group: the newest `last_active` goes last."""

@@ -15,7 +15,7 @@ import time
 
 from generation.errors import BadNotice
 from generation.notice import Notice
-from queues.client import ClientDescriptor, QueueOptions
+from queues.client import NO_POSITIONS, ClientDescriptor, QueueOptions
 from queues.specialize import is_public_channel_message
 from server.errors import ApiError
 from server.interface import ServerApi
@@ -124,5 +124,5 @@ async def resume_queue(
             " register without resume_from and fetch the state afresh",
             RESUME_EXPIRED,
         )
-    client.covered = frozenset(covered)
+    client.covered = frozenset(covered) if covered else NO_POSITIONS
     return client, upto

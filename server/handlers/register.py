@@ -13,6 +13,7 @@ from apply_events.engine import fetch_at_snapshot
 from apply_events.fetch.realm import RealmGone
 from apply_events.register import register
 from apply_events.state import Event, State, StateContext, Want
+from queues.client import NO_POSITIONS
 from queues.errors import BadQueueId
 from server.errors import ApiError
 from server.handlers.base import BaseHandler
@@ -124,7 +125,7 @@ class RegisterHandler(BaseHandler):
             # overflowed): the client registers again.
             client = registry.get(queue_id, user.user_id)
             # From now on the queue takes no event whose change the state has.
-            client.covered = covered[0]
+            client.covered = covered[0] or NO_POSITIONS
             complete[0] = server.stream.position
             return [
                 payload.client_event(i)

@@ -302,6 +302,21 @@ def test_prune_drops_acknowledged_events():
     assert queue.newest_pruned_id == 1
 
 
+def test_partial_prune_keeps_the_rest_in_order_with_their_bytes():
+    queue = EventQueue(encode)
+    sizes = [payload({"type": "n", "data": "x" * (10 * n)}) for n in range(5)]
+    for each in sizes:
+        queue.push(each)
+
+    queue.prune(2)
+
+    assert ids(queue) == [3, 4]
+    assert queue.bytes == sizes[3].size + sizes[4].size
+    queue.push(payload({"type": "n"}))
+    queue.prune(3)
+    assert ids(queue) == [4, 5]
+
+
 def test_prune_minus_one_on_a_new_queue_is_accepted():
     queue = _queue_with(2)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from queues import registry as registry_module
 from queues.errors import BadQueueId, TooManyQueues
 from queues.narrow import parse_narrow
 from queues.registry import NoticeUser
@@ -58,6 +59,34 @@ def test_allocate_then_get_returns_the_queue():
     assert registry.user_queues(7) == [client]
     assert registry.users() == 1
     assert client.event_queue.empty()
+
+
+def test_queues_with_equal_options_share_one_options_object():
+    # Memory per parked client: the options' frozensets once per distinct value.
+    registry = make_registry()
+    asked = [options(event_types=["message"], client_name="website") for _ in range(3)]
+    clients = [registry.allocate(user, REALM, ask, 1.0) for user, ask in enumerate(asked)]
+    other = registry.allocate(9, REALM, options(event_types=["typing"]), 1.0)
+
+    assert clients[1].options is clients[0].options
+    assert clients[2].options is clients[0].options
+    assert other.options is not clients[0].options
+    assert other.options.event_types == frozenset({"typing"})
+    # Nothing else about the queue changes: it still filters by its own options.
+    assert clients[0].covered is clients[1].covered == frozenset()
+
+
+def test_shared_options_table_is_bounded(monkeypatch):
+    monkeypatch.setattr(registry_module, "SHARED_OPTIONS", 3)
+    registry = make_registry(max_queues_per_user=100)
+    first = registry.allocate(1, REALM, options(client_name="app0"), 1.0)
+    for n in range(1, 5):  # the table starts again after three distinct values
+        registry.allocate(1, REALM, options(client_name=f"app{n}"), 1.0)
+
+    assert len(registry._options) <= 3
+    again = registry.allocate(1, REALM, options(client_name="app0"), 1.0)
+    assert again.options == first.options
+    assert again.options.client_name == "app0"
 
 
 def test_unknown_queue_id_is_a_bad_queue_id():
