@@ -2,7 +2,8 @@
 
 One blocking connection per process and thread, reused across calls, with
 publisher confirms: `publish` returns once the broker has taken the message
-(persistent, on a durable queue) and raises `PublishError` if it cannot, after
+(on a durable queue; persistent unless the caller says the event is kept
+elsewhere) and raises `PublishError` if it cannot, after
 reconnecting and trying once more. pika's exceptions stop here.
 """
 
@@ -60,7 +61,7 @@ class Publisher:
         self._declared.clear()
         return channel
 
-    def _publish_once(self, queue: str, body: bytes, message_id: str) -> None:
+    def _publish_once(self, queue: str, body: bytes, message_id: str, persistent: bool) -> None:
         channel = self._open()
         if queue not in self._declared:
             channel.queue_declare(queue=queue, durable=True)
@@ -71,7 +72,9 @@ class Publisher:
             body=body,
             properties=pika.BasicProperties(
                 content_type="application/json",
-                delivery_mode=pika.DeliveryMode.Persistent,
+                delivery_mode=(
+                    pika.DeliveryMode.Persistent if persistent else pika.DeliveryMode.Transient
+                ),
                 message_id=message_id,
                 headers={
                     # What the consumer deduplicates on (message_id is any
@@ -83,19 +86,21 @@ class Publisher:
             mandatory=True,
         )
 
-    def publish(self, queue: str, body: bytes, message_id: str | None = None) -> str:
+    def publish(
+        self, queue: str, body: bytes, message_id: str | None = None, *, persistent: bool = True
+    ) -> str:
         """Publish `body` to the durable `queue`; returns the message id (new
         unless given). A retry after a lost confirmation may deliver twice:
         the consumer drops the second copy by its message id; a caller that
         retries a failed publish passes the same id for the same effect."""
         message_id = message_id or uuid.uuid4().hex
         try:
-            self._publish_once(queue, body, message_id)
+            self._publish_once(queue, body, message_id, persistent)
         except pika.exceptions.AMQPError as first:
             log.warning("publish to %s failed (%r); reconnecting to retry once", queue, first)
             self.close()
             try:
-                self._publish_once(queue, body, message_id)
+                self._publish_once(queue, body, message_id, persistent)
             except pika.exceptions.AMQPError as exc:
                 self.close()
                 raise PublishError(f"RabbitMQ did not take the notice: {exc!r}") from exc

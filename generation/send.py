@@ -3,17 +3,19 @@
     send_event(realm_id, {"type": "task_done", "task": 7}, [user_id, ...])
 
 The notice is validated and encoded before anything touches the broker; bad
-input raises `BadNotice` (a ValueError). It is then published, persistent, to
-the durable notify queue with publisher confirms, and `send_event` returns once
-RabbitMQ has it, or raises `PublishError`. With `EVENTQ_AMQP_URL` empty it is
+input raises `BadNotice` (a ValueError). It is then published to the durable
+notify queue with publisher confirms, and `send_event` returns once RabbitMQ
+has it, or raises `PublishError`. With `EVENTQ_AMQP_URL` empty it is
 POSTed to the server's internal notify endpoint instead (a developer machine
 without RabbitMQ).
 
 The event is first written to the event log (generation/eventlog.py) in a
 transaction of its own, which gives it a position; EVENTQ_EVENT_LOG=0 skips
-that. Inside a database transaction, use `send_event_on_commit` within
-`transaction(conn)`: the event is logged in that transaction and the notice
-goes out after the commit, never on rollback.
+that. A logged notice is published transient: the log is the source of
+truth, and the server reads a notice the broker lost from the log's tail;
+without the log the notice is persistent. Inside a database transaction,
+use `send_event_on_commit` within `transaction(conn)`: the event is logged in
+that transaction and the notice goes out after the commit, never on rollback.
 """
 
 from __future__ import annotations
@@ -60,11 +62,13 @@ def prepare_notice(
     return notice, encode_notice(notice)
 
 
-def publish_encoded(body: bytes, config: ProducerConfig, notice_id: str | None = None) -> None:
+def publish_encoded(
+    body: bytes, config: ProducerConfig, notice_id: str | None = None, *, logged: bool = False
+) -> None:
     """Hand an encoded notice to the broker, or to the server without one."""
     if config.amqp_url:
         publisher.for_thread(config.amqp_url, config.confirm_timeout_secs).publish(
-            config.notify_queue, body, notice_id
+            config.notify_queue, body, notice_id, persistent=not logged
         )
         return
     try:
@@ -97,7 +101,7 @@ def publish_notice(
     except ShardingError as exc:
         raise PublishError(str(exc)) from None
     if shard_map is None:
-        publish_encoded(body, config, notice_id)
+        publish_encoded(body, config, notice_id, logged=notice.position is not None)
         return
     parts = shard_map.split(notice.realm_id, notice.users, reach_of(notice.event))
     failed: list[str] = []
@@ -108,7 +112,12 @@ def publish_notice(
             else encode_notice(Notice(notice.event, users, notice.realm_id, notice.position))
         )
         try:
-            publish_encoded(part, config.for_shard(shard_map.shards[name]), notice_id)
+            publish_encoded(
+                part,
+                config.for_shard(shard_map.shards[name]),
+                notice_id,
+                logged=notice.position is not None,
+            )
         except PublishError as exc:
             failed.append(f"shard {name}: {exc}")
     if failed:

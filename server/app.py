@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import time
@@ -807,7 +808,13 @@ class EventServer:
             config = self.settings.producer.for_shard(shard_map.shards[name])
             try:
                 await loop.run_in_executor(
-                    self._publisher, publish_encoded, encode_notice(part), config
+                    self._publisher,
+                    functools.partial(
+                        publish_encoded,
+                        encode_notice(part),
+                        config,
+                        logged=notice.position is not None,
+                    ),
                 )
             except PublishError as exc:
                 log.warning(

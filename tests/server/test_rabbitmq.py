@@ -432,3 +432,47 @@ def test_an_event_logged_while_the_broker_is_unreachable_still_arrives_once(api,
     )
     assert [e["type"] for e in later] == ["after"]
     close_for_thread()
+
+
+def test_a_logged_notice_is_transient_and_its_loss_is_repaired_from_the_log(start_server, world):
+    # With the event log on, the log holds the event and the notice is only
+    # the fast path: it is published transient (RabbitMQ keeps it off its
+    # disk). A notice the broker loses (here: purged while the server is
+    # down) still arrives, read from the log. Without the log the notice is
+    # all there is, and it is persistent.
+    server = start_server()
+    server.wait_consuming()
+    user = world.user()
+    client = Api(server, user)
+    queue_id = client.register()["queue_id"]
+    assert server.stop() == 0
+    params = pika.URLParameters(server.amqp_url)
+    with pika.BlockingConnection(params) as connection:
+        channel = connection.channel()
+
+        def take() -> tuple[int, bytes]:
+            method, properties, body = channel.basic_get(server.notify_queue, auto_ack=True)
+            assert method is not None, "the notice is not in the notify queue"
+            return properties.delivery_mode, body
+
+        send_event(user.realm_id, {"type": "logged"}, [user.user_id], config=server.producer())
+        mode, body = take()
+        assert mode == pika.DeliveryMode.Transient.value
+        assert b'"position":' in body
+        # Taken off the queue and acknowledged: lost, as on a broker restart.
+        unlogged = server.producer(event_log=False)
+        send_event(user.realm_id, {"type": "unlogged"}, [user.user_id], config=unlogged)
+        mode, body = take()
+        assert mode == pika.DeliveryMode.Persistent.value
+        assert b'"position":' not in body
+        channel.basic_publish(
+            "",
+            server.notify_queue,
+            body,
+            pika.BasicProperties(delivery_mode=mode, headers={NOTICE_ID_HEADER: "unlogged-1"}),
+        )
+    close_for_thread()
+    server.start()
+    events = _collect(client, queue_id, 2)
+    assert sorted(e["type"] for e in events) == ["logged", "unlogged"]
+    client.close()
