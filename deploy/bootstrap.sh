@@ -296,13 +296,20 @@ ensure_chromium() {
         die "chromium: chromium and chromium-driver not installed"
 }
 
-ensure_node() {  # eventq.js's unit tests run with Node's test runner (node >= 18)
-    if command -v node >/dev/null && node -e 'process.exit(parseInt(process.versions.node, 10) < 18 ? 1 : 0)'; then
+ensure_node() {  # eventq.js's unit tests run with Node's test runner
+    # 18: Debian 12's nodejs (18.20) and eventq-client's package.json
+    # "engines"; the tests pass on it and on 20.20.
+    local minimum=18
+    local new_enough="process.exit(parseInt(process.versions.node, 10) < $minimum ? 1 : 0)"
+    if command -v node >/dev/null && node -e "$new_enough"; then
         say "node: installed ($(node --version))"
         return
     fi
     apt_install nodejs
     command -v node >/dev/null || die "node: not installed"
+    node -e "$new_enough" ||
+        die "node: $(node --version) is older than $minimum; install a nodejs package of version $minimum or later (Debian 12's nodejs is one)"
+    say "node: installed ($(node --version))"
 }
 
 # --- Python -----------------------------------------------------------------

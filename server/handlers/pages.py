@@ -6,8 +6,9 @@ report under `/operator/report/`).
 The operator's paths answer only callers on this machine or the internal
 networks of the sharding config (through our nginx: the address it puts in
 X-Real-IP), or holders of EVENTQ_OPERATOR_TOKEN (`Authorization: Bearer`, or
-the cookie that `/operator?token=...` sets). Pages carry a Content Security
-Policy that allows scripts, styles and requests of this origin only.
+the cookie that `/operator?token=...` sets: only that page takes the token in
+its address, and only to turn it into the cookie). Pages carry a Content
+Security Policy that allows scripts, styles and requests of this origin only.
 """
 
 from __future__ import annotations
@@ -130,6 +131,12 @@ class DemoPageHandler(BrowserHandler):
 class OperatorHandler(BrowserHandler):
     """What every operator path checks first."""
 
+    # Whether `?token=` is read: only by the page that moves it into a
+    # cookie. A token in the address ends up in histories, bookmarks and
+    # Referer headers; taken everywhere, links carrying it would work and
+    # get shared.
+    token_in_query = False
+
     def prepare(self) -> None:
         super().prepare()
         if not self.operator_allowed():
@@ -144,7 +151,9 @@ class OperatorHandler(BrowserHandler):
     def operator_allowed(self) -> bool:
         expected = self.server.settings.operator_token
         if expected:
-            given = self.get_query_argument("token", None) or self.get_cookie(OPERATOR_COOKIE)
+            given = self.get_cookie(OPERATOR_COOKIE)
+            if self.token_in_query:
+                given = self.get_query_argument("token", None) or given
             authorization = self.request.headers.get("Authorization", "")
             if authorization.startswith("Bearer "):
                 given = authorization[len("Bearer ") :].strip()
@@ -158,6 +167,8 @@ class OperatorHandler(BrowserHandler):
 
 
 class OperatorPageHandler(OperatorHandler):
+    token_in_query = True
+
     def get(self) -> None:
         token = self.get_query_argument("token", None)
         if token is not None:

@@ -12,6 +12,10 @@
 
 const DEFAULT_EVERY_SECS = 2;
 const MIN_EVERY_SECS = 0.1;
+// A stats answer takes milliseconds; one not there in 5 s means the shard's
+// loop is stuck or the connection is dead, which the operator must see (the
+// figures shown are then stale) rather than a page that silently stops.
+const FETCH_TIMEOUT_SECS = 5;
 const WINDOW_SECS = 300;
 const SVG = "http://www.w3.org/2000/svg";
 
@@ -219,15 +223,22 @@ function take(stats) {
 async function refresh() {
   let stats;
   try {
-    const response = await fetch("/operator/stats", { cache: "no-store", credentials: "same-origin" });
-    const body = await response.json().catch(() => null);
+    // The timeout covers the body too: reading it is aborted with the fetch.
+    const signal = AbortSignal.timeout(FETCH_TIMEOUT_SECS * 1000);
+    const response = await fetch("/operator/stats", { cache: "no-store", credentials: "same-origin", signal });
+    const body = await response.json().catch((error) => {
+      if (error.name === "TimeoutError") throw error;
+      return null;
+    });
     if (!response.ok || body?.result !== "success") {
       throw new Error(body?.msg ?? `status ${response.status}`);
     }
     stats = body;
   } catch (error) {
     page.failures += 1;
-    showStatus("error", `Could not fetch the figures (${error.message}); trying again.`);
+    const why = error.name === "TimeoutError" ? `no answer in ${FETCH_TIMEOUT_SECS} s` : error.message;
+    const shown = page.latest === null ? "" : " The figures below are from the last answer.";
+    showStatus("error", `Could not fetch the figures (${why}); trying again.${shown}`);
     return;
   }
   page.fetches += 1;

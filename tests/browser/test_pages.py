@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import http.server
 import json
+import math
 import re
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -326,10 +328,12 @@ def test_the_page_backs_off_while_the_server_is_away_and_recovers(
     assert 2 <= len(failed) <= 10
     assert [r["attempt"] for r in retries] == list(range(1, len(retries) + 1))
     for retry in retries:
-        # Full jitter under a cap that doubles (1 s, 2 s, 4 s, ...), or what
-        # the server asked (Retry-After of a 503 while it shuts down).
+        # What the server asked (Retry-After of a 503 while it shuts down,
+        # counted up to 60 s), plus full jitter under a cap that doubles (1 s,
+        # 2 s, 4 s, ...).
         cap = 1000 * 2 ** (retry["attempt"] - 1)
-        assert 0 <= retry["delayMs"] <= max(cap, retry["retryAfterMs"] or 0), retry
+        asked = math.ceil(min(retry["retryAfterMs"] or 0, 60_000))
+        assert asked <= retry["delayMs"] <= asked + cap, retry
     # Each attempt waited at least the delay announced before it.
     attempts = [r for r in requests_made if r["path"] == "/json/events"]
     for retry in retries:
@@ -396,6 +400,27 @@ def test_a_late_answer_to_a_replaced_poll_is_ignored(demo_site: StartSite, brows
     assert reset["reason"] == "page_restored"
     assert status(driver) == "connected"
     demo(driver, "Object.assign(demo.debug, {detachRequests: false, dropDeletes: false})")
+
+
+# -- leaving the page -----------------------------------------------------------
+
+
+def test_leaving_the_page_deletes_its_queue_on_the_server(demo_site: StartSite, browser: Browser):
+    site = demo_site()
+    hamlet = site.users["hamlet"]
+    driver = browser()
+    queue_id = log_in(driver, site, "hamlet")
+    assert [q["queue_id"] for q in site.server.user_queues(hamlet.user_id)] == [queue_id]
+
+    driver.get("about:blank")
+    # The pagehide listener's DELETE (keepalive) outlives the page; nothing
+    # else ends an idle queue this soon (its lifespan is minutes).
+    wait_for(
+        lambda: site.server.user_queues(hamlet.user_id) == [],
+        10,
+        f"the server to drop {queue_id}",
+    )
+    assert " 200 DELETE /json/events " in site.server.log()
 
 
 # -- the operator page ----------------------------------------------------------
@@ -509,6 +534,31 @@ def test_the_operator_page_shows_the_stats_and_refuses_an_outsider(
     )
     assert outsider.current_url == f"{outside}/operator"
     assert outsider.find_element(By.ID, "queues").text == str(stats["queues"])
+
+
+def test_the_operator_page_says_so_when_the_stats_do_not_answer(
+    demo_site: StartSite, browser: Browser
+):
+    site = demo_site()
+    operator = browser()
+    operator.get(f"{site.server.url}/operator?every=0.3")
+
+    def fetch_status(driver: WebDriver) -> tuple[str | None, str]:
+        node = driver.find_element(By.ID, "fetch-status")
+        return node.get_attribute("data-status"), node.text
+
+    wait(operator, lambda d: fetch_status(d)[0] == "ok")
+    process = site.server.proc
+    assert process is not None
+    # A stuck loop: the kernel still accepts the connections, nothing answers.
+    process.send_signal(signal.SIGSTOP)
+    try:
+        _, shown = wait(operator, lambda d: (f := fetch_status(d))[0] == "error" and f, 15)
+    finally:
+        process.send_signal(signal.SIGCONT)
+    assert "no answer in 5 s" in shown
+    assert "from the last answer" in shown
+    wait(operator, lambda d: fetch_status(d)[0] == "ok", 15)
 
 
 # -- CSRF -----------------------------------------------------------------------

@@ -465,3 +465,24 @@ def test_the_operator_pages_answer_this_machine_and_refuse_an_outsider(
     assert visit.url == f"{outside}/operator"
     assert browser.get(f"{outside}/operator/stats", timeout=10).status_code == 200
     assert re.search(r"eventq_operator=.*HttpOnly", str(visit.history[0].headers))
+
+
+def test_only_the_operator_page_takes_the_token_in_its_address(start_server: Any):
+    address = external_address()
+    if address is None:
+        pytest.fail("this machine has no non-loopback address to call from")
+    token = "u" * 32
+    server = start_server(EVENTQ_HOST="0.0.0.0", EVENTQ_OPERATOR_TOKEN=token)
+    outside = f"http://{address}:{server.port}"
+    # The right token, but in the address of a path that does not move it
+    # into a cookie: refused, as without it.
+    for path in ("/operator/stats", "/operator/report/", "/operator/report/report.html"):
+        refused = requests.get(f"{outside}{path}?token={token}", timeout=10)
+        assert refused.status_code == 403, path
+        assert refused.json()["code"] == "UNAUTHORIZED", path
+    # The page takes it and sets the cookie, which the other paths take.
+    browser = requests.Session()
+    visit = browser.get(f"{outside}/operator?token={token}", allow_redirects=False, timeout=10)
+    assert visit.status_code == 303
+    assert browser.get(f"{outside}/operator/stats", timeout=10).status_code == 200
+    assert token not in server.log()

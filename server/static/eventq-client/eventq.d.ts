@@ -101,6 +101,10 @@ export interface ResetInfo {
   /** The new initial state when reloadState is true; else null. */
   state: RegisterResponse | null;
   queueId: string;
+  /** The position the page's state is at: the new state's when reloadState
+   * is true; else still the one resumed from (the events after it are in
+   * the new queue, and the position moves on once the first answer of the
+   * new queue has been applied). */
   streamPosition: number | null;
   /** The position resumed from when reloadState is false; else null. */
   resumedFrom: number | null;
@@ -111,22 +115,33 @@ export interface RetryInfo {
   error: EventqError;
   /** 1 for the first failure since the last successful poll. */
   attempt: number;
-  /** How long the client waits before trying again. */
+  /** How long the client waits before trying again (see BackoffPolicy). */
   delayMs: number;
 }
 
 /** Full-jitter exponential backoff: the n-th consecutive failure (n from 0)
- * waits `random() * min(capMs, baseMs * factor ** n)`, and at least what the
- * server's Retry-After asked. */
+ * waits `random() * min(capMs, baseMs * factor ** n)`, plus what the
+ * server's Retry-After asked, up to `retryAfterCapMs`. The jitter is added
+ * to the Retry-After, not replaced by it, so that clients told the same
+ * Retry-After (every 502 of a proxy, a server shutting down) do not all
+ * come back at the same moment. */
 export interface BackoffPolicy {
   baseMs: number;
   factor: number;
   capMs: number;
+  /** The most of a Retry-After that is waited (a longer one counts as
+   * this): a proxy asking for a day, or an HTTP date from a wrong clock,
+   * would otherwise leave the page behind for as long. */
+  retryAfterCapMs: number;
 }
 
 /** A listener may return a promise: the client waits for it before the next
  * poll (events) or before polling the new queue (reset). A listener that
- * throws or rejects is reported (see `reportError`) and the client goes on. */
+ * throws or rejects is reported (see `reportError`) and the client goes on.
+ * When a queue must be replaced while events listeners are still applying an
+ * answer, the new queue waits for them at most `applyWaitMs`; past that the
+ * wait is reported, the answer counts as not applied and its events come
+ * again on the new queue. */
 export type EventsListener = (events: EventqEvent[], info: EventsInfo) => void | Promise<void>;
 export type ResetListener = (reset: ResetInfo) => void | Promise<void>;
 export type ErrorListener = (error: EventqError) => void;
@@ -176,13 +191,17 @@ export interface EventqClientOptions {
   onRetry?: RetryListener;
   onStatus?: StatusListener;
 
-  /** Default DEFAULT_BACKOFF (1 s, x2, 60 s); missing fields keep it. */
+  /** Default DEFAULT_BACKOFF (1 s, x2, 60 s; Retry-After up to 60 s);
+   * missing fields keep it. */
   backoff?: Partial<BackoffPolicy>;
   /** A poll unanswered this long is abandoned and retried; default register's
    * event_queue_longpoll_timeout_seconds, else 90 s. */
   pollTimeoutMs?: number;
   /** Timeout of a register request; default 30 s. */
   requestTimeoutMs?: number;
+  /** How long a replacement queue waits for events listeners still applying
+   * the previous answer (see EventsListener); default 30 s. */
+  applyWaitMs?: number;
   /** Session mode: the user (id) whose session to use when the browser holds
    * several (one per tab, as eventq's demo does). Sent as `X-Eventq-User`;
    * the CSRF cookie is then `csrftoken_<user>`. Default: the latest login. */
@@ -211,6 +230,7 @@ export interface EventqClientOptions {
 export const DEFAULT_BACKOFF: Readonly<BackoffPolicy>;
 export const DEFAULT_POLL_TIMEOUT_MS: number;
 export const DEFAULT_REQUEST_TIMEOUT_MS: number;
+export const DEFAULT_APPLY_WAIT_MS: number;
 
 /** Keeps one event queue of one user: registers it, long-polls it with
  * exactly one request in flight, acknowledges what it received, backs off on
@@ -225,8 +245,9 @@ export class EventqClient {
    * the next poll acknowledges; -1 before any. */
   readonly lastEventId: number;
   /** The newest stream position the page's state has reached (once its
-   * listeners returned); what a re-register resumes from. null when the
-   * server sends none (Zulip). */
+   * listeners returned); what a re-register resumes from. After a resume it
+   * stays the position resumed from until the new queue's first answer has
+   * been applied. null when the server sends none (Zulip). */
   readonly streamPosition: number | null;
   readonly status: Status;
 
@@ -236,14 +257,19 @@ export class EventqClient {
    * told to onError) or when stop()/close() comes first (kind "stopped").
    * Call it once. */
   start(): Promise<RegisterResponse>;
-  /** Stops polling at once: the request in flight is aborted and its answer,
+  /** Stops polling at once: the poll in flight is aborted and its answer,
    * should it still come, is ignored. The queue stays on the server (it
-   * expires after its lifespan); close() deletes it. A stopped client does
-   * not start again: make a new one. */
+   * expires after its lifespan); close() deletes it. A register in flight
+   * is left to finish (the server may have made its queue already) and the
+   * queue it answers with is deleted (DELETE events, keepalive); so is one
+   * in flight at a pagehide. A stopped client does not start again: make a
+   * new one. */
   stop(): void;
   /** stop(), then deletes the queue (DELETE events, keepalive) and removes
-   * the page listeners. Resolves when the delete is answered or failed; never
-   * rejects. Safe to call more than once, or before start(). */
+   * the page listeners. Resolves when the delete is answered or failed (and
+   * that of the queue a register in flight made, within the register's
+   * timeout); never rejects. Safe to call more than once, or before
+   * start(). */
   close(): Promise<void>;
 
   /** Each on* method adds a listener and returns a function that removes it. */

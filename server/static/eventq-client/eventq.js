@@ -1,5 +1,5 @@
-// eventq-client: a dependency-free ES module that keeps a page (or a Node 20
-// script) subscribed to an eventq or Zulip server's event queue.
+// eventq-client: a dependency-free ES module that keeps a page (or a Node 18
+// or later script) subscribed to an eventq or Zulip server's event queue.
 //
 // It registers a queue, long-polls it with exactly one request in flight,
 // acknowledges what it received, retries transient failures with jittered
@@ -11,8 +11,17 @@
 /** Backoff of transient failures: full jitter (delay = random() x min(cap,
  * base x factor^n), n = failures before this one), so that clients cut off
  * together by a restart do not come back together. 1 s doubles to 60 s: a
- * minute is as long as a page should stay behind a server that is back. */
-export const DEFAULT_BACKOFF = Object.freeze({ baseMs: 1000, factor: 2, capMs: 60_000 });
+ * minute is as long as a page should stay behind a server that is back.
+ * What a Retry-After asks is waited on top of the jitter, and at most
+ * retryAfterCapMs of it: 60 s for the same reason (a proxy that says a day,
+ * or an HTTP date from a clock that is wrong, would leave the page behind
+ * for as long). */
+export const DEFAULT_BACKOFF = Object.freeze({
+  baseMs: 1000,
+  factor: 2,
+  capMs: 60_000,
+  retryAfterCapMs: 60_000,
+});
 
 /** Used when register's answer has no `event_queue_longpoll_timeout_seconds`:
  * Zulip's value, comfortably above the server's 45-55 s heartbeat. */
@@ -21,6 +30,13 @@ export const DEFAULT_POLL_TIMEOUT_MS = 90_000;
 /** Register reads the whole initial state; 30 s is generous for that and
  * short enough for a silently dropped connection to be retried. */
 export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+
+/** How long a replacement queue waits for the events listeners still
+ * applying the last answer (their end decides the position it resumes
+ * from) before it registers without them. 30 s, as long as register itself
+ * may take: a listener busy for longer has most likely forgotten to settle
+ * its promise, and the page would otherwise never be updated again. */
+export const DEFAULT_APPLY_WAIT_MS = 30_000;
 
 const CSRF_HEADER = "X-CSRFToken";
 // Session mode with `user`: which of the browser's sessions to use.
@@ -148,6 +164,7 @@ export class EventqClient {
   #backoff;
   #pollTimeoutOption; // null: take register's event_queue_longpoll_timeout_seconds
   #requestTimeoutMs;
+  #applyWaitMs;
   #fetch;
   #setTimeout;
   #clearTimeout;
@@ -175,11 +192,23 @@ export class EventqClient {
   #lastEventId = -1;
   // The newest stream_position whose events the page has been given (and
   // whose listeners have returned), from any queue: what resume_from takes.
-  // null while the server has sent none (a Zulip server never does).
+  // null while the server has sent none (a Zulip server never does). It
+  // moves only when the page's state gets there: never to the
+  // stream_position of a resumed register, whose events are still in the
+  // new queue (see #resumedTo).
   #streamPosition = null;
+  // After a resumed register, until the new queue's first answer is given
+  // to the page: that register's stream_position (null when it had none or
+  // the queue was not resumed). The first answer holds every event the
+  // register put in the queue (an answer holds all that the queue has not
+  // had acknowledged, and nothing is acknowledged before it), so once it is
+  // applied the page is at its stream_position, which is at least this
+  // one; this one is used when the answer has none.
+  #resumedTo = null;
   // Settles when the page's listeners have applied the answer being
-  // delivered (null when none is): a replacement queue resumes from the
-  // position that answer brings, so it is registered only after.
+  // delivered (null when none is, or when a replacement stopped waiting for
+  // it): a replacement queue resumes from the position that answer brings,
+  // so it is registered only after, or after #applyWaitMs.
   #applying = null;
   #pollTimeoutMs = DEFAULT_POLL_TIMEOUT_MS;
   // Whether #queueId has answered a poll: a queue lost before answering once
@@ -192,9 +221,13 @@ export class EventqClient {
   // so a late answer to a replaced poll never touches the state, and at most
   // one run, hence one request, is ever live.
   #generation = 0;
-  // The AbortController of the one request in flight (null when none).
+  // The one request in flight (null when none): { cancel }, which #halt
+  // calls.
   #inFlight = null;
-  // Ends the backoff wait in progress early (null when not waiting).
+  // Registers left to finish without a run (#discard), each until the
+  // queue it made, if any, is deleted: close() waits for them.
+  #discarding = new Set();
+  // Ends the wait in progress (#within) early; null when not waiting.
   #wakeUp = null;
   // Transient failures since the last successful poll; the next delay's n.
   #failures = 0;
@@ -234,6 +267,7 @@ export class EventqClient {
     this.#backoff = { ...DEFAULT_BACKOFF, ...options.backoff };
     this.#pollTimeoutOption = options.pollTimeoutMs ?? null;
     this.#requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+    this.#applyWaitMs = options.applyWaitMs ?? DEFAULT_APPLY_WAIT_MS;
     // Looked up per call, and called as globals: browsers refuse a detached
     // fetch or setTimeout ("Illegal invocation").
     this.#fetch = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
@@ -385,16 +419,16 @@ export class EventqClient {
         win.removeEventListener("pageshow", this.#onPageShow);
       }
     }
-    return this.#deleteQueue();
+    return Promise.all([this.#deleteQueue(), ...this.#discarding]).then(() => undefined);
   }
 
   // Ends the current run: its awaits see a new generation, its request is
-  // aborted and its backoff wait ends now.
+  // cancelled (see #send) and its wait ends now.
   #halt() {
     this.#generation += 1;
     const inFlight = this.#inFlight;
     this.#inFlight = null;
-    inFlight?.abort();
+    inFlight?.cancel();
     const wakeUp = this.#wakeUp;
     this.#wakeUp = null;
     wakeUp?.();
@@ -422,7 +456,7 @@ export class EventqClient {
       if (this.#queueId === null) {
         if (this.#pendingStart !== null) {
           const state = await this.#register(gen, null);
-          this.#adopt(state);
+          this.#adopt(state, false);
           this.#settleStart(null, state);
         } else {
           await this.#replaceQueue(gen, "page_restored");
@@ -504,7 +538,11 @@ export class EventqClient {
       if (event?.type !== "heartbeat") events.push(event);
     }
     this.#lastEventId = newest;
-    const position = typeof body.stream_position === "number" ? body.stream_position : null;
+    // The eventq server gives a position per answer, not per event: every
+    // event of the answer is at or below it.
+    let position = typeof body.stream_position === "number" ? body.stream_position : null;
+    position ??= this.#resumedTo;
+    this.#resumedTo = null;
     // The page's state has every event up to `position` once its listeners
     // have applied this answer: only then does the position move, even if
     // the run was replaced meanwhile (the replacement waits for it).
@@ -516,8 +554,11 @@ export class EventqClient {
       if (position !== null) this.#streamPosition = position;
     } else {
       const applied = pending.then(() => {
+        // Not once a replacement stopped waiting for it: the new queue was
+        // resumed from before these events and brings them again.
+        if (this.#applying !== applied) return;
+        this.#applying = null;
         if (position !== null) this.#streamPosition = position;
-        if (this.#applying === applied) this.#applying = null;
       });
       this.#applying = applied;
       await applied;
@@ -529,16 +570,26 @@ export class EventqClient {
   // resuming from the stream position when one is known, and tell the page
   // whether its state still holds.
   async #replaceQueue(gen, reason) {
-    if (this.#applying !== null) {
-      await this.#applying;
+    const applying = this.#applying;
+    if (applying !== null) {
+      const applied = await this.#within(this.#applyWaitMs, applying);
       this.#check(gen);
+      if (!applied) {
+        this.#applying = null;
+        this.#reportError(
+          new Error(
+            `eventq-client: an events listener has not settled in ${this.#applyWaitMs} ms;` +
+              " the new queue resumes from before the events it was given",
+          ),
+        );
+      }
     }
     const resumeFrom = this.#streamPosition;
     this.#queueId = null;
     this.#lastEventId = -1;
     const state = await this.#register(gen, resumeFrom);
     const resumed = resumeFrom !== null && state.resumed_from !== undefined;
-    this.#adopt(state);
+    this.#adopt(state, resumed);
     await this.#emitAndWait(gen, "reset", {
       reloadState: !resumed,
       reason,
@@ -549,11 +600,16 @@ export class EventqClient {
     });
   }
 
-  #adopt(state) {
+  // Takes register's answer. A state is complete to its stream_position, so
+  // the page is there once it has the state; a resumed queue instead holds
+  // the events up to it, still to be delivered (#resumedTo).
+  #adopt(state, resumed) {
     this.#queueId = state.queue_id;
     this.#lastEventId = typeof state.last_event_id === "number" ? state.last_event_id : -1;
     this.#queueAnswered = false;
-    if (typeof state.stream_position === "number") this.#streamPosition = state.stream_position;
+    const position = typeof state.stream_position === "number" ? state.stream_position : null;
+    this.#resumedTo = resumed ? position : null;
+    if (!resumed && position !== null) this.#streamPosition = position;
     const seconds = state.event_queue_longpoll_timeout_seconds;
     this.#pollTimeoutMs =
       this.#pollTimeoutOption ??
@@ -595,27 +651,39 @@ export class EventqClient {
     }
   }
 
-  // Waits out the backoff after a transient failure (at least what the
-  // server's Retry-After asked).
+  // Waits out the backoff after a transient failure: what the server's
+  // Retry-After asked (up to retryAfterCapMs), plus the jitter. Added, not
+  // the larger of the two: behind our nginx every 502 and 504 carries
+  // Retry-After: 1, and so does SERVER_SHUTTING_DOWN, so clients that all
+  // waited just that would all come back in the same millisecond.
   async #wait(gen, error) {
-    const { baseMs, factor, capMs } = this.#backoff;
+    const { baseMs, factor, capMs, retryAfterCapMs } = this.#backoff;
     const attempt = this.#failures;
     this.#failures += 1;
-    let delayMs = Math.floor(this.#random() * Math.min(capMs, baseMs * factor ** attempt));
-    if (error.retryAfterMs !== null) delayMs = Math.max(delayMs, Math.ceil(error.retryAfterMs));
+    const askedMs =
+      error.retryAfterMs === null ? 0 : Math.ceil(Math.min(error.retryAfterMs, retryAfterCapMs));
+    const delayMs =
+      askedMs + Math.floor(this.#random() * Math.min(capMs, baseMs * factor ** attempt));
     this.#setStatus("retrying");
     this.#emit("retry", { error, attempt: attempt + 1, delayMs });
-    await new Promise((resolve) => {
-      const timer = this.#setTimeout(() => {
-        this.#wakeUp = null;
-        resolve();
-      }, delayMs);
-      this.#wakeUp = () => {
-        this.#clearTimeout(timer);
-        resolve();
-      };
-    });
+    await this.#within(delayMs);
     this.#check(gen);
+  }
+
+  // Resolves true when `promise` settles within `ms`, false when the time
+  // runs out first or #halt ends the wait (the caller's #check then throws).
+  #within(ms, promise = null) {
+    return new Promise((resolve) => {
+      const finish = (settled) => {
+        this.#clearTimeout(timer);
+        if (this.#wakeUp === wakeUp) this.#wakeUp = null;
+        resolve(settled);
+      };
+      const wakeUp = () => finish(false);
+      const timer = this.#setTimeout(wakeUp, ms);
+      this.#wakeUp = wakeUp;
+      promise?.then(() => finish(true));
+    });
   }
 
   // -- HTTP -------------------------------------------------------------------
@@ -648,6 +716,8 @@ export class EventqClient {
   // One request of the current run, the only one in flight. Resolves with
   // { ok: true, body } or { ok: false, error } (an EventqError); throws
   // SUPERSEDED when the run was replaced meanwhile, whatever the answer.
+  // #halt aborts it, except a register: the server may have made its queue
+  // already, so that one is left to finish and its queue deleted (#discard).
   async #send(gen, method, path, params, timeoutMs) {
     this.#check(gen);
     assertIdle(this.#inFlight);
@@ -656,36 +726,72 @@ export class EventqClient {
     const init = this.#init(method, params);
     const controller = new AbortController();
     init.signal = controller.signal;
-    this.#inFlight = controller;
     let timedOut = false;
     const timer = this.#setTimeout(() => {
       timedOut = true;
       controller.abort();
     }, timeoutMs);
-    // An abort ends the wait even where fetch ignores the signal (a polyfill):
-    // the answer, if it ever comes, then has no one to deliver it to.
-    const aborted = new Promise((_resolve, reject) => {
-      controller.signal.addEventListener("abort", () => reject(new Error("aborted")), {
-        once: true,
-      });
+    const answer = (async () => {
+      const response = await this.#fetch(url, init);
+      return { response, text: await response.text() };
+    })();
+    answer.catch(() => undefined);
+    // Ends the wait for the answer: at an abort, even where fetch ignores
+    // the signal (a polyfill; the answer, if it ever comes, then has no one
+    // to deliver it to), or when #halt leaves a register to finish alone.
+    let leave;
+    const left = new Promise((_resolve, reject) => {
+      leave = reject;
     });
-    aborted.catch(() => undefined);
+    left.catch(() => undefined);
+    controller.signal.addEventListener("abort", () => leave(new Error("aborted")), {
+      once: true,
+    });
+    let detached = false;
+    const request = {
+      cancel: () => {
+        if (path !== "register") {
+          controller.abort();
+          return;
+        }
+        detached = true;
+        leave(SUPERSEDED);
+        // Still bounded by its timeout: the queue of a register that never
+        // answers expires on the server.
+        this.#discard(answer.finally(() => this.#clearTimeout(timer)));
+      },
+    };
+    this.#inFlight = request;
     let response;
     let text;
     try {
-      response = await Promise.race([this.#fetch(url, init), aborted]);
-      text = await Promise.race([response.text(), aborted]);
+      ({ response, text } = await Promise.race([answer, left]));
     } catch (cause) {
       this.#check(gen);
       const kind = timedOut ? "timeout" : "network";
       const what = timedOut ? `no answer in ${timeoutMs} ms` : `${cause}`;
       return { ok: false, error: new EventqError(`${method} ${path}: ${what}`, { kind, cause }) };
     } finally {
-      this.#clearTimeout(timer);
-      if (this.#inFlight === controller) this.#inFlight = null;
+      if (!detached) this.#clearTimeout(timer);
+      if (this.#inFlight === request) this.#inFlight = null;
     }
     this.#check(gen);
     return this.#outcome(method, path, response, text);
+  }
+
+  // A register this client no longer waits for (stop(), close() or a
+  // pagehide came while it was in flight): the queue it answers with, if
+  // any, is deleted. close() waits for this.
+  #discard(answer) {
+    const done = answer
+      .then(({ response, text }) => {
+        const { ok, body } = this.#outcome("POST", "register", response, text);
+        if (ok && typeof body.queue_id === "string") return this.#sendDelete(body.queue_id);
+        return undefined;
+      })
+      .catch(() => undefined);
+    this.#discarding.add(done);
+    done.then(() => this.#discarding.delete(done));
   }
 
   #outcome(method, path, response, text) {
@@ -731,6 +837,10 @@ export class EventqClient {
     const queueId = this.#queueId;
     if (queueId === null) return Promise.resolve();
     this.#queueId = null;
+    return this.#sendDelete(queueId);
+  }
+
+  #sendDelete(queueId) {
     const init = this.#init("DELETE", { queue_id: queueId });
     init.keepalive = true;
     let request;

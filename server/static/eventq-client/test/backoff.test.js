@@ -30,7 +30,12 @@ test("network errors back off exponentially with full jitter, capped at 60 s", a
   );
   assert.equal(fixture.log.retries[0].error.kind, "network");
   assert.equal(fixture.log.retries[0].error.retryable, true);
-  assert.deepEqual(DEFAULT_BACKOFF, { baseMs: 1000, factor: 2, capMs: 60_000 });
+  assert.deepEqual(DEFAULT_BACKOFF, {
+    baseMs: 1000,
+    factor: 2,
+    capMs: 60_000,
+    retryAfterCapMs: 60_000,
+  });
 });
 
 test("the backoff policy is an option", async () => {
@@ -69,28 +74,60 @@ test("5xx, 429 and 408 answers and unreadable pages are retried", async () => {
   assert.equal(fixture.log.errors.length, 0);
 });
 
-test("Retry-After is honoured as a minimum: seconds, an HTTP date, or the body's retry-after", async () => {
+test("Retry-After is waited and the jitter on top: seconds, an HTTP date, or the body's retry-after", async () => {
   const fixture = await running();
   const { timers } = fixture;
   const answers = [
-    // jitter would give 500 ms: the server asks for 7 s
+    // the server asks for 7 s (the header wins over the body), jitter 500 ms
     (r) =>
       r.respond(
         429,
         failed("RATE_LIMIT_HIT", "API usage exceeded rate limit", { "retry-after": 6.2 }),
         { "Retry-After": "7" },
       ),
-    // jitter gives 1000 ms, more than the 0 s asked
+    // 0 s asked: the jitter alone (1000 ms)
     (r) => r.respond(503, failed("SERVER_SHUTTING_DOWN"), { "Retry-After": "0" }),
-    // an HTTP date 12 s from the fake clock's now
+    // an HTTP date 12 s from the fake clock's now, jitter 2000 ms; the date
+    // has whole seconds and the clock is 8.5 s on: 11.5 s asked
     (r) => r.respond(503, "", { "Retry-After": new Date(timers.now + 12_000).toUTCString() }),
-    // no header (a cross-origin page may not read it): the body's fractional seconds
+    // no header (a cross-origin page may not read it): the body's fractional
+    // seconds, jitter 4000 ms
     (r) => r.respond(429, failed("RATE_LIMIT_HIT", "limit", { "retry-after": 9.5 })),
   ];
   let i = 0;
   const delays = await failPolls(fixture, answers.length, (r) => answers[i++](r));
-  assert.deepEqual(delays, [7000, 1000, 12_000, 9500]);
+  assert.deepEqual(delays, [7500, 1000, 13_500, 13_500]);
   assert.equal(fixture.log.retries[0].error.retryAfterMs, 7000);
+});
+
+test("clients all told Retry-After: 1 come back spread over the jitter, not together", async () => {
+  const delays = [];
+  for (const draw of [0, 0.25, 0.5, 0.999]) {
+    const { server, log } = await running({ random: () => draw });
+    // What our nginx answers for every request while the server restarts.
+    (await server.next()).respond(502, "<html>Bad Gateway</html>", { "Retry-After": "1" });
+    await server.none();
+    delays.push(log.retries[0].delayMs);
+  }
+  assert.deepEqual(delays, [1000, 1250, 1500, 1999]);
+});
+
+test("a Retry-After beyond retryAfterCapMs counts as the cap", async () => {
+  const fixture = await running();
+  const { timers } = fixture;
+  const answers = [
+    (r) => r.respond(503, "", { "Retry-After": "86400" }), // a day
+    (r) => r.respond(503, "", { "Retry-After": new Date(timers.now + 3_600_000).toUTCString() }),
+    (r) => r.respond(429, failed("RATE_LIMIT_HIT", "limit", { "retry-after": 1e9 })),
+  ];
+  let i = 0;
+  const delays = await failPolls(fixture, answers.length, (r) => answers[i++](r));
+  assert.deepEqual(delays, [60_500, 61_000, 62_000]);
+  assert.equal(fixture.log.retries[0].error.retryAfterMs, 86_400_000, "what was asked");
+
+  const capped = await running({ backoff: { retryAfterCapMs: 5000 } });
+  const [delay] = await failPolls(capped, 1, (r) => r.respond(503, "", { "Retry-After": "30" }));
+  assert.equal(delay, 5500);
 });
 
 test("a successful poll resets the backoff, and the poll after a failure does not block", async () => {

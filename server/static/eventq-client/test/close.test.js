@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
+import { DEFAULT_APPLY_WAIT_MS } from "../eventq.js";
 import { failed, polled, registered, running, setup } from "./fakes.js";
 
 function pageshow(persisted) {
@@ -49,12 +50,53 @@ test("close() before start() sends nothing", async () => {
   assert.equal(client.status, "stopped");
 });
 
-test("close() while the first register is in flight rejects start() and deletes nothing", async () => {
+test("close() while the first register is in flight deletes the queue it still makes", async () => {
   const { client, server } = setup();
   const started = client.start();
-  await server.next();
-  await client.close();
+  const register = await server.next();
+  let closed = false;
+  const closing = client.close().then(() => {
+    closed = true;
+  });
   await assert.rejects(started, (error) => error.kind === "stopped");
+  // Not aborted: the server may have made the queue already.
+  assert.equal(register.init.signal.aborted, false);
+  await server.none();
+  assert.equal(closed, false, "close() waits for the register's queue to be deleted");
+  register.respond(200, registered({ queue_id: "q9" }));
+  const deletion = await server.next();
+  assert.equal(deletion.method, "DELETE");
+  assert.deepEqual(deletion.form, { queue_id: "q9" });
+  assert.equal(deletion.init.keepalive, true);
+  assert.equal(deletion.headers["X-CSRFToken"], "tok+en");
+  deletion.respond(200, { result: "success", msg: "" });
+  await closing;
+  assert.equal(client.queueId, null, "the late queue was never the client's");
+  assert.equal(client.status, "stopped");
+  await server.none();
+});
+
+test("close() while a register is in flight that then fails deletes nothing", async () => {
+  const { client, server, timers, log } = setup();
+  client.start().catch(() => undefined);
+  const register = await server.next();
+  const closing = client.close();
+  register.respond(503, failed("SERVER_SHUTTING_DOWN"), { "Retry-After": "1" });
+  await closing;
+  await timers.advance(120_000);
+  await server.none();
+  assert.deepEqual(log.retries, []);
+});
+
+test("a register still unanswered at its timeout is abandoned after stop()", async () => {
+  const { client, server, timers } = setup({ requestTimeoutMs: 10_000 });
+  client.start().catch(() => undefined);
+  const register = await server.next();
+  client.stop();
+  assert.deepEqual(timers.pending(), [10_000]);
+  await timers.advance(10_000);
+  assert.equal(register.init.signal.aborted, true);
+  assert.deepEqual(timers.pending(), []);
   await server.none();
 });
 
@@ -111,7 +153,7 @@ test("pagehide deletes the queue with keepalive; pageshow from the cache resumes
       reason: "page_restored",
       state: null,
       queueId: "q2",
-      streamPosition: 109,
+      streamPosition: 105,
       resumedFrom: 105,
     },
   ]);
@@ -123,14 +165,37 @@ test("a page hidden during the first register finishes start() when it comes bac
   const started = client.start();
   const first = await server.next();
   win.dispatchEvent(new Event("pagehide"));
-  assert.equal(first.init.signal.aborted, true);
-  await server.none(); // no queue yet: nothing to delete
+  assert.equal(first.init.signal.aborted, false);
+  await server.none(); // no queue known yet: nothing to delete
   win.dispatchEvent(pageshow(true));
   const again = await server.next();
   assert.equal(again.form.resume_from, undefined);
+  // The first register answers late: its queue is deleted, not used.
+  first.respond(200, registered({ queue_id: "q0" }));
+  const deletion = await server.next();
+  assert.equal(deletion.method, "DELETE");
+  assert.deepEqual(deletion.form, { queue_id: "q0" });
   again.respond(200, registered());
   assert.equal((await started).queue_id, "q1");
+  assert.equal((await server.next()).query.queue_id, "q1");
   assert.deepEqual(log.resets, [], "start() gave the state; no reset");
+});
+
+test("a page hidden during a re-register deletes the queue that register makes", async () => {
+  const win = new EventTarget();
+  const { client, server } = await running({ window: win });
+  (await server.next()).respond(200, polled([], 120));
+  (await server.next()).respond(400, failed("BAD_EVENT_QUEUE_ID"));
+  const register = await server.next();
+  assert.equal(register.form.resume_from, "120");
+  win.dispatchEvent(new Event("pagehide"));
+  await server.none();
+  register.respond(200, registered({ queue_id: "q2", resumed_from: 120 }));
+  assert.deepEqual((await server.next()).form, { queue_id: "q2" });
+  assert.equal(client.queueId, null);
+  win.dispatchEvent(pageshow(true));
+  const again = await server.next();
+  assert.equal(again.form.resume_from, "120");
 });
 
 test("a stopped client deletes its queue on pagehide and does not come back", async () => {
@@ -197,4 +262,54 @@ test("stop() from inside a listener ends polling after that batch", async () => 
   assert.equal(client.lastEventId, 0);
   assert.equal(client.streamPosition, 140, "the page applied the batch");
   assert.equal(log.reported.length, 0);
+});
+
+test("a listener that never settles holds a replacement back only applyWaitMs", async () => {
+  const win = new EventTarget();
+  let calls = 0;
+  const { client, server, timers, log } = await running({
+    window: win,
+    onEvents: () => {
+      calls += 1;
+      return calls === 1 ? new Promise(() => undefined) : undefined;
+    },
+  });
+  (await server.next()).respond(200, polled([{ id: 0, type: "stuck" }], 130));
+  await server.none();
+  win.dispatchEvent(new Event("pagehide"));
+  assert.equal((await server.next()).method, "DELETE");
+  win.dispatchEvent(pageshow(true));
+  await timers.advance(DEFAULT_APPLY_WAIT_MS - 1);
+  await server.none();
+  await timers.advance(1);
+  const register = await server.next();
+  // The stuck answer counts as not applied: its events come again.
+  assert.equal(register.form.resume_from, "100");
+  assert.equal(log.reported.length, 1);
+  assert.match(log.reported[0].message, /has not settled in 30000 ms/);
+  register.respond(200, registered({ queue_id: "q2", stream_position: 135, resumed_from: 100 }));
+  (await server.next()).respond(200, polled([{ id: 0, type: "stuck", again: true }], 136));
+  await server.next();
+  assert.equal(client.streamPosition, 136);
+  assert.equal(calls, 2);
+});
+
+test("the applyWaitMs option sets the bound, and stop() ends the wait", async () => {
+  const win = new EventTarget();
+  const { client, server, timers } = await running({
+    window: win,
+    applyWaitMs: 2000,
+    onEvents: () => new Promise(() => undefined),
+  });
+  (await server.next()).respond(200, polled([{ id: 0, type: "stuck" }], 130));
+  await server.none();
+  win.dispatchEvent(new Event("pagehide"));
+  await server.next(); // the DELETE
+  win.dispatchEvent(pageshow(true));
+  await server.none();
+  assert.deepEqual(timers.pending(), [2000]);
+  client.stop();
+  assert.deepEqual(timers.pending(), []);
+  await timers.advance(120_000);
+  await server.none();
 });

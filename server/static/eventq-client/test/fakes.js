@@ -1,6 +1,6 @@
 // Fakes for the client's tests: a scripted fetch, timers and a clock that move
 // only when a test says so, and a client wired to them with every callback
-// recorded. (node --test also loads this file as a test file; it has none.)
+// recorded. Not a test file: the runner is given test/*.test.js.
 
 import { EventqClient } from "../eventq.js";
 

@@ -124,12 +124,21 @@ test("a register that succeeds without a queue is fatal", async () => {
   await server.none();
 });
 
-test("stop() during the first register rejects start()", async () => {
-  const { client, server } = setup();
+test("stop() during the first register rejects start() and deletes the queue it makes", async () => {
+  const { client, server, log } = setup();
   const started = client.start();
   const request = await server.next();
   client.stop();
   await assert.rejects(started, (error) => error.kind === "stopped");
-  assert.equal(request.init.signal.aborted, true);
+  assert.equal(request.init.signal.aborted, false);
+  await server.none();
+  request.respond(200, registered({ queue_id: "q7" }));
+  const deletion = await server.next();
+  assert.equal(deletion.method, "DELETE");
+  assert.deepEqual(deletion.form, { queue_id: "q7" });
+  assert.equal(deletion.init.keepalive, true);
+  assert.equal(client.queueId, null);
+  assert.equal(client.status, "stopped");
+  assert.deepEqual(log.events, []);
   await server.none();
 });

@@ -28,22 +28,119 @@ test("a lost queue is replaced with resume_from and the page keeps its state", a
   const poll = await server.next();
   assert.deepEqual(poll.query, { queue_id: "q2", last_event_id: "-1" });
   assert.equal(poll.query.dont_block, undefined, "a queue that answered is replaced at once");
+  // The events up to 140 are in q2, not yet in the page's state.
   assert.deepEqual(log.resets, [
     {
       reloadState: false,
       reason: "queue_lost",
       state: null,
       queueId: "q2",
-      streamPosition: 140,
+      streamPosition: 130,
       resumedFrom: 130,
     },
   ]);
+  assert.equal(client.streamPosition, 130);
   assert.equal(log.retries.length, 0);
   // The missed events come from the new queue, after the reset.
-  poll.respond(200, polled([{ id: 0, type: "message", missed: true }], 140));
+  poll.respond(200, polled([{ id: 0, type: "message", missed: true }], 141));
   await server.next();
   assert.deepEqual(log.events.at(-1), { id: 0, type: "message", missed: true });
   assert.equal(client.lastEventId, 0);
+  assert.equal(client.streamPosition, 141);
+});
+
+test("a resumed queue lost again before its first answer resumes from the same position", async () => {
+  const { client, server, timers, log } = await running();
+  (await server.next()).respond(200, polled([{ id: 0, type: "message" }], 130));
+  (await server.next()).respond(400, LOST);
+  (await server.next()).respond(
+    200,
+    registered({ queue_id: "q2", stream_position: 140, resumed_from: 130 }),
+  );
+  // A second restart (or an eviction) takes q2 before it answered once:
+  // the events 131-140 it held were never given to the page.
+  (await server.next()).respond(400, { ...LOST, queue_id: "q2" });
+  await server.none();
+  await timers.advance(log.retries[0].delayMs);
+  const again = await server.next();
+  assert.equal(again.form.resume_from, "130");
+  assert.equal(client.streamPosition, 130);
+  again.respond(200, registered({ queue_id: "q3", stream_position: 150, resumed_from: 130 }));
+  (await server.next()).respond(200, polled([{ id: 0, type: "message", n: 131 }], 150));
+  await server.next();
+  assert.equal(client.streamPosition, 150);
+  assert.deepEqual(
+    log.resets.map((r) => [r.queueId, r.reloadState, r.streamPosition, r.resumedFrom]),
+    [
+      ["q2", false, 130, 130],
+      ["q3", false, 130, 130],
+    ],
+  );
+});
+
+test("a page hidden before a resumed queue's first answer resumes from the same position", async () => {
+  const win = new EventTarget();
+  const { client, server } = await running({ window: win });
+  (await server.next()).respond(200, polled([], 130));
+  (await server.next()).respond(400, LOST);
+  (await server.next()).respond(
+    200,
+    registered({ queue_id: "q2", stream_position: 140, resumed_from: 130 }),
+  );
+  await server.next(); // q2's first poll, unanswered
+  win.dispatchEvent(new Event("pagehide"));
+  assert.deepEqual((await server.next()).form, { queue_id: "q2" });
+  win.dispatchEvent(Object.assign(new Event("pageshow"), { persisted: true }));
+  const register = await server.next();
+  assert.equal(register.form.resume_from, "130");
+  assert.equal(client.streamPosition, 130);
+});
+
+test("a resumed queue's first answer moves the position only once the page applied it", async () => {
+  let release;
+  const gate = new Promise((resolve) => {
+    release = resolve;
+  });
+  let calls = 0;
+  const { client, server } = await running({
+    onEvents: () => {
+      calls += 1;
+      return calls === 2 ? gate : undefined;
+    },
+  });
+  (await server.next()).respond(200, polled([{ id: 0, type: "message" }], 130));
+  (await server.next()).respond(400, LOST);
+  (await server.next()).respond(
+    200,
+    registered({ queue_id: "q2", stream_position: 140, resumed_from: 130 }),
+  );
+  (await server.next()).respond(200, polled([{ id: 0, type: "message" }], 142));
+  await server.none();
+  assert.equal(client.streamPosition, 130, "the page is still applying 131-142");
+  release();
+  await server.next();
+  assert.equal(client.streamPosition, 142);
+});
+
+test("a resumed queue's first answer without a position brings the register's", async () => {
+  const { client, server } = await running();
+  (await server.next()).respond(200, polled([], 130));
+  (await server.next()).respond(400, LOST);
+  (await server.next()).respond(
+    200,
+    registered({ queue_id: "q2", stream_position: 140, resumed_from: 130 }),
+  );
+  (await server.next()).respond(200, {
+    result: "success",
+    msg: "",
+    events: [{ id: 0, type: "x" }],
+  });
+  const next = await server.next();
+  assert.equal(client.streamPosition, 140, "every event up to 140 was in that answer");
+  // Later answers without one leave it where it is.
+  next.respond(200, { result: "success", msg: "", events: [{ id: 1, type: "x" }] });
+  await server.next();
+  assert.equal(client.streamPosition, 140);
 });
 
 test("without a known position (a Zulip server) a lost queue means a register with state", async () => {
@@ -141,8 +238,8 @@ test("a re-register that fails transiently is retried with backoff", async () =>
   (await server.next()).respond(400, LOST);
   (await server.next()).respond(503, failed("DATABASE_UNAVAILABLE"), { "Retry-After": "5" });
   await server.none();
-  assert.equal(log.retries[0].delayMs, 5000);
-  await timers.advance(5000);
+  assert.equal(log.retries[0].delayMs, 5500, "Retry-After plus the jitter");
+  await timers.advance(5500);
   const again = await server.next();
   assert.equal(again.form.resume_from, "100");
 });
