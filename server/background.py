@@ -23,7 +23,10 @@ callbacks; the first registration wins.
 
 One runner works at a time per database: it holds a session advisory lock on
 its own connection, and a second runner waits for it (the lock goes with the
-connection when the first dies, even by SIGKILL).
+connection when the first dies, even by SIGKILL). A failed update is tried
+again after a pause written in its row, which every runner respects. Every
+runner (working or waiting) reads the status of every update from the table
+every few seconds, for /metrics.
 """
 
 from __future__ import annotations
@@ -31,12 +34,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime
 import importlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import psycopg
@@ -59,6 +63,14 @@ IDLE_SECS = 5.0
 MAX_RETRY_SECS = 300.0
 # How much a new measurement moves the rate used to size batches.
 RATE_SMOOTHING = 0.3
+# A batch has at most this many times the items of the one before: one fast
+# batch (a first one that found little to do, a cache just warmed) would
+# otherwise size the next for a rate it cannot keep, holding its locks for
+# many times the target. Growth from 100 to 100,000 takes three batches.
+MAX_GROWTH = 10
+# The status a runner shows (/metrics) is read from the table this often (or
+# as often as it looks for work, when that is more often), whoever works.
+STATUS_SECS = 10.0
 
 Conn = psycopg.AsyncConnection[Any]
 
@@ -83,7 +95,9 @@ class BackgroundUpdate:
     """An update's code. `batch(conn, progress, batch_size)` runs in the
     runner's transaction on `conn` (autocommit and outside any transaction
     when `one_shot`), starting from `{}`. A recurring update (`every_secs`)
-    starts again from `{}` that long after it finished."""
+    starts again from `{}` that long after it finished. One not `enabled`
+    is known here (its rows are listed as `disabled here`) but this
+    process's settings turn it off: it never runs it."""
 
     name: str
     batch: BatchFunction
@@ -91,6 +105,7 @@ class BackgroundUpdate:
     one_shot: bool = False
     every_secs: float | None = None
     description: str = ""
+    enabled: bool = True
 
 
 # -- the controller ----------------------------------------------------------
@@ -230,6 +245,9 @@ class Pace:
     def __init__(self) -> None:
         self.items = 0.0
         self.seconds = 0.0
+        # The size of the batch before (None before the first): the next one
+        # has at most MAX_GROWTH times as many items.
+        self.last_size: int | None = None
 
     def record(self, items: int, seconds: float) -> None:
         if items <= 0 or seconds <= 0:
@@ -245,12 +263,24 @@ class Pace:
         return self.items / self.seconds if self.seconds > 0 else None
 
     def next_size(self, target_ms: int, minimum: int, first: int) -> int:
+        """The size of the next batch: `first` until a rate is measured, then
+        what the rate does in `target_ms`, at most MAX_GROWTH times the
+        batch before, never below `minimum` (which wins over the cap)."""
         rate = self.items_per_sec
         size = first if rate is None else int(rate * target_ms / 1000)
-        return max(size, minimum, 1)
+        if self.last_size is not None:
+            size = min(size, self.last_size * MAX_GROWTH)
+        size = max(size, minimum, 1)
+        self.last_size = size
+        return size
 
 
 # -- status --------------------------------------------------------------------
+
+# An update's state without its details (`waiting for X` is `waiting`): the
+# values of the `state` label in /metrics. `disabled here`: this process's
+# settings turn the update off (another runner may have them on).
+STATES = ("pending", "running", "waiting", "failing", "done", "unknown", "disabled here")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -274,6 +304,14 @@ class UpdateStatus:
     # Seconds spent on it: its batches and the controller's pauses before
     # them (not the time no runner worked on it).
     run_secs: float = 0.0
+    # Seconds until a failing update may be tried again (by any runner);
+    # None when it may be now.
+    retry_in: float | None = None
+
+    @property
+    def kind(self) -> str:
+        """The state, one of STATES."""
+        return "waiting" if self.state.startswith("waiting") else self.state
 
     @property
     def seconds_left(self) -> float | None:
@@ -291,28 +329,33 @@ class UpdateStatus:
         return out
 
 
+# `retry_at` counts only while `failures` > 0: a runner of the version before
+# migration 0011 resets `failures` (on success, on enqueue) but not it.
 _STATUS_COLUMNS = """
     name, depends_on, progress, items_done, batches, batch_size, items_per_sec,
     items_left, extract(epoch FROM started_at), extract(epoch FROM updated_at),
-    extract(epoch FROM finished_at), failures, last_error, run_secs
+    extract(epoch FROM finished_at), failures, last_error, run_secs,
+    CASE WHEN failures > 0 AND retry_at > now() THEN extract(epoch FROM retry_at - now()) END
 """
 _STATUS_QUERY = f"SELECT {_STATUS_COLUMNS} FROM background_updates ORDER BY enqueued_at, seq"  # noqa: S608
 
-# An update's dependencies: those of its row and those its code declares.
-Depends = dict[str, tuple[str, ...]]
-
 
 def _status_of(
-    row: Sequence[Any], finished: set[str], known: set[str] | None, depends: Depends
+    row: Sequence[Any],
+    finished: set[str],
+    updates: Mapping[str, BackgroundUpdate] | None,
 ) -> UpdateStatus:
     (name, row_depends, progress, items_done, batches, batch_size, rate, left) = row[:8]
-    started, updated, finished_at, failures, error, run_secs = row[8:]
-    depends_on = tuple(dict.fromkeys([*row_depends, *depends.get(name, ())]))
+    started, updated, finished_at, failures, error, run_secs, retry_in = row[8:]
+    code = None if updates is None else updates.get(name)
+    depends_on = tuple(dict.fromkeys([*row_depends, *(code.depends_on if code else ())]))
     waiting = [d for d in depends_on if d not in finished]
     if finished_at is not None:
         state = "done"
-    elif known is not None and name not in known:
+    elif updates is not None and code is None:
         state = "unknown"  # enqueued by a newer version's migration
+    elif code is not None and not code.enabled:
+        state = "disabled here"
     elif waiting:
         state = "waiting for " + ", ".join(waiting)
     elif failures:
@@ -337,36 +380,40 @@ def _status_of(
         failures=int(failures),
         last_error=error,
         run_secs=float(run_secs),
+        retry_in=None if retry_in is None else float(retry_in),
     )
 
 
 def _statuses(
-    rows: Sequence[Sequence[Any]], known: set[str] | None, depends: Depends | None
+    rows: Sequence[Sequence[Any]], updates: Sequence[BackgroundUpdate] | None
 ) -> list[UpdateStatus]:
-    depends = depends or {}
+    by_name = None if updates is None else {update.name: update for update in updates}
+    code = by_name or {}
     # A dependency without a row was never enqueued here: nothing to wait for.
     present = {row[0] for row in rows}
     finished = {row[0] for row in rows if row[10] is not None}
-    wanted = {d for row in rows for d in (*row[1], *depends.get(row[0], ()))}
+    wanted = {
+        d for row in rows for d in (*row[1], *(code[row[0]].depends_on if row[0] in code else ()))
+    }
     finished |= wanted - present
-    return [_status_of(row, finished, known, depends) for row in rows]
+    return [_status_of(row, finished, by_name) for row in rows]
 
 
 async def read_status(
-    conn: Conn, known: set[str] | None = None, depends: Depends | None = None
+    conn: Conn, updates: Sequence[BackgroundUpdate] | None = None
 ) -> list[UpdateStatus]:
     """Every update enqueued in this database, in the order they run;
-    `known`: the names this version has code for; `depends`: what that
-    code says each depends on."""
+    `updates`: the code this process has (what each depends on, which are
+    `unknown` or `disabled here`); None: states without that."""
     cur = await conn.execute(_STATUS_QUERY)
-    return _statuses(await cur.fetchall(), known, depends)
+    return _statuses(await cur.fetchall(), updates)
 
 
 def read_status_sync(
-    conn: psycopg.Connection[Any], known: set[str] | None = None, depends: Depends | None = None
+    conn: psycopg.Connection[Any], updates: Sequence[BackgroundUpdate] | None = None
 ) -> list[UpdateStatus]:
     """`read_status` for the command line."""
-    return _statuses(conn.execute(_STATUS_QUERY).fetchall(), known, depends)
+    return _statuses(conn.execute(_STATUS_QUERY).fetchall(), updates)
 
 
 def enqueue_sync(conn: psycopg.Connection[Any], name: str, depends_on: Sequence[str] = ()) -> None:
@@ -378,7 +425,7 @@ def enqueue_sync(conn: psycopg.Connection[Any], name: str, depends_on: Sequence[
           depends_on = excluded.depends_on,
           progress = '{}', items_done = 0, batches = 0, items_left = NULL, run_secs = 0,
           enqueued_at = now(), started_at = NULL, updated_at = NULL,
-          finished_at = NULL, failures = 0, last_error = NULL
+          finished_at = NULL, failures = 0, last_error = NULL, retry_at = NULL
         """,
         (name, list(depends_on)),
     )
@@ -414,6 +461,11 @@ def database_name(conninfo: str) -> str:
         return "eventq"
 
 
+class RunnerBusy(RuntimeError):
+    """Raised by `Runner.run` when another runner held the runner lock for
+    longer than the runner's `lock_wait_secs`; the message says who."""
+
+
 class Runner:
     """Runs the enqueued updates that `updates` knows, one batch at a time.
 
@@ -421,7 +473,11 @@ class Runner:
     is none, so that another runner (a shard, `eventq db background run`)
     may work meanwhile; never two at once. `run()` returns when `stop()` is
     called, or with `until_idle` once nothing is left that it can do now
-    (False if an update failed)."""
+    (False if an update failed). With `watch_status`, `status` is read from
+    the table every `min(STATUS_SECS, idle_secs)` while `run()` runs,
+    whether this runner works or another does (for /metrics). With
+    `lock_wait_secs`, `run()` raises RunnerBusy rather than wait longer for
+    another runner. Everything runs on the event loop that runs `run()`."""
 
     def __init__(
         self,
@@ -432,6 +488,8 @@ class Runner:
         idle_secs: float = IDLE_SECS,
         clock: Callable[[], float] = time.monotonic,
         application_name: str = "eventq-background",
+        watch_status: bool = True,
+        lock_wait_secs: float | None = None,
     ) -> None:
         self.conninfo = conninfo
         self.database = database_name(conninfo)
@@ -440,14 +498,22 @@ class Runner:
         self.idle_secs = idle_secs
         self.clock = clock
         self.application_name = application_name
+        self.watch_status = watch_status
+        self.status_secs = min(STATUS_SECS, idle_secs)
+        self.lock_wait_secs = lock_wait_secs
         # True while this runner works (holds the lock).
         self.holding_lock = False
-        # The latest status of every update (for /metrics), and this
-        # runner's measurements.
+        # The latest status of every update read by this runner (for
+        # /metrics): from the read that began last of those that returned.
         self.status: list[UpdateStatus] = []
+        self._reads = 0  # status reads begun
+        self._shown = 0  # the read `status` comes from: never goes back
+        # This runner's measurements.
         self.paces: dict[str, Pace] = {}
         self._first_sizes: dict[str, int] = {}
-        self._retry_at: dict[str, float] = {}
+        # Crashes (exceptions out of a session) since the last cycle of work
+        # that ended well: the pause before starting again grows with it.
+        self._crashes = 0
         self._stop = asyncio.Event()
         self._waiting_logged = False
         self._lock_logged = False
@@ -467,7 +533,18 @@ class Runner:
     async def run(self, *, until_idle: bool = False) -> bool:
         """Work until stopped (or idle). A lost connection, or anything
         unexpected, is logged and the runner starts again after a pause."""
-        crashes = 0
+        watcher = (
+            asyncio.get_running_loop().create_task(self._watch()) if self.watch_status else None
+        )
+        try:
+            return await self._run(until_idle)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+
+    async def _run(self, until_idle: bool) -> bool:
         while not self.stopping:
             try:
                 conn = await psycopg.AsyncConnection.connect(
@@ -483,9 +560,11 @@ class Runner:
             except psycopg.OperationalError as exc:
                 log.error("background updates: database connection lost (%s); reconnecting", exc)
                 await self._pause(min(self.idle_secs, 1.0))
+            except RunnerBusy:
+                raise
             except Exception:
-                crashes += 1
-                wait = _retry_secs(crashes)
+                self._crashes += 1
+                wait = _retry_secs(self._crashes)
                 log.exception("background updates: the runner failed; again in %.0f s", wait)
                 await self._pause(wait)
             finally:
@@ -495,7 +574,7 @@ class Runner:
     async def _session(self, conn: Conn, until_idle: bool) -> bool:
         """Work on one connection: lock, work until idle, unlock, pause."""
         for known in self.updates.values():
-            if known.every_secs is not None:
+            if known.every_secs is not None and known.enabled:
                 await conn.execute(
                     "INSERT INTO background_updates (name, depends_on) VALUES (%s, %s)"
                     " ON CONFLICT (name) DO NOTHING",
@@ -509,13 +588,17 @@ class Runner:
             finally:
                 await conn.execute("SELECT pg_advisory_unlock(%s)", (RUNNER_LOCK,))
                 self.holding_lock = False
+            # A cycle that ended well: a crash after it is a first one again.
+            self._crashes = 0
             if until_idle:
                 return succeeded
             await self._pause(self._idle_wait())
         return True
 
     async def _lock(self, conn: Conn) -> bool:
-        """Take the runner lock, waiting while another runner has it."""
+        """Take the runner lock, waiting while another runner has it (at
+        most `lock_wait_secs`, then RunnerBusy)."""
+        began = self.clock()
         while not self.stopping:
             cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (RUNNER_LOCK,))
             row = await cur.fetchone()
@@ -536,7 +619,17 @@ class Runner:
                     holder,
                 )
                 self._waiting_logged = True
-            await self._pause(self.idle_secs)
+            pause = self.idle_secs
+            if self.lock_wait_secs is not None:
+                left = self.lock_wait_secs - (self.clock() - began)
+                if left <= 0:
+                    raise RunnerBusy(
+                        f"another runner works on database {self.database}"
+                        f" ({await self._lock_holder(conn)});"
+                        f" gave up after waiting {self.lock_wait_secs:g} s"
+                    )
+                pause = min(pause, left)
+            await self._pause(pause)
         return False
 
     @staticmethod
@@ -550,25 +643,69 @@ class Runner:
         with `until_idle` (the command line stops and says so)."""
         while not self.stopping:
             await self._rearm_recurring(conn)
-            self.status = await read_status(conn, set(self.updates), self._code_depends())
-            update, status = self._next(self.status)
+            update, status = self._next(await self._read_status(conn))
             if update is None or status is None:
                 return True
             if not await self._run_batch(conn, update, status) and until_idle:
                 return False
         return True
 
-    def _code_depends(self) -> dict[str, tuple[str, ...]]:
-        return {name: update.depends_on for name, update in self.updates.items()}
+    async def _read_status(self, conn: Conn) -> list[UpdateStatus]:
+        """Every update's status, now; kept in `status` unless a read that
+        began later has already returned."""
+        self._reads += 1
+        read = self._reads
+        statuses = await read_status(conn, list(self.updates.values()))
+        if read > self._shown:
+            self.status, self._shown = statuses, read
+        return statuses
+
+    async def _watch(self) -> None:
+        """Read `status` every `status_secs` on a connection of its own (the
+        runner's may be busy with a long one-shot update, or another runner
+        may be doing the work), until cancelled."""
+        conn: Conn | None = None
+        failing = False
+        try:
+            while not self.stopping:
+                try:
+                    if conn is None or conn.closed:
+                        conn = await psycopg.AsyncConnection.connect(
+                            self.conninfo,
+                            autocommit=True,
+                            application_name=f"{self.application_name} status",
+                        )
+                    await self._read_status(conn)
+                    failing = False
+                except Exception as exc:
+                    if not failing:
+                        log.warning(
+                            "background updates: cannot read their status (%s); /metrics"
+                            " shows the last one read",
+                            exc,
+                            exc_info=not isinstance(exc, psycopg.OperationalError),
+                        )
+                    failing = True
+                    if conn is not None:
+                        await conn.close()
+                        conn = None
+                await self._pause(self.status_secs)
+        finally:
+            if conn is not None:
+                await conn.close()
 
     def _idle_wait(self) -> float:
-        now = self.clock()
-        soonest = min(self._retry_at.values(), default=now + self.idle_secs)
-        return max(0.01, min(self.idle_secs, soonest - now))
+        """Until the next look for work: sooner when a failed update may be
+        tried again before then."""
+        soonest = min(
+            (status.retry_in for status in self.status if status.retry_in is not None),
+            default=self.idle_secs,
+        )
+        return max(0.01, min(self.idle_secs, soonest))
 
     async def _rearm_recurring(self, conn: Conn) -> None:
         for update in self.updates.values():
-            if update.every_secs is None:
+            if update.every_secs is None or not update.enabled:
                 continue
             await conn.execute(
                 """
@@ -584,17 +721,12 @@ class Runner:
         self, statuses: Sequence[UpdateStatus]
     ) -> tuple[BackgroundUpdate | None, UpdateStatus | None]:
         """The update to do a batch of: a due recurring one (retention)
-        first, then the others in the order they were enqueued."""
-        now = self.clock()
-        for name, at in list(self._retry_at.items()):
-            if at <= now:
-                del self._retry_at[name]
+        first, then the others in the order they were enqueued. A failing
+        one waits for its `retry_at`, whichever runner saw it fail."""
         runnable = [
             status
             for status in statuses
-            if status.state not in ("done", "unknown")
-            and not status.state.startswith("waiting")
-            and status.name not in self._retry_at
+            if status.kind in ("pending", "running", "failing") and status.retry_in is None
         ]
         runnable.sort(key=lambda status: self.updates[status.name].every_secs is None)
         if not runnable:
@@ -607,24 +739,45 @@ class Runner:
         pace = self.paces.setdefault(name, Pace())
         controller = self.controller
         try:
-            minimum = await controller.min_batch_size(name, self.database)
+            # Only a batched update is sized (and asks for the floor).
+            minimum = 0 if update.one_shot else await controller.min_batch_size(name, self.database)
             if name not in self._first_sizes:
                 self._first_sizes[name] = await controller.default_batch_size(name, self.database)
+            first = self._first_sizes[name]
             self._announce(update, status)
             cycle_started = self.clock()
             async with controller.on_update(name, self.database, update.one_shot) as target_ms:
                 if self.stopping:
                     return True
-                # Sized for the target of this very batch.
-                size = pace.next_size(int(target_ms), minimum, self._first_sizes[name])
                 started = self.clock()
                 if update.one_shot:
-                    result = await update.batch(conn, status.progress, size)
+                    # Synapse ignores a one-shot's duration: the controller
+                    # may give none (a module's on_update yielding None).
+                    enqueued_at = await self._mark_started(conn, name)
+                    if enqueued_at is None:
+                        return True  # its row went meanwhile
+                    result = await update.batch(conn, status.progress, first)
                     elapsed = self.clock() - started
-                    await self._record(
-                        conn, name, result, None, None, self.clock() - cycle_started, done=True
+                    recorded = await self._record(
+                        conn,
+                        name,
+                        result,
+                        None,
+                        None,
+                        self.clock() - cycle_started,
+                        done=True,
+                        enqueued_at=enqueued_at,
                     )
+                    if not recorded:
+                        log.info(
+                            "background update %s was enqueued again while it ran: it runs again",
+                            name,
+                        )
+                        self._announced.discard(name)
+                        return True
                 else:
+                    # Sized for the target of this very batch.
+                    size = pace.next_size(int(target_ms), minimum, first)
                     async with conn.transaction():
                         progress = await self._locked_progress(conn, name)
                         if progress is None:
@@ -665,7 +818,8 @@ class Runner:
         if update.name in self._announced:
             return
         self._announced.add(update.name)
-        if status.started_at is None:
+        # A one-shot update that was interrupted starts again from nothing.
+        if status.started_at is None or update.one_shot:
             # A recurring update says only what it did (when it finishes).
             log.log(
                 logging.DEBUG if update.every_secs else logging.INFO,
@@ -680,6 +834,19 @@ class Runner:
                 status.items_done,
                 orjson.dumps(status.progress).decode(),
             )
+
+    @staticmethod
+    async def _mark_started(conn: Conn, name: str) -> datetime.datetime | None:
+        """Say that a one-shot update runs (`status` shows it running) and
+        return when it was enqueued, which its end is recorded against; None
+        when its row went."""
+        cur = await conn.execute(
+            "UPDATE background_updates SET started_at = coalesce(started_at, now()),"
+            " updated_at = now() WHERE name = %s RETURNING enqueued_at",
+            (name,),
+        )
+        row = await cur.fetchone()
+        return None if row is None else cast(datetime.datetime, row[0])
 
     @staticmethod
     async def _locked_progress(conn: Conn, name: str) -> dict[str, Any] | None:
@@ -701,8 +868,11 @@ class Runner:
         secs: float,
         *,
         done: bool,
-    ) -> None:
-        await conn.execute(
+        enqueued_at: datetime.datetime | None = None,
+    ) -> bool:
+        """Write what a batch did; with `enqueued_at`, only if the update
+        was not enqueued again since then (False: it was, and runs again)."""
+        cur = await conn.execute(
             """
             UPDATE background_updates SET
               progress = %s, items_done = items_done + %s, batches = batches + 1,
@@ -710,8 +880,8 @@ class Runner:
               items_left = CASE WHEN %s THEN 0 ELSE %s END, run_secs = run_secs + %s,
               started_at = coalesce(started_at, now()), updated_at = now(),
               finished_at = CASE WHEN %s THEN now() END,
-              failures = 0, last_error = NULL
-            WHERE name = %s
+              failures = 0, last_error = NULL, retry_at = NULL
+            WHERE name = %s AND (%s::timestamptz IS NULL OR enqueued_at = %s)
             """,
             (
                 orjson.dumps(result.progress).decode(),
@@ -723,12 +893,14 @@ class Runner:
                 secs,
                 done,
                 name,
+                enqueued_at,
+                enqueued_at,
             ),
         )
+        return cur.rowcount > 0
 
     async def _failed(self, conn: Conn, name: str, failures: int, exc: Exception) -> None:
         wait = _retry_secs(failures)
-        self._retry_at[name] = self.clock() + wait
         log.error(
             "background update %s failed (%d in a row), trying again in %.0f s: %s: %s",
             name,
@@ -738,10 +910,11 @@ class Runner:
             exc,
             exc_info=exc,
         )
+        # In the row, not in this runner: another runner waits as long.
         await conn.execute(
-            "UPDATE background_updates SET failures = %s, last_error = %s, updated_at = now()"
-            " WHERE name = %s",
-            (failures, f"{type(exc).__name__}: {exc}"[:2000], name),
+            "UPDATE background_updates SET failures = %s, last_error = %s, updated_at = now(),"
+            " retry_at = now() + make_interval(secs => %s) WHERE name = %s",
+            (failures, f"{type(exc).__name__}: {exc}"[:2000], wait, name),
         )
 
 

@@ -157,10 +157,19 @@ def _connect(settings: Settings) -> psycopg.Connection[Any]:
 
 def _background_table(settings: Settings) -> psycopg.Connection[Any]:
     conn = psycopg.connect(settings.database_url, autocommit=True)
-    exists = conn.execute("SELECT to_regclass('background_updates') IS NOT NULL").fetchone()
-    if not exists or not exists[0]:
+    found = conn.execute(
+        """
+        SELECT to_regclass('background_updates') IS NOT NULL, EXISTS (
+          SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()
+            AND table_name = 'background_updates' AND column_name = 'retry_at')
+        """
+    ).fetchone()
+    if not found or not found[0]:
         conn.close()
         raise MigrationError("no background_updates table: run `eventq db migrate` first")
+    if not found[1]:
+        conn.close()
+        raise MigrationError("background_updates predates migration 0011: run `eventq db migrate`")
     return conn
 
 
@@ -183,9 +192,9 @@ def _known_updates(
 
 
 def cmd_background_status(settings: Settings, args: argparse.Namespace) -> int:
-    known = {update.name: update.depends_on for update in _known_updates(settings)}
+    known = _known_updates(settings)
     with _background_table(settings) as conn:
-        statuses = background.read_status_sync(conn, set(known), known)
+        statuses = background.read_status_sync(conn, known)
         holder = background.runner_sync(conn)
     if args.json:
         _print_json({"runner": holder, "updates": [status.to_dict() for status in statuses]})
@@ -211,8 +220,33 @@ def cmd_background_status(settings: Settings, args: argparse.Namespace) -> int:
         print("  ".join(cells), row[-1])
     for st in statuses:
         if st.last_error:
-            print(f"{st.name}: {st.failures} failures in a row; last: {st.last_error}")
+            retry = "" if st.retry_in is None else f"; next try in {_duration(st.retry_in)}"
+            print(f"{st.name}: {st.failures} failures in a row{retry}; last: {st.last_error}")
     return 0
+
+
+def _left_over(statuses: Sequence[background.UpdateStatus]) -> list[str]:
+    """A line per update not done, saying why, for `run --until-done`."""
+    why = {
+        "unknown": "enqueued by a newer version; run that version's runner",
+        "disabled here": "pruning is off in these settings (EVENTQ_EVENT_LOG_PRUNE_SECS)",
+        "pending": "not started",
+    }
+    lines = []
+    for st in statuses:
+        if st.state == "done":
+            continue
+        if st.kind == "failing":
+            retry = "" if st.retry_in is None else f", next try in {_duration(st.retry_in)}"
+            detail = f"{st.failures} failures in a row{retry}; last: {st.last_error}"
+        elif st.kind == "running":
+            detail = f"{st.items_done} items done" + (
+                "" if st.items_left is None else f", {st.items_left} left"
+            )
+        else:
+            detail = why.get(st.kind, "")
+        lines.append(f"  {st.name}: {st.state}" + (f" ({detail})" if detail else ""))
+    return lines
 
 
 def cmd_background_enqueue(settings: Settings, args: argparse.Namespace) -> int:
@@ -243,29 +277,60 @@ def cmd_background_run(settings: Settings, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.wait_secs is not None and args.wait_secs < 0:
+        print("eventq: --wait-secs must be 0 or more", file=sys.stderr)
+        return 2
     _background_table(settings).close()
     controller = background.Controller(
         background.DefaultController(settings.background_target_ms, settings.background_sleep_ms)
     )
     extra = background.load_modules(settings.modules, controller)
+    updates = [*standard_updates(settings, secret), *extra]
     runner = background.Runner(
         settings.database_url,
-        [*standard_updates(settings, secret), *extra],
+        updates,
         controller,
         idle_secs=settings.background_idle_secs,
         application_name="eventq-background cli",
+        watch_status=False,  # no /metrics here
+        lock_wait_secs=args.wait_secs,
     )
+
+    def on_signal(signum: int) -> None:
+        name = signal.Signals(signum).name
+        if runner.stopping:
+            # The batch in progress is rolled back with the connection, as
+            # after a SIGKILL; the next run resumes from the last one.
+            log.warning("background updates: %s again: exiting now", name)
+            logging.shutdown()
+            os._exit(128 + signum)
+        log.warning(
+            "background updates: %s: stopping after the current batch (again to exit now)", name
+        )
+        runner.stop()
 
     async def run() -> bool:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, runner.stop)
+            loop.add_signal_handler(signum, on_signal, signum)
         return await runner.run(until_idle=args.until_done)
 
-    if not asyncio.run(run()):
-        print("eventq: a background update failed (see the log above)", file=sys.stderr)
+    try:
+        succeeded = asyncio.run(run())
+    except background.RunnerBusy as exc:
+        print(f"eventq: {exc}", file=sys.stderr)
         return 1
-    return 0
+    if not succeeded:
+        print("eventq: a background update failed (see the log above)", file=sys.stderr)
+    if not args.until_done:
+        return 0 if succeeded else 1
+    with _background_table(settings) as conn:
+        left = _left_over(background.read_status_sync(conn, updates))
+    if left:
+        print(f"eventq: {len(left)} background updates not done:", file=sys.stderr)
+        print("\n".join(left), file=sys.stderr)
+        return 1
+    return 0 if succeeded else 1
 
 
 def cmd_realm_create(settings: Settings, args: argparse.Namespace) -> int:
@@ -674,7 +739,15 @@ def build_parser() -> argparse.ArgumentParser:
         "run", help="run the updates in this process (while no other runner does), until stopped"
     )
     run.add_argument(
-        "--until-done", action="store_true", help="return once nothing is left to do now"
+        "--until-done",
+        action="store_true",
+        help="return once nothing is left to do now (status 1, saying what, if some is not done)",
+    )
+    run.add_argument(
+        "--wait-secs",
+        type=float,
+        metavar="SECS",
+        help="give up (status 1) when another runner works for longer than this (default: wait)",
     )
     run.set_defaults(func=cmd_background_run)
     enqueue = bg.add_parser("enqueue", help="run an update (again) from the start")

@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 from queues.client import ClientDescriptor
 from queues.event_queue import Item
 from queues.registry import DeliveryReport, EndReason
+from server.background import STATES
 from server.interface import ServerApi
 from server.observe import Observer, PollOutcome
 
@@ -234,6 +235,11 @@ class ServerState(Collector):
         yield from self._background()
 
     def _background(self) -> Iterator[Metric]:
+        """What `eventq db background status` shows, as read from the table
+        by this process's runner every few seconds (server/background.py),
+        whichever runner works. The label sets stay small: `update` takes
+        the names of the table's rows (enqueued by migrations, or by
+        `enqueue` of an update this version knows), `state` those of STATES."""
         runner = self.server.background
         if runner is None:
             return
@@ -241,6 +247,12 @@ class ServerState(Collector):
             "eventq_background_runner_working",
             "1 while this process works on background updates (it holds the runner lock)",
             value=1.0 if runner.holding_lock else 0.0,
+        )
+        state = GaugeMetricFamily(
+            "eventq_background_update_state",
+            "1 for the background update's state (as `eventq db background status` shows it;"
+            " waiting: for what it depends on), 0 for the others",
+            labels=["update", "state"],
         )
         families = {
             key: GaugeMetricFamily(f"eventq_background_update_{key}", doc, labels=["update"])
@@ -255,6 +267,8 @@ class ServerState(Collector):
             )
         }
         for status in runner.status:
+            for name in STATES:
+                state.add_metric([status.name, name], 1.0 if status.kind == name else 0.0)
             values = {
                 "done": 1.0 if status.state == "done" else 0.0,
                 "items_done": status.items_done,
@@ -267,6 +281,7 @@ class ServerState(Collector):
             for key, value in values.items():
                 if value is not None:
                     families[key].add_metric([status.name], float(value))
+        yield state
         yield from families.values()
 
     def _consumer(self) -> Iterator[Metric]:

@@ -37,7 +37,9 @@ async def log_cut(conn: Conn, max_age_hours: float, max_bytes: int) -> tuple[int
     """The position to prune the log through so that what is left is younger
     than `max_age_hours` and about `max_bytes` (the size is estimated from the
     span of positions and a sample of row sizes, so that no query reads the
-    whole log), and the current pruned-through."""
+    whole log), and the position to prune above: the current pruned-through,
+    or lower when rows are left below it (a send that committed a position
+    after a batch had deleted past it), so that a run deletes those too."""
     cur = await conn.execute(
         """
         SELECT
@@ -59,7 +61,8 @@ async def log_cut(conn: Conn, max_age_hours: float, max_bytes: int) -> tuple[int
         keep = int(max_bytes / float(mean))
         if newest - oldest + 1 > keep:
             cut = max(cut, int(newest) - keep)
-    return cut, int(through)
+    start = int(through) if not oldest else min(int(through), int(oldest) - 1)
+    return cut, start
 
 
 async def readers_floor(conn: Conn, fresh: float) -> int | None:
@@ -78,6 +81,8 @@ def event_log_retention(
     max_age_hours: float, max_bytes: int, every_secs: float
 ) -> BackgroundUpdate:
     async def batch(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
+        # Each batch deletes above `through` (what the run has pruned so far),
+        # never scanning again what an earlier batch deleted.
         if "cut" in progress:
             cut, through = int(progress["cut"]), int(progress["through"])
         else:  # a new run: decide once how far it goes
@@ -98,12 +103,12 @@ def event_log_retention(
             """
             WITH gone AS (
               DELETE FROM event_log WHERE position IN (
-                SELECT position FROM event_log WHERE position <= %s
+                SELECT position FROM event_log WHERE position > %s AND position <= %s
                 ORDER BY position LIMIT %s)
               RETURNING position)
             SELECT count(*), max(position) FROM gone
             """,
-            (cut, size),
+            (through, cut, size),
         )
         row = await cur.fetchone()
         assert row is not None

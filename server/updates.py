@@ -9,12 +9,15 @@
   `resume_from` read one realm's events from a large event log, built
   `CONCURRENTLY` so that writers of the log (every `send_event`) never wait.
 - `event_log_retention`, `queue_journal_retention` (recurring, every
-  EVENTQ_EVENT_LOG_PRUNE_SECS): server/retention.py.
+  EVENTQ_EVENT_LOG_PRUNE_SECS): server/retention.py. Listed even where that
+  is 0 (their rows are then `disabled here`, not `unknown`), run only where
+  it is not.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 from typing import Any
 
@@ -30,7 +33,9 @@ _HASH_SLICE = 500
 
 def wrap_legacy_api_key_hashes(secret: bytes) -> BackgroundUpdate:
     # Which secret wraps: a runner with another one (an operator's shell
-    # without the installation's settings) must not go on with it.
+    # without the installation's settings) must not go on with it. Kept in
+    # the progress as "secret_fingerprint"; rows written before it was
+    # renamed have it as "secret".
     fingerprint = hmac.digest(secret, b"eventq wrap_legacy_api_key_hashes", "sha256").hex()[:16]
 
     async def batch(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
@@ -42,9 +47,9 @@ def wrap_legacy_api_key_hashes(secret: bytes) -> BackgroundUpdate:
             cur = await conn.execute("SELECT count(*) FROM users WHERE api_key_hash_scheme = 1")
             row = await cur.fetchone()
             total = 0 if row is None else int(row[0])
-            start = {"last_id": 0, "wrapped": 0, "total": total, "secret": fingerprint}
+            start = {"last_id": 0, "wrapped": 0, "total": total, "secret_fingerprint": fingerprint}
             return Batch(0, start, done=total == 0, items_left=total)
-        if progress.get("secret") != fingerprint:
+        if progress.get("secret_fingerprint", progress.get("secret")) != fingerprint:
             raise RuntimeError(
                 "this runner's EVENTQ_API_KEY_SECRET is not the one this update began with;"
                 " run it with the installation's settings"
@@ -81,7 +86,7 @@ def wrap_legacy_api_key_hashes(secret: bytes) -> BackgroundUpdate:
             "last_id": ids[-1] if ids else after,
             "wrapped": done_before + len(ids),
             "total": total,
-            "secret": fingerprint,
+            "secret_fingerprint": fingerprint,
         }
         done = len(rows) < size
         left = 0 if done else max(0, int(total) - done_before - len(ids))
@@ -129,16 +134,17 @@ def event_log_realm_index() -> BackgroundUpdate:
 
 
 def standard_updates(settings: Settings, api_key_secret: bytes) -> list[BackgroundUpdate]:
-    """Every update this version can run, configured from `settings`."""
-    updates = [
+    """Every update this version knows, configured from `settings`: the
+    retention updates are not `enabled` when pruning is off here."""
+    retention = [
+        event_log_retention(
+            settings.log_retention_hours, settings.log_retention_bytes, settings.log_prune_secs
+        ),
+        queue_journal_retention(settings.log_retention_hours, settings.log_prune_secs),
+    ]
+    pruning = settings.log_prune_secs > 0
+    return [
         wrap_legacy_api_key_hashes(api_key_secret),
         event_log_realm_index(),
+        *(dataclasses.replace(update, enabled=pruning) for update in retention),
     ]
-    if settings.log_prune_secs > 0:
-        updates += [
-            event_log_retention(
-                settings.log_retention_hours, settings.log_retention_bytes, settings.log_prune_secs
-            ),
-            queue_journal_retention(settings.log_retention_hours, settings.log_prune_secs),
-        ]
-    return updates

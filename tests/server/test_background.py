@@ -3,6 +3,7 @@ that use it, and what operators see, against a database of each test's own."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import dataclasses
@@ -25,10 +26,16 @@ import psycopg
 import pytest
 
 from generation.accounts import CreatedUser, hash_api_key
-from server import background
+from server import background, cli
 from server.background import BackgroundUpdate, Batch, Conn, Controller, DefaultController, Runner
+from server.config import Settings
 from server.retention import event_log_retention
-from server.updates import EVENT_LOG_REALM_INDEX, event_log_realm_index
+from server.updates import (
+    EVENT_LOG_REALM_INDEX,
+    event_log_realm_index,
+    standard_updates,
+    wrap_legacy_api_key_hashes,
+)
 from tests.conftest import scratch_database
 from tests.support import (
     API_KEY_SECRET,
@@ -193,6 +200,8 @@ def test_custom_callbacks_are_called_with_the_right_arguments_and_a_second_is_re
     assert ("on_update", "slow_one_shot", database, True) in calls
     assert calls[-2:] == [("enter", "slow_one_shot", True), ("exit", "slow_one_shot", True)]
     assert one_shot_calls == [7]  # once, whatever the target said
+    assert "background update batched started\n" in caplog.text
+    assert "background update slow_one_shot started (one shot)" in caplog.text
     with psycopg.connect(own_db) as conn:
         statuses = {s.name: s for s in background.read_status_sync(conn)}
     assert statuses["slow_one_shot"].state == "done"
@@ -283,6 +292,7 @@ def test_a_runner_killed_mid_update_resumes_from_the_committed_progress(
         assert again.wait(120) == 0, log.read_text()[-3000:]
     assert _rows(own_db, "SELECT count(*), min(id), max(id) FROM bg_done") == [(3000, 1, 3000)]
     text = log.read_text()
+    assert text.count("background update copy_items started") == 1
     assert f"background update copy_items resumed after {copied} items" in text
     assert "background update copy_items finished: 3000 items" in text
 
@@ -597,9 +607,20 @@ def test_status_and_metrics_show_the_updates_of_a_server_that_runs_them(
             "callbacks of tests.server.background_module_late refused:"
             " tests.server.background_module registered first"
         ) in log
-        metrics = Api(server, user).session.get(f"{server.url}/metrics", timeout=10).text
-        assert "eventq_background_runner_working 0.0" in metrics  # idle now
-        assert 'eventq_background_update_done{update="wrap_legacy_api_key_hashes"} 1.0' in metrics
+        session = Api(server, user).session
+        # The log line comes before the runner reads the status again and
+        # lets the lock go: wait for both.
+        metrics = wait_for(
+            lambda: (
+                text
+                if "eventq_background_runner_working 0.0"
+                in (text := session.get(f"{server.url}/metrics", timeout=10).text)
+                and 'eventq_background_update_done{update="wrap_legacy_api_key_hashes"} 1.0' in text
+                else None
+            ),
+            20,
+            "the runner idle with the update done in /metrics",
+        )
         assert (
             'eventq_background_update_items_done{update="wrap_legacy_api_key_hashes"} 1.0'
             in metrics
@@ -639,3 +660,273 @@ def test_the_command_line_refuses_what_it_cannot_do(own_db: str):
     missing = run_eventq("db", "background", "status", EVENTQ_DATABASE_URL=own_db)
     assert missing.returncode == 1
     assert "no background_updates table: run `eventq db migrate` first" in missing.stderr
+
+
+def test_a_one_shot_update_runs_when_the_controller_gives_it_no_duration(own_db: str):
+    @contextlib.asynccontextmanager
+    async def no_duration() -> AsyncIterator[None]:
+        yield None  # Synapse ignores a one-shot's duration: a module may give none
+
+    controller = Controller(DefaultController(sleep_ms=0))
+    controller.register(lambda name, database, one_shot: no_duration(), module="test")
+    sizes: list[int] = []
+
+    async def build(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
+        sizes.append(size)
+        return Batch(1, {"built": True}, done=True)
+
+    _enqueue(own_db, "build")
+    runner = Runner(own_db, [BackgroundUpdate("build", build, one_shot=True)], controller)
+    assert asyncio.run(runner.run(until_idle=True))
+    assert sizes == [100]  # the default batch size, for what it is worth
+    with psycopg.connect(own_db) as conn:
+        (built,) = [s for s in background.read_status_sync(conn) if s.name == "build"]
+    assert (built.state, built.failures, built.progress) == ("done", 0, {"built": True})
+
+
+def test_an_enqueue_while_a_one_shot_update_runs_makes_it_run_again(
+    own_db: str, caplog: pytest.LogCaptureFixture
+):
+    runs: list[int] = []
+
+    async def build(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
+        runs.append(len(runs) + 1)
+        if len(runs) == 1:
+            # An operator's `db background enqueue` while the index builds.
+            with psycopg.connect(own_db, autocommit=True) as other:
+                background.enqueue_sync(other, "build")
+        return Batch(1, {"run": len(runs)}, done=True)
+
+    _enqueue(own_db, "build")
+    caplog.set_level(logging.INFO, logger="eventq.background")
+    controller = Controller(DefaultController(sleep_ms=0))
+    _run(own_db, [BackgroundUpdate("build", build, one_shot=True)], controller)
+    assert runs == [1, 2]
+    assert "background update build was enqueued again while it ran: it runs again" in caplog.text
+    assert caplog.text.count("background update build started (one shot)") == 2
+    assert caplog.text.count("background update build finished") == 1
+    ((progress, finished),) = _rows(
+        own_db,
+        "SELECT progress, finished_at IS NOT NULL FROM background_updates WHERE name = 'build'",
+    )
+    assert (progress, finished) == ({"run": 2}, True)
+
+
+def test_a_failed_update_waits_for_its_next_try_whichever_runner_looks(own_db: str):
+    attempts: list[int] = []
+
+    async def flaky(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
+        attempts.append(size)
+        raise RuntimeError("not yet")
+
+    update = BackgroundUpdate("flaky", flaky)
+    controller = Controller(DefaultController(sleep_ms=0))
+    _enqueue(own_db, "flaky")
+
+    def run_once() -> bool:
+        # A new runner each time, as another process would be.
+        return asyncio.run(
+            Runner(own_db, [update], controller, idle_secs=0.05).run(until_idle=True)
+        )
+
+    def flaky_status() -> background.UpdateStatus:
+        with psycopg.connect(own_db) as conn:
+            (status,) = [
+                s for s in background.read_status_sync(conn, [update]) if s.name == "flaky"
+            ]
+        return status
+
+    assert not run_once()
+    assert len(attempts) == 1
+    failing = flaky_status()
+    assert failing.state == "failing"
+    assert failing.retry_in is not None
+    assert 0 < failing.retry_in <= 2
+
+    # Another runner finds nothing it may do yet: the pause is in the row.
+    assert run_once()
+    assert len(attempts) == 1
+
+    # Once the pause is over, the next runner tries again, and pauses longer.
+    _rows(own_db, "UPDATE background_updates SET retry_at = now() WHERE name = 'flaky'")
+    assert not run_once()
+    assert len(attempts) == 2
+    again = flaky_status()
+    assert again.failures == 2
+    assert again.retry_in is not None
+    assert 2 < again.retry_in <= 4
+
+    # An enqueue starts it afresh, with no pause.
+    with psycopg.connect(own_db, autocommit=True) as conn:
+        background.enqueue_sync(conn, "flaky")
+    assert flaky_status().retry_in is None
+    assert not run_once()
+    assert len(attempts) == 3
+
+
+def test_the_crash_pause_starts_again_from_2_s_after_a_cycle_that_worked(
+    own_db: str, caplog: pytest.LogCaptureFixture
+):
+    class Crashing(Runner):
+        """Crashes (out of its session) at its 1st, 2nd and 4th look for work."""
+
+        looks = 0
+
+        async def _rearm_recurring(self, conn: Conn) -> None:
+            self.looks += 1
+            if self.looks in (1, 2, 4):
+                raise RuntimeError(f"crash at look {self.looks}")
+            if self.looks == 5:
+                self.stop()
+
+        async def _pause(self, secs: float) -> None:
+            await asyncio.sleep(0)  # the pauses are what the log says
+
+    _enqueue(own_db)
+    caplog.set_level(logging.INFO, logger="eventq.background")
+    runner = Crashing(own_db, [], Controller(), idle_secs=0.05, watch_status=False)
+    asyncio.run(asyncio.wait_for(runner.run(), 30))
+    assert runner.looks == 5
+    waits = re.findall(r"the runner failed; again in (\d+) s", caplog.text)
+    # Two crashes in a row, a cycle that ended well, then a first crash again.
+    assert waits == ["2", "4", "2"]
+
+
+def test_a_batch_grows_at_most_tenfold(own_db: str):
+    clock = FakeClock()
+    sizes: list[int] = []
+
+    async def fast(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
+        sizes.append(size)
+        clock.now += size * 0.000_001  # 1,000,000 items/s: 100,000 in the 100 ms target
+        return Batch(size, {"batches": len(sizes)}, done=len(sizes) == 6)
+
+    _enqueue(own_db, "fast")
+    _run(own_db, [BackgroundUpdate("fast", fast)], Controller(DefaultController(sleep_ms=0)),
+         clock=clock)  # fmt: skip
+    assert sizes[:3] == [100, 1_000, 10_000]
+    assert all(99_000 <= size <= 100_000 for size in sizes[3:]), sizes
+
+
+def test_retention_goes_on_from_its_progress_and_a_new_run_from_the_bottom(own_db: str):
+    _logged(own_db, [30] * 6)  # positions 1-6, all past the retention
+    _enqueue(own_db)
+    # A run that stopped having pruned through 3 of 5; 1-3 left behind (a
+    # late commit below what a batch had deleted) are not this run's to scan.
+    with psycopg.connect(own_db, autocommit=True) as conn:
+        conn.execute("UPDATE event_log_pruned SET through = 3")
+        conn.execute(
+            "INSERT INTO background_updates (name, progress, items_done, batches, started_at)"
+            """ VALUES ('event_log_retention', '{"cut": 5, "through": 3}', 3, 1, now())"""
+        )
+    _run(own_db, [event_log_retention(24, 1 << 30, 3600)], _small_batches(100))
+    assert [r[0] for r in _rows(own_db, "SELECT position FROM event_log ORDER BY 1")] == [
+        1,
+        2,
+        3,
+        6,
+    ]
+    assert _rows(own_db, "SELECT through FROM event_log_pruned") == [(5,)]
+    ((progress, items),) = _rows(
+        own_db,
+        "SELECT progress, items_done FROM background_updates WHERE name = 'event_log_retention'",
+    )
+    assert (progress, items) == ({"cut": 5, "through": 5}, 5)
+    # A new run starts below the oldest row left, whatever was pruned before.
+    _run(own_db, [event_log_retention(24, 1 << 30, 0.001)], _small_batches(100))
+    assert _rows(own_db, "SELECT count(*) FROM event_log") == [(0,)]
+    assert _rows(own_db, "SELECT through FROM event_log_pruned") == [(6,)]
+
+
+def _retention_rows(url: str) -> None:
+    """The rows a runner with pruning on inserts (another shard's)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO background_updates (name) VALUES"
+            " ('event_log_retention'), ('queue_journal_retention')"
+        )
+
+
+def test_status_shows_retention_as_disabled_here_where_pruning_is_off(own_db: str):
+    _enqueue(own_db)
+    _retention_rows(own_db)
+
+    def states(**env: str) -> dict[str, str]:
+        shown = run_eventq("db", "background", "status", "--json", EVENTQ_DATABASE_URL=own_db,
+                           **env)  # fmt: skip
+        assert shown.returncode == 0, shown.stderr
+        return {u["name"]: u["state"] for u in json.loads(shown.stdout)["updates"]}
+
+    off = states(EVENTQ_EVENT_LOG_PRUNE_SECS="0")
+    assert off["event_log_retention"] == "disabled here"  # not "unknown": this version knows it
+    assert off["queue_journal_retention"] == "disabled here"
+    assert states()["event_log_retention"] == "pending"
+    # ... and a runner with pruning off leaves them alone.
+    _logged(own_db, [30])
+    off_settings = Settings.from_env({"EVENTQ_DATABASE_URL": own_db,
+                                      "EVENTQ_EVENT_LOG_PRUNE_SECS": "0"})  # fmt: skip
+    updates = standard_updates(off_settings, API_KEY_SECRET.encode())
+    runner = _run(own_db, updates, Controller(DefaultController(sleep_ms=0)))
+    assert {s.name: s.state for s in runner.status}["event_log_retention"] == "disabled here"
+    assert _rows(own_db, "SELECT count(*) FROM event_log") == [(1,)]
+
+
+def test_a_wrap_begun_by_the_version_before_goes_on_with_its_secret_fingerprint(own_db: str):
+    world = World(own_db)
+    realm = world.realm()
+    users = [world.user(realm) for _ in range(5)]
+    for user in users:
+        _make_legacy(own_db, user)
+    update = wrap_legacy_api_key_hashes(API_KEY_SECRET.encode())
+    # What the version before wrote after its first batch: the fingerprint
+    # under "secret".
+    with psycopg.connect(own_db, autocommit=True) as conn:
+        conn.execute("UPDATE background_updates SET finished_at = now()")
+        background.enqueue_sync(conn, update.name)
+        before: dict[str, Any] = {"last_id": users[1].user_id, "wrapped": 2, "total": 5}
+        before["secret"] = _fingerprint(API_KEY_SECRET.encode())
+        conn.execute(
+            "UPDATE users SET api_key_hash_scheme = 3 WHERE id = ANY(%s)",
+            ([users[0].user_id, users[1].user_id],),
+        )
+        conn.execute(
+            "UPDATE background_updates SET progress = %s, started_at = now() WHERE name = %s",
+            (json.dumps(before), update.name),
+        )
+    runner = _run(own_db, [update], Controller(DefaultController(sleep_ms=0)))
+    (status,) = [s for s in runner.status if s.name == update.name]
+    assert (status.state, status.failures) == ("done", 0), status.last_error
+    assert status.progress == {
+        "last_id": users[-1].user_id,
+        "wrapped": 5,
+        "total": 5,
+        "secret_fingerprint": before["secret"],
+    }
+    schemes = _rows(own_db, "SELECT api_key_hash_scheme, count(*) FROM users GROUP BY 1")
+    assert dict(schemes) == {3: 5}
+    # Another secret is refused under either key.
+    with psycopg.connect(own_db, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE background_updates SET progress = %s, finished_at = NULL WHERE name = %s",
+            (json.dumps(before), update.name),
+        )
+    wrong = wrap_legacy_api_key_hashes(b"another secret")
+    failed = Runner(own_db, [wrong], Controller(DefaultController(sleep_ms=0)))
+    assert not asyncio.run(failed.run(until_idle=True))
+
+
+def _fingerprint(secret: bytes) -> str:
+    return hmac.digest(secret, b"eventq wrap_legacy_api_key_hashes", "sha256").hex()[:16]
+
+
+def test_a_freshly_migrated_database_lists_the_updates_of_migration_0009_as_pending(
+    own_db: str, capsys: pytest.CaptureFixture[str]
+):
+    settings = Settings.from_env({"EVENTQ_DATABASE_URL": own_db})
+    assert cli.cmd_background_status(settings, argparse.Namespace(json=True)) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["runner"] is None
+    assert [(u["name"], u["state"], u["items_done"]) for u in shown["updates"]] == [
+        ("wrap_legacy_api_key_hashes", "pending", 0),
+        ("event_log_realm_index", "pending", 0),
+    ]
