@@ -18,6 +18,7 @@ Pure and single-threaded; time is a parameter.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Generic, TypeVar
@@ -67,6 +68,16 @@ class StreamReader(Generic[T]):
     def late(self) -> list[int]:
         """Positions at or below `current` whose event may still arrive."""
         return list(self._late)
+
+    def newest_late(self, limit: int) -> list[int]:
+        """The `limit` most recently accepted late positions, newest first."""
+        return list(itertools.islice(reversed(self._late), limit))
+
+    def forget_late(self, positions: Iterable[int]) -> None:
+        """These late positions are known never to come (their transaction
+        ended without them): stop accepting them."""
+        for position in positions:
+            self._late.pop(position, None)
 
     def offer(self, position: int, item: T, now: float) -> list[tuple[int, T]]:
         """An event at `position` arrived; returns what may be handed on now,

@@ -226,15 +226,16 @@ def cmd_background_status(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _left_over(statuses: Sequence[background.UpdateStatus]) -> list[str]:
-    """A line per update not done, saying why, for `run --until-done`."""
+    """A line per update not done, saying why, for `run --until-done`. Not
+    those this process's settings turn off (retention with pruning off):
+    they are the servers' to run, on their own schedule."""
     why = {
         "unknown": "enqueued by a newer version; run that version's runner",
-        "disabled here": "pruning is off in these settings (EVENTQ_EVENT_LOG_PRUNE_SECS)",
         "pending": "not started",
     }
     lines = []
     for st in statuses:
-        if st.state == "done":
+        if st.state in ("done", "disabled here"):
             continue
         if st.kind == "failing":
             retry = "" if st.retry_in is None else f", next try in {_duration(st.retry_in)}"

@@ -42,6 +42,9 @@ MAX_WAIT_SECS = 0.05
 CATCH_UP_PAGE = 1000
 # How far below the newest logged position a fresh start accepts late events.
 START_WINDOW = 10_000
+# Late positions (given up on, or holes found at start) looked up in the log
+# at each read of its tail, the newest first.
+LATE_PAGE = 1000
 
 # A notice and when its producer published it.
 Arrival = tuple[Notice, float | None]
@@ -71,6 +74,8 @@ class EventStream:
         self.reader: StreamReader[Arrival] = StreamReader()
         # Missing position -> the xmax of a snapshot taken after it was missed.
         self._horizons: dict[int, int] = {}
+        # The same for the late positions of the last look (`_read_late`).
+        self._late_horizons: dict[int, int] = {}
         self._resolver: asyncio.Task[None] | None = None
         self._db_warned = False
         self._unanchored = False
@@ -135,7 +140,9 @@ class EventStream:
         """Offer the logged events above the stream position, as if their
         notices had come: an event whose notice was never published (the
         broker was down when it was sent) or was lost still arrives. Left to
-        the gap resolver while events are held. Returns how many were new."""
+        the gap resolver while events are held. Returns how many were new.
+        Late positions are looked up too (`_read_late`)."""
+        await self._read_late()
         if self.reader.held or self._unanchored:
             return 0
         try:
@@ -151,6 +158,51 @@ class EventStream:
             self._hand_on(self.reader.offer(position, (notice, None), self.clock()))
         self._resolve_soon()
         return self.reader.current - before
+
+    async def _read_late(self) -> int:
+        """Look for the newest LATE_PAGE late positions in the log. Only its
+        own notice could deliver a late position otherwise, and a notice
+        with a position is transient in RabbitMQ (a broker restart loses
+        it): one found in the log is delivered now, out of order, as that
+        notice would have been; one still missing once every transaction
+        running when it was first looked for has ended never will be, and
+        is no longer accepted. Returns how many were delivered."""
+        reader = self.reader
+        page = reader.newest_late(LATE_PAGE)
+        if not page:
+            self._late_horizons.clear()
+            return 0
+        try:
+            xmin, xmax, rows = await self.db.log_lookup(page)
+        except (DatabaseUnavailable, psycopg.Error):
+            return 0  # looked for again at the next read
+        found: dict[int, Arrival] = {}
+        never: list[int] = []
+        horizons = self._late_horizons
+        for position in page:
+            body = rows.get(position)
+            if body is not None:
+                try:
+                    found[position] = (notice_from_log(position, body), None)
+                except BadNotice as exc:
+                    log.error("event log position %d is unreadable (%s); skipped", position, exc)
+                    never.append(position)
+                continue
+            if xmin >= horizons.setdefault(position, xmax):
+                never.append(position)
+        reader.forget_late(never)
+        # Kept for the positions still late on this page only: bounded.
+        still = set(page).difference(found, never)
+        self._late_horizons = {p: h for p, h in horizons.items() if p in still}
+        if found:
+            log.info(
+                "event log: %d events given up on were found in the log and are delivered"
+                " now, out of order (positions %s)",
+                len(found),
+                _ranges(sorted(found)),
+            )
+        self._hand_on(reader.resolve(found, [], self.clock()))
+        return len(found)
 
     async def stop(self) -> None:
         if self._resolver is not None:

@@ -348,6 +348,26 @@ def test_give_up_releases_held_events_and_accepts_skipped_ones_late():
     }
 
 
+def test_late_positions_found_in_the_log_are_handed_on_once_and_rolled_back_ones_forgotten():
+    reader: StreamReader[str] = StreamReader()
+    reader.offer(4, "e4", 1.0)
+    assert reader.give_up(10.0) == ([1, 2, 3], [(4, "e4")])
+    assert reader.newest_late(2) == [3, 2]
+    assert reader.newest_late(10) == [3, 2, 1]
+    # The log has 2 (its notice was lost); 1 is known never to come.
+    reader.forget_late([1])
+    assert reader.resolve({2: "e2 from the log"}, [], 11.0) == [(2, "e2 from the log")]
+    assert reader.late() == [3]
+    assert reader.late_arrivals == 1
+    # Its notice, if it comes after all, is a duplicate; so is 1's.
+    assert reader.offer(2, "e2", 12.0) == []
+    assert reader.offer(1, "e1", 12.0) == []
+    assert reader.duplicates == 2
+    # Forgetting a position that is not late changes nothing.
+    reader.forget_late([2, 99])
+    assert reader.late() == [3]
+
+
 def test_give_up_with_nothing_held_does_nothing():
     reader: StreamReader[str] = StreamReader()
     assert reader.give_up(1.0) == ([], [])

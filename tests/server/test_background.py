@@ -869,6 +869,10 @@ def test_status_shows_retention_as_disabled_here_where_pruning_is_off(own_db: st
     runner = _run(own_db, updates, Controller(DefaultController(sleep_ms=0)))
     assert {s.name: s.state for s in runner.status}["event_log_retention"] == "disabled here"
     assert _rows(own_db, "SELECT count(*) FROM event_log") == [(1,)]
+    # Nor do they make `run --until-done` fail: they are the servers' to run.
+    done = run_eventq("db", "background", "run", "--until-done", **_runner_env(own_db))
+    assert done.returncode == 0, done.stderr
+    assert "not done" not in done.stderr
 
 
 def test_a_wrap_begun_by_the_version_before_goes_on_with_its_secret_fingerprint(own_db: str):

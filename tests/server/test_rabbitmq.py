@@ -13,11 +13,18 @@ import pika
 import psycopg
 import pytest
 
+from generation import eventlog
 from generation.config import ProducerConfig
 from generation.errors import BadNotice
 from generation.notice import NOTICE_ID_HEADER
 from generation.publisher import PublishError
-from generation.send import close_for_thread, send_event, send_event_on_commit, transaction
+from generation.send import (
+    close_for_thread,
+    prepare_notice,
+    send_event,
+    send_event_on_commit,
+    transaction,
+)
 from tests.support import REPO, Api, ServerProcess, rabbitmqctl, wait_for
 
 
@@ -475,4 +482,41 @@ def test_a_logged_notice_is_transient_and_its_loss_is_repaired_from_the_log(star
     server.start()
     events = _collect(client, queue_id, 2)
     assert sorted(e["type"] for e in events) == ["logged", "unlogged"]
+    client.close()
+
+
+def test_a_position_given_up_on_whose_notice_is_lost_is_read_from_the_log(start_server, world):
+    # A writer takes a position and stalls; the server gives up waiting for
+    # it (EVENTQ_GAP_TIMEOUT_SECS) and delivers what came after. The writer
+    # then commits, but its notice never reaches the server (a transient
+    # notice lost by a broker restart; here: never published). The server
+    # finds it in the log and delivers it, late and once.
+    server = start_server(EVENTQ_GAP_TIMEOUT_SECS="0.3")
+    server.wait_consuming()
+    user = world.user()
+    client = Api(server, user)
+    queue_id = client.register()["queue_id"]
+    with psycopg.connect(server.database_url) as stalled:
+        [position] = eventlog.write(
+            stalled, [prepare_notice(user.realm_id, {"type": "stalled"}, [user.user_id])]
+        )
+        send_event(user.realm_id, {"type": "after"}, [user.user_id], config=server.producer())
+        [after] = _collect(client, queue_id, 1)
+        assert after["type"] == "after"
+        assert f"gave up waiting for event log position {position}" in server.log()
+        stalled.commit()
+    late = wait_for(
+        lambda: [e for e in client.events(queue_id, after["id"]) if e["type"] != "heartbeat"],
+        what="the stalled event",
+    )
+    assert [e["type"] for e in late] == ["stalled"]
+    assert "given up on were found in the log" in server.log()
+    # Once: the next event comes alone.
+    send_event(user.realm_id, {"type": "last"}, [user.user_id], config=server.producer())
+    following = wait_for(
+        lambda: [e for e in client.events(queue_id, late[-1]["id"]) if e["type"] != "heartbeat"],
+        what="the next event",
+    )
+    assert [e["type"] for e in following] == ["last"]
+    close_for_thread()
     client.close()
