@@ -267,8 +267,8 @@ export class EventqClient {
   stop(): void;
   /** stop(), then deletes the queue (DELETE events, keepalive) and removes
    * the page listeners. Resolves when the delete is answered or failed (and
-   * that of the queue a register in flight made, within the register's
-   * timeout); never rejects. Safe to call more than once, or before
+   * that of the queue a register in flight made), each within the request
+   * timeout; never rejects. Safe to call more than once, or before
    * start(). */
   close(): Promise<void>;
 

@@ -756,9 +756,15 @@ export class EventqClient {
         }
         detached = true;
         leave(SUPERSEDED);
-        // Still bounded by its timeout: the queue of a register that never
+        // Still bounded by its timeout, even where fetch ignores the abort
+        // (close() waits for this): the queue of a register that never
         // answers expires on the server.
-        this.#discard(answer.finally(() => this.#clearTimeout(timer)));
+        const abandoned = new Promise((_resolve, reject) => {
+          controller.signal.addEventListener("abort", () => reject(new Error("aborted")), {
+            once: true,
+          });
+        });
+        this.#discard(Promise.race([answer, abandoned]).finally(() => this.#clearTimeout(timer)));
       },
     };
     this.#inFlight = request;
@@ -840,19 +846,32 @@ export class EventqClient {
     return this.#sendDelete(queueId);
   }
 
+  // Resolves once the DELETE is answered or has failed, or after the request
+  // timeout (then aborted), whichever comes first: close() waits for it, so
+  // it is bounded even where fetch ignores the abort. Never rejects.
   #sendDelete(queueId) {
     const init = this.#init("DELETE", { queue_id: queueId });
     init.keepalive = true;
+    const controller = new AbortController();
+    init.signal = controller.signal;
+    let timer;
+    const timedOut = new Promise((resolve) => {
+      timer = this.#setTimeout(() => {
+        controller.abort();
+        resolve();
+      }, this.#requestTimeoutMs);
+    });
     let request;
     try {
       request = Promise.resolve(this.#fetch(this.#url("events"), init));
     } catch (error) {
       request = Promise.reject(error);
     }
-    return request.then(
+    const answered = request.then(
       () => undefined,
       () => undefined,
     );
+    return Promise.race([answered, timedOut]).finally(() => this.#clearTimeout(timer));
   }
 }
 

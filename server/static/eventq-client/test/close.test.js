@@ -100,6 +100,40 @@ test("a register still unanswered at its timeout is abandoned after stop()", asy
   await server.none();
 });
 
+test("close() ends at the request timeout when fetch ignores aborts and never answers", async () => {
+  const { client, server, timers } = setup({ ignoreAbort: true, requestTimeoutMs: 10_000 });
+  client.start().catch(() => undefined);
+  const register = await server.next();
+  let closed = false;
+  const closing = client.close().then(() => {
+    closed = true;
+  });
+  await timers.advance(9_999);
+  assert.equal(closed, false);
+  await timers.advance(1);
+  assert.equal(register.init.signal.aborted, true);
+  await closing;
+  await server.none();
+  assert.deepEqual(timers.pending(), []);
+});
+
+test("close() waits for a DELETE that is never answered only the request timeout", async () => {
+  const { client, server, timers } = await running({ ignoreAbort: true, requestTimeoutMs: 10_000 });
+  await server.next();
+  let closed = false;
+  const closing = client.close().then(() => {
+    closed = true;
+  });
+  const deletion = await server.next();
+  assert.equal(deletion.method, "DELETE");
+  await timers.advance(9_999);
+  assert.equal(closed, false);
+  await timers.advance(1);
+  await closing;
+  assert.equal(deletion.init.signal.aborted, true);
+  assert.deepEqual(timers.pending(), []);
+});
+
 test("stop() stops polling and keeps the queue; close() then deletes it", async () => {
   const { client, server, log } = await running();
   const poll = await server.next();
@@ -304,7 +338,7 @@ test("the applyWaitMs option sets the bound, and stop() ends the wait", async ()
   (await server.next()).respond(200, polled([{ id: 0, type: "stuck" }], 130));
   await server.none();
   win.dispatchEvent(new Event("pagehide"));
-  await server.next(); // the DELETE
+  (await server.next()).respond(200, { result: "success", msg: "" }); // the DELETE
   win.dispatchEvent(pageshow(true));
   await server.none();
   assert.deepEqual(timers.pending(), [2000]);
