@@ -34,8 +34,9 @@ _HASH_SLICE = 500
 def wrap_legacy_api_key_hashes(secret: bytes) -> BackgroundUpdate:
     # Which secret wraps: a runner with another one (an operator's shell
     # without the installation's settings) must not go on with it. Kept in
-    # the progress as "secret_fingerprint"; rows written before it was
-    # renamed have it as "secret".
+    # the progress as "secret_fingerprint", and as "secret" too, the name a
+    # runner of the version before reads (shards of both versions may take
+    # turns during a rolling upgrade); rows it wrote have only "secret".
     fingerprint = hmac.digest(secret, b"eventq wrap_legacy_api_key_hashes", "sha256").hex()[:16]
 
     async def batch(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
@@ -47,7 +48,13 @@ def wrap_legacy_api_key_hashes(secret: bytes) -> BackgroundUpdate:
             cur = await conn.execute("SELECT count(*) FROM users WHERE api_key_hash_scheme = 1")
             row = await cur.fetchone()
             total = 0 if row is None else int(row[0])
-            start = {"last_id": 0, "wrapped": 0, "total": total, "secret_fingerprint": fingerprint}
+            start = {
+                "last_id": 0,
+                "wrapped": 0,
+                "total": total,
+                "secret_fingerprint": fingerprint,
+                "secret": fingerprint,
+            }
             return Batch(0, start, done=total == 0, items_left=total)
         if progress.get("secret_fingerprint", progress.get("secret")) != fingerprint:
             raise RuntimeError(
@@ -87,6 +94,7 @@ def wrap_legacy_api_key_hashes(secret: bytes) -> BackgroundUpdate:
             "wrapped": done_before + len(ids),
             "total": total,
             "secret_fingerprint": fingerprint,
+            "secret": fingerprint,
         }
         done = len(rows) < size
         left = 0 if done else max(0, int(total) - done_before - len(ids))
