@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
 
+from tests.conftest import scratch_database
 from tests.domain.harness import Domain
 from tests.support import Api, ServerProcess
 
@@ -25,3 +27,11 @@ def apis(server: ServerProcess, domain: Domain) -> Iterator[dict[str, Api]]:
     yield clients
     for client in clients.values():
         client.close()
+
+
+@pytest.fixture
+def own_db() -> Iterator[str]:
+    """A database of its own, migrated, dropped after the test (the
+    background-update tests change tables every test shares otherwise)."""
+    with scratch_database(f"eventq_test_{uuid.uuid4().hex[:8]}") as url:
+        yield url

@@ -17,7 +17,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,6 @@ from server.updates import (
     standard_updates,
     wrap_legacy_api_key_hashes,
 )
-from tests.conftest import scratch_database
 from tests.support import (
     API_KEY_SECRET,
     REPO,
@@ -46,12 +44,6 @@ from tests.support import (
     run_eventq,
     wait_for,
 )
-
-
-@pytest.fixture
-def own_db() -> Iterator[str]:
-    with scratch_database(f"eventq_test_{uuid.uuid4().hex[:8]}") as url:
-        yield url
 
 
 def _rows(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

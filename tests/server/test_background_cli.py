@@ -6,15 +6,11 @@ from __future__ import annotations
 import re
 import signal
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
-import pytest
 
 from server import background
-from tests.conftest import scratch_database
 from tests.server.test_background import (
     _copied,
     _enqueue,
@@ -25,12 +21,6 @@ from tests.server.test_background import (
     _start_runner,
 )
 from tests.support import run_eventq, wait_for
-
-
-@pytest.fixture
-def own_db() -> Iterator[str]:
-    with scratch_database(f"eventq_test_{uuid.uuid4().hex[:8]}") as url:
-        yield url
 
 
 def _in_batch(url: str) -> bool:

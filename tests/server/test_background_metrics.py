@@ -5,29 +5,19 @@ from __future__ import annotations
 
 import json
 import signal
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import scratch_database
 from tests.server.test_background import _enqueue, _processes, _rows, _start_runner
 from tests.support import ServerProcess, World, run_eventq, wait_for
 
 WRAP = "wrap_legacy_api_key_hashes"
 # The servers' settings: the tests' module, no retention rows.
 SETTINGS = {"EVENTQ_MODULES": "tests.server.background_module", "EVENTQ_EVENT_LOG_PRUNE_SECS": "0"}
-
-
-@pytest.fixture
-def own_db() -> Iterator[str]:
-    with scratch_database(f"eventq_test_{uuid.uuid4().hex[:8]}") as url:
-        yield url
 
 
 def _legacy_users(url: str, count: int) -> None:

@@ -76,13 +76,25 @@ def test_order_is_preserved_per_queue(api, server):
     assert [e["id"] for e in events] == list(range(200))
 
 
-def test_notices_sent_while_the_server_is_down_arrive_after_it_starts(start_server, world):
-    server = start_server()
+def _a_registered_queue(start_server, world, **env: str) -> tuple[ServerProcess, Api, str]:
+    """A server started with `env`, consuming, and a new user's queue on it."""
+    server = start_server(**env)
     server.wait_consuming()
-    user = world.user()
-    client = Api(server, user)
-    queue_id = client.register()["queue_id"]
+    client = Api(server, world.user())
+    return server, client, client.register()["queue_id"]
+
+
+def _a_queue_on_a_stopped_server(start_server, world) -> tuple[ServerProcess, Api, str]:
+    """`_a_registered_queue`, then the server stopped gracefully (it saved
+    the queue)."""
+    server, client, queue_id = _a_registered_queue(start_server, world)
     assert server.stop() == 0
+    return server, client, queue_id
+
+
+def test_notices_sent_while_the_server_is_down_arrive_after_it_starts(start_server, world):
+    server, client, queue_id = _a_queue_on_a_stopped_server(start_server, world)
+    user = client.user
     for n in range(3):
         send_event(
             user.realm_id, {"type": "later", "n": n}, [user.user_id], config=server.producer()
@@ -171,11 +183,10 @@ MALFORMED = [
 
 
 def test_malformed_notices_are_dead_lettered_at_once_and_others_flow(start_server, world):
-    server = start_server(EVENTQ_MAX_INTERNAL_REQUEST_BYTES="20000")
-    server.wait_consuming()
-    user = world.user()
-    client = Api(server, user)
-    queue_id = client.register()["queue_id"]
+    server, client, queue_id = _a_registered_queue(
+        start_server, world, EVENTQ_MAX_INTERNAL_REQUEST_BYTES="20000"
+    )
+    user = client.user
     with pika.BlockingConnection(pika.URLParameters(server.amqp_url)) as connection:
         channel = connection.channel()
         for index, (body, _) in enumerate(MALFORMED):
@@ -447,12 +458,8 @@ def test_a_logged_notice_is_transient_and_its_loss_is_repaired_from_the_log(star
     # disk). A notice the broker loses (here: purged while the server is
     # down) still arrives, read from the log. Without the log the notice is
     # all there is, and it is persistent.
-    server = start_server()
-    server.wait_consuming()
-    user = world.user()
-    client = Api(server, user)
-    queue_id = client.register()["queue_id"]
-    assert server.stop() == 0
+    server, client, queue_id = _a_queue_on_a_stopped_server(start_server, world)
+    user = client.user
     params = pika.URLParameters(server.amqp_url)
     with pika.BlockingConnection(params) as connection:
         channel = connection.channel()
@@ -491,11 +498,10 @@ def test_a_position_given_up_on_whose_notice_is_lost_is_read_from_the_log(start_
     # then commits, but its notice never reaches the server (a transient
     # notice lost by a broker restart; here: never published). The server
     # finds it in the log and delivers it, late and once.
-    server = start_server(EVENTQ_GAP_TIMEOUT_SECS="0.3")
-    server.wait_consuming()
-    user = world.user()
-    client = Api(server, user)
-    queue_id = client.register()["queue_id"]
+    server, client, queue_id = _a_registered_queue(
+        start_server, world, EVENTQ_GAP_TIMEOUT_SECS="0.3"
+    )
+    user = client.user
     with psycopg.connect(server.database_url) as stalled:
         [position] = eventlog.write(
             stalled, [prepare_notice(user.realm_id, {"type": "stalled"}, [user.user_id])]
