@@ -62,6 +62,11 @@ log = logging.getLogger("eventq.server")
 
 # How often the event log's tail is read for events whose notice never came.
 TAIL_SECS = 1.0
+# A checkpoint's longest stretch on the IO loop at a time. 1 ms: a slice is
+# sometimes stretched by a few ms it does not control (the process descheduled
+# on a busy machine, another thread's turn with the GIL); at 2 ms one such
+# slice took 5.5 ms in nine measured (stream_costs.py).
+CHECKPOINT_SLICE_SECS = 0.001
 # How often a server tells the retention update how far back it needs the log
 # (at most; after each checkpoint when they are more frequent), and how long
 # an unchanged floor goes without being said again.
@@ -640,7 +645,7 @@ class EventServer:
         if not self._checkpointing and not self.stopping:
             asyncio.get_running_loop().create_task(self.checkpoint())
 
-    async def checkpoint(self, slice_secs: float = 0.002) -> float:
+    async def checkpoint(self, slice_secs: float = CHECKPOINT_SLICE_SECS) -> float:
         """Save every queue with the stream position it is complete up to, for
         recovery after a crash. Queues are copied a slice at a time (at most
         `slice_secs` of the loop per iteration), each with the position of

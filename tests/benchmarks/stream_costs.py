@@ -121,6 +121,7 @@ from register import SECRET, populate_domain, run_phase
 
 from generation.config import NOTIFY_QUEUE, ProducerConfig
 from generation.send import close_for_thread, send_event
+from server.app import CHECKPOINT_SLICE_SECS
 
 DEFAULT_AMQP_BASE = "amqp://guest:guest@127.0.0.1:5672"
 # Issue 15's bars.
@@ -1155,7 +1156,7 @@ def render(results: dict[str, Any]) -> str:
             (
                 "longest slice on the IO loop (ms)",
                 " / ".join(f"{each['longest_slice_ms']:.2f}" for each in seen),
-                "the slice asked for: 2 ms",
+                f"the slice asked for: {CHECKPOINT_SLICE_SECS * 1000:g} ms",
             ),
             (
                 f"IO-loop lag p99 / max over {window['uptime_secs']:.0f} s since start (ms)",
