@@ -86,7 +86,8 @@ def test_a_client_resumes_from_its_last_position_with_exactly_what_it_missed(api
     assert events[1].get("flags") == ["x"]
     # Live events follow the replayed ones, in the same queue.
     send(realm, {"type": "note", "n": 5}, [alice.user.user_id])
-    live = alice.events(resumed["queue_id"], 1)
+    # send_event returns once RabbitMQ has the notice, not once it is delivered.
+    live = wait_for(lambda: alice.events(resumed["queue_id"], 1), what="the live event")
     assert [(e["id"], e["n"]) for e in live] == [(2, 5)]
 
     # From before everything, she gets everything.
