@@ -176,24 +176,12 @@ class EventStream:
             xmin, xmax, rows = await self.db.log_lookup(page)
         except (DatabaseUnavailable, psycopg.Error):
             return 0  # looked for again at the next read
-        found: dict[int, Arrival] = {}
-        never: list[int] = []
-        horizons = self._late_horizons
-        for position in page:
-            body = rows.get(position)
-            if body is not None:
-                try:
-                    found[position] = (notice_from_log(position, body), None)
-                except BadNotice as exc:
-                    log.error("event log position %d is unreadable (%s); skipped", position, exc)
-                    never.append(position)
-                continue
-            if xmin >= horizons.setdefault(position, xmax):
-                never.append(position)
-        reader.forget_late(never)
-        # Kept for the positions still late on this page only: bounded.
-        still = set(page).difference(found, never)
-        self._late_horizons = {p: h for p, h in horizons.items() if p in still}
+        found, never, unreadable = _examine(page, xmin, xmax, rows, self._late_horizons)
+        reader.forget_late(never + unreadable)
+        # Kept for this page's positions only (a position also leaves the late
+        # set when its notice comes): bounded by LATE_PAGE.
+        looked = set(page)
+        self._late_horizons = {p: h for p, h in self._late_horizons.items() if p in looked}
         if found:
             log.info(
                 "event log: %d events given up on were found in the log and are delivered"
@@ -256,22 +244,8 @@ class EventStream:
                 self._db_warned = True
             return []
         self._db_warned = False
-        found: dict[int, Arrival] = {}
-        for position, body in rows.items():
-            try:
-                found[position] = (notice_from_log(position, body), None)
-            except BadNotice as exc:
-                log.error("event log position %d is unreadable (%s); skipped", position, exc)
-        never = []
-        for position in missing:
-            if position in found:
-                self._horizons.pop(position, None)
-                continue
-            horizon = self._horizons.setdefault(position, xmax)
-            if xmin >= horizon and position not in rows:
-                # Every transaction running when the gap was seen has ended.
-                never.append(position)
-                del self._horizons[position]
+        # An unreadable row stays missing: the gap is given up on in time.
+        found, never, _ = _examine(missing, xmin, xmax, rows, self._horizons)
         return self.reader.resolve(found, never, self.clock())
 
     async def catch_up(
@@ -328,6 +302,33 @@ class EventStream:
                 reader.current = position
             if len(rows) < CATCH_UP_PAGE:
                 break
+
+
+def _examine(
+    positions: list[int], xmin: int, xmax: int, rows: dict[int, bytes], horizons: dict[int, int]
+) -> tuple[dict[int, Arrival], list[int], list[int]]:
+    """What one look at the log (`Database.log_lookup`: its snapshot's xmin
+    and xmax, and the rows found) says of `positions`: (found, with their
+    notices; never to come; logged but unreadable, each logged). A position
+    not found is never to come once every transaction running when it was
+    first looked for has ended: `horizons` keeps that first look's xmax,
+    and drops the positions this look settles."""
+    found: dict[int, Arrival] = {}
+    never: list[int] = []
+    unreadable: list[int] = []
+    for position in positions:
+        body = rows.get(position)
+        if body is not None:
+            horizons.pop(position, None)
+            try:
+                found[position] = (notice_from_log(position, body), None)
+            except BadNotice as exc:
+                log.error("event log position %d is unreadable (%s); skipped", position, exc)
+                unreadable.append(position)
+        elif xmin >= horizons.setdefault(position, xmax):
+            del horizons[position]
+            never.append(position)
+    return found, never, unreadable
 
 
 def _ranges(positions: list[int]) -> str:
