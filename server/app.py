@@ -47,7 +47,7 @@ from server.httpserver import EventHTTPServer, Refusals
 from server.journal import QueueJournal
 from server.longpoll import AnswerSlices, Heartbeats
 from server.looplag import LoopLagMonitor
-from server.metrics import make_metrics
+from server.metrics import gc_stats, make_metrics
 from server.migrate import latest_migration
 from server.observe import Observer, Origin
 from server.ratelimit import RateLimiter
@@ -921,6 +921,7 @@ class EventServer:
             "stream": self.stream.stats(),
             "checkpoint": self.last_checkpoint,
             "db_pool": self.db.stats(),
+            "python_gc": gc_stats(),
         }
         if self.consumer is not None:
             body["consumer"] = self.consumer.stats()

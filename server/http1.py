@@ -162,6 +162,15 @@ class Exchange(tornado.httputil.HTTPConnection):
     def set_close_callback(self, callback: Callable[[], None] | None) -> None:
         self._close_callback = callback
 
+    def delegate_finished(self) -> None:
+        """Its delegate hears of this exchange no more, and is let go: the
+        delegate holds the exchange to answer through it, and the pair would
+        otherwise wait for Python's cyclic GC, whose young collections then
+        each took thousands of them (6-22 ms with the IO loop stopped, at
+        3,000 long polls a second)."""
+        self.delegate_done = True
+        self.delegate = None
+
     def connection_closed(self) -> None:
         """The connection ended (client gone, or closed by us) before this
         request's answer was finished."""
@@ -348,8 +357,8 @@ class HTTP1Protocol(asyncio.Protocol):
             return
         if not exchange.delegate_done:
             # Still reading its request: its delegate is told, as Tornado tells it.
-            exchange.delegate_done = True
             delegate = exchange.delegate
+            exchange.delegate_finished()
             if delegate is not None:
                 try:
                     delegate.on_connection_close()
@@ -573,7 +582,7 @@ class HTTP1Protocol(asyncio.Protocol):
                 except Exception:
                     self._uncaught(exchange)
                     return
-            exchange.delegate_done = True
+            exchange.delegate_finished()
             return
         asyncio.get_running_loop().create_task(self._serve_body(exchange, waiting))
 
@@ -606,7 +615,7 @@ class HTTP1Protocol(asyncio.Protocol):
             exchange.read_finished = True
             if not exchange.write_finished:
                 delegate.finish()
-            exchange.delegate_done = True
+            exchange.delegate_finished()
         except Exception:
             self._uncaught(exchange)
 
@@ -617,7 +626,7 @@ class HTTP1Protocol(asyncio.Protocol):
         exchange.set_close_callback(None)
         delegate = exchange.delegate
         if delegate is not None and not exchange.delegate_done:
-            exchange.delegate_done = True
+            exchange.delegate_finished()
             try:
                 delegate.on_connection_close()
             except Exception:

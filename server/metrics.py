@@ -15,11 +15,13 @@ Each server has its own `CollectorRegistry`, so several servers in one process
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.gc_collector import GCCollector
 from prometheus_client.registry import Collector
 
 from queues.client import ClientDescriptor
@@ -331,7 +333,22 @@ def make_metrics(server: ServerApi) -> tuple[Metrics, CollectorRegistry]:
     registry = CollectorRegistry()
     metrics = Metrics(registry)
     registry.register(ServerState(server))
+    # python_gc_objects_collected_total and friends: objects that only
+    # Python's cyclic GC frees cost the IO loop a pause per collection.
+    GCCollector(registry=registry)
     return metrics, registry
+
+
+def gc_stats() -> dict[str, list[int]]:
+    """Python's cyclic GC, per generation (young first): collections run,
+    objects they freed, and tracked objects allocated since the young one."""
+    per_generation = gc.get_stats()
+    return {
+        "collections": [each["collections"] for each in per_generation],
+        "collected": [each["collected"] for each in per_generation],
+        "uncollectable": [each["uncollectable"] for each in per_generation],
+        "pending": list(gc.get_count()),
+    }
 
 
 def exposition(registry: CollectorRegistry) -> bytes:

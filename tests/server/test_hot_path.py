@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import json
 import socket
 
 import pytest
 import requests
+import tornado.httputil
 import tornado.web
 
+from server.http1 import Exchange, FastHTTPServer
 from server.httpserver import EventHTTPServer, Refusals
 from server.longpoll import AnswerSlices
 from tests.support import raw_exchange, wait_for
@@ -205,3 +208,54 @@ def test_connections_idle_past_the_timeout_are_closed_and_busy_ones_are_not():
     assert idle == b""
     assert busy.startswith(b"HTTP/1.1 200 OK")
     assert busy.endswith(b"done")
+
+
+class _Answers(tornado.httputil.HTTPMessageDelegate):
+    """A lean delegate as the long poll's is: it keeps its exchange and
+    answers through it."""
+
+    def __init__(self, exchange: Exchange):
+        self.exchange = exchange
+
+    def finish(self) -> None:
+        self.exchange.answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+
+def test_answered_requests_leave_nothing_for_the_cyclic_gc():
+    """An exchange and its delegate hold each other until the delegate is
+    done: then the exchange lets it go, so both are freed at once rather
+    than by Python's cyclic GC, whose collections stop the IO loop."""
+
+    async def scenario() -> tuple[bytes, int]:
+        tornado_server = EventHTTPServer(tornado.web.Application([]), refusals=Refusals(64 * 1024))
+        fast = FastHTTPServer(
+            tornado_server,
+            lambda start_line, fields, exchange: _Answers(exchange),
+            tornado_server,
+            max_body_size=1024,
+            idle_timeout=None,
+        )
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        sock.setblocking(False)
+        await fast.add_sockets([sock], 128)
+        try:
+            reader, writer = await asyncio.open_connection(*sock.getsockname())
+            writer.write(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n" * 200)
+            answers = await asyncio.wait_for(reader.readexactly(200 * 40), 10)
+            writer.close()
+            exchanges = sum(isinstance(each, Exchange) for each in gc.get_objects())
+            return answers, exchanges
+        finally:
+            fast.stop()
+            await fast.close_all_connections()
+
+    gc.collect()
+    gc.disable()
+    try:
+        answers, exchanges = asyncio.run(scenario())
+    finally:
+        gc.enable()
+    assert answers == b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" * 200
+    assert exchanges == 0
