@@ -34,8 +34,11 @@ from server.db import Database, DatabaseUnavailable
 
 log = logging.getLogger("eventq.stream")
 
-# The resolver's first wait between two looks at the log, doubling to the
-# second: a commit usually lands within a millisecond or two.
+# How long a gap is left to close by itself (its notice is usually a
+# millisecond or two behind the one above it: another publisher's, sent after
+# its own commit) before the resolver looks at the log, and its first wait
+# between two looks, doubling to the second.
+FIRST_LOOK_SECS = 0.002
 FIRST_WAIT_SECS = 0.001
 MAX_WAIT_SECS = 0.05
 # Positions read from the log per query when catching up.
@@ -79,6 +82,7 @@ class EventStream:
         self._resolver: asyncio.Task[None] | None = None
         self._db_warned = False
         self._unanchored = False
+        self.lookups = 0  # looks at the log to close a gap
 
     @property
     def position(self) -> int:
@@ -94,6 +98,7 @@ class EventStream:
             "late_arrivals": reader.late_arrivals,
             "rolled_back": reader.aborted,
             "given_up": reader.given_up,
+            "lookups": self.lookups,
         }
 
     def offer(self, notice: Notice, published_at: float | None = None) -> object:
@@ -199,6 +204,10 @@ class EventStream:
                 await self._resolver
 
     async def _resolve(self) -> None:
+        # Most gaps close by themselves when the notice below arrives: give it
+        # a moment before costing the database a look (and the notice a parse
+        # more, when the look finds the event first).
+        await asyncio.sleep(FIRST_LOOK_SECS)
         wait = FIRST_WAIT_SECS
         reader = self.reader
         while reader.held:
@@ -236,6 +245,7 @@ class EventStream:
             wait = min(wait * 2, MAX_WAIT_SECS)
 
     async def _look_up(self, missing: list[int]) -> list[tuple[int, Arrival]]:
+        self.lookups += 1
         try:
             xmin, xmax, rows = await self.db.log_lookup(missing)
         except (DatabaseUnavailable, psycopg.Error) as exc:

@@ -297,6 +297,7 @@ class Sent:
 
     at: dict[int, float]  # seq -> time.time() just before its send_event call
     durations: list[float]
+    returned: dict[int, float]  # seq -> when its send_event call returned
     elapsed_secs: float  # the longest publisher's sending time
     cpu_secs: float  # the publishers' CPU, summed
 
@@ -304,15 +305,20 @@ class Sent:
     def of(cls, plans: Sequence[SendPlan], results: Sequence[dict[str, Any]]) -> Sent:
         at: dict[int, float] = {}
         durations: list[float] = []
+        returned: dict[int, float] = {}
         for plan, result in zip(plans, results, strict=True):
             times = array("d")
             times.frombytes(result["sent_at"])
-            for index, wall in enumerate(times):
-                at[plan.first_seq + index * plan.seq_step] = wall
-            durations += result["durations"]
+            took = result["durations"]  # Publishers.results made it an array
+            for index, (wall, secs) in enumerate(zip(times, took, strict=True)):
+                seq = plan.first_seq + index * plan.seq_step
+                at[seq] = wall
+                returned[seq] = wall + secs
+            durations += took
         return cls(
             at,
             durations,
+            returned,
             max(result["elapsed_secs"] for result in results),
             sum(result["cpu_secs"] for result in results),
         )
@@ -330,6 +336,9 @@ class Round:
     reads_expected: int
     reads: int
     latencies: list[float]  # seconds, one per (notice, recipient) read
+    # The same, from when the send_event call returned (negative: the client
+    # had the event before the publisher had RabbitMQ's confirm).
+    after_call: list[float]
     cpu: dict[str, Any]  # CpuMeter.read() plus postgres_cpu_secs, publishers_cpu_secs
     stream: dict[str, int]  # STREAM_COUNTERS' increase over the run
     missing: int = 0
@@ -339,7 +348,7 @@ class Round:
 
 # server/stream.py's counters; "duplicates" are notices whose event had come
 # from the log first (read to close a gap, or by the tail reader).
-STREAM_COUNTERS = ("duplicates", "late_arrivals", "rolled_back", "given_up")
+STREAM_COUNTERS = ("duplicates", "late_arrivals", "rolled_back", "given_up", "lookups")
 
 
 def summary(rounds: Sequence[Round]) -> dict[str, Any]:
@@ -363,6 +372,7 @@ def summary(rounds: Sequence[Round]) -> dict[str, Any]:
         "missing_seqs": sorted(set().union(*(each.never_read for each in rounds)))[:20],
         "latency_ms": spread([x for each in rounds for x in each.latencies]),
         "send_event_ms": spread([x for each in rounds for x in each.sent.durations]),
+        "after_call_ms": spread([x for each in rounds for x in each.after_call]),
         # Of one core, from the publishers' release until the last read
         # ("generator": this process, the clients).
         "cpu_shares": {
@@ -612,6 +622,9 @@ class Run:
                     )
                     rounds[label].append(await self.latency_run(readers, event_log, args.duration))
             phases |= {label: summary(each) for label, each in rounds.items()}
+            # The server samples its loop's lag every 0.1 s and keeps the last
+            # minute: about the warm-up and the rounds of both modes.
+            phases["loop_lag"] = (await readers.stats())["loop_lag"]
             phases["problems"] = readers.problems()
             # The register phases run without these clients or their queues.
             await readers.shrink_to(0)
@@ -895,6 +908,7 @@ async def collect_round(
         reads_expected=want,
         reads=len(readers.reads),
         latencies=[now - sent.at[seq] for seq, now in readers.reads if seq in sent.at],
+        after_call=[now - sent.returned[seq] for seq, now in readers.reads if seq in sent.returned],
         cpu=cpu,
         stream={key: stream[key] - stream0[key] for key in STREAM_COUNTERS if key in stream},
     )
@@ -1015,6 +1029,8 @@ def checks_of(results: dict[str, Any]) -> list[str]:
             bad = {key: value for key, value in phase.items() if value and key != "last_error"}
             if bad:
                 problems.append(f"phase 1 clients: {bad} (last error {phase.get('last_error')!r})")
+        elif label == "loop_lag":
+            continue
         elif phase["missing"] or phase["extra"] or phase["reads"] != phase["reads_expected"]:
             problems.append(
                 f"phase 1, {label}: {phase['reads']} of {phase['reads_expected']} reads,"
@@ -1065,6 +1081,9 @@ def render(results: dict[str, Any]) -> str:
         for key in ("p50", "p99"):
             a, b = on["send_event_ms"][key], off["send_event_ms"][key]
             rows.append((f"send_event call {key} (ms)", f"{a:.2f}", f"{b:.2f}", ratio(a, b)))
+        for key in ("p50", "p99"):
+            a, b = on["after_call_ms"][key], off["after_call_ms"][key]
+            rows.append((f"latency after the call returned {key} (ms)", f"{a:.2f}", f"{b:.2f}", ""))
         rows.append(
             (
                 "notices/s sent",
@@ -1092,7 +1111,20 @@ def render(results: dict[str, Any]) -> str:
                 "",
             )
         )
+        rows.append(
+            (
+                "looks at the log to close a gap",
+                f"{on['stream'].get('lookups', 0):,}",
+                f"{off['stream'].get('lookups', 0):,}",
+                "",
+            )
+        )
         out.write(_table(("", "event log on", "event log off", "on/off"), rows))
+        if lag := latency.get("loop_lag"):
+            out.write(
+                f"server IO-loop lag over the phase (both modes), p50 / p99 / max:"
+                f" {lag['p50_ms']:.2f} / {lag['p99_ms']:.2f} / {lag['window_max_ms']:.2f} ms\n"
+            )
         p99 = on["latency_ms"]["p99"]
         verdict = "met" if p99 <= LATENCY_BAR_MS else "MISSED"
         out.write(
