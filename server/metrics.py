@@ -339,15 +339,16 @@ def make_metrics(server: ServerApi) -> tuple[Metrics, CollectorRegistry]:
     return metrics, registry
 
 
-def gc_stats() -> dict[str, list[int]]:
-    """Python's cyclic GC, per generation (young first): collections run,
-    objects they freed, and tracked objects allocated since the young one."""
+def gc_stats() -> dict[str, list[int] | int]:
+    """Python's cyclic GC: per generation (young first), the collections run
+    and the objects they freed; and `pending`, the tracked objects allocated
+    and not freed since the last young collection."""
     per_generation = gc.get_stats()
     return {
         "collections": [each["collections"] for each in per_generation],
         "collected": [each["collected"] for each in per_generation],
         "uncollectable": [each["uncollectable"] for each in per_generation],
-        "pending": list(gc.get_count()),
+        "pending": gc.get_count()[0],
     }
 
 
