@@ -31,7 +31,7 @@ from generation.events.users import deactivated_user_id
 from generation.notice import Notice, encode_notice, parse_notice
 from generation.send import PublishError, publish_encoded
 from generation.sharding import reach_of
-from queues.client import ClientDescriptor
+from queues.client import ClientDescriptor, QueueOptions
 from queues.event_queue import Item
 from queues.payload import PER_EVENT_OVERHEAD
 from queues.registry import DeliveryReport, EndReason, QueueRegistry
@@ -662,6 +662,7 @@ class EventServer:
             self.journal.checkpoint_began()
             clients = list(self.registry)
             saved: list[bytes] = []
+            option_forms: dict[QueueOptions, dict[str, Any]] = {}
             index = 0
             longest = time.perf_counter() - slice_started
             while index < len(clients):
@@ -673,7 +674,9 @@ class EventServer:
                     index += 1
                     if client in self.registry:
                         saved.append(
-                            orjson.dumps(client.to_dict(now) | {"stream_position": position})
+                            orjson.dumps(
+                                client.to_dict(now, option_forms) | {"stream_position": position}
+                            )
                         )
                 longest = max(longest, time.perf_counter() - slice_started)
                 if index < len(clients):

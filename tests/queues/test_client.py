@@ -74,6 +74,25 @@ def test_descriptor_saved_form_stores_ages_not_clock_values():
     assert loaded.waiter is None
 
 
+def test_queues_saved_together_share_each_distinct_options_form():
+    mobile = {"client_name": "ZulipMobile"}
+    clients = [
+        ClientDescriptor(
+            f"q{n}", n, 2, options(**(mobile if n % 2 else {})), 0.0, EventQueue(encode)
+        )
+        for n in range(4)
+    ]
+    forms: dict[QueueOptions, dict[str, object]] = {}
+
+    together = [client.to_dict(5.0, forms) for client in clients]
+
+    assert together == [client.to_dict(5.0) for client in clients]
+    # Equal options made apart (not the same object) share one form.
+    assert clients[1].options is not clients[3].options
+    assert len(forms) == 2
+    assert together[1]["options"] is together[3]["options"]
+
+
 def test_descriptor_with_bad_options_names_the_queue():
     saved = ClientDescriptor("q7", 1, 2, options(), 0.0, EventQueue(encode)).to_dict(0.0)
     saved["options"]["narrow"] = [["is", "followed"]]
