@@ -353,7 +353,12 @@ class HTTP1Protocol(asyncio.Protocol):
                 drain.exception()
         self._drain_waiters = None
         exchange, self.exchange = self.exchange, None
-        if exchange is None or self.handed_off or exchange.write_finished:
+        if exchange is None or self.handed_off:
+            return
+        if exchange.write_finished:
+            # Answered before its body was read (the connection closes for
+            # that): nothing to tell the delegate, which is let go.
+            exchange.delegate_finished()
             return
         if not exchange.delegate_done:
             # Still reading its request: its delegate is told, as Tornado tells it.
@@ -565,6 +570,7 @@ class HTTP1Protocol(asyncio.Protocol):
             # A request Tornado's parser refuses (a query of too many fields,
             # ...), found out before anything was done for it: Tornado's
             # server answers it, from its head on.
+            exchange.delegate_finished()
             self.exchange = None
             self.body_left = 0
             self.buffer[:0] = head
