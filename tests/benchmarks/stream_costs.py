@@ -623,7 +623,8 @@ class Run:
                     rounds[label].append(await self.latency_run(readers, event_log, args.duration))
             phases |= {label: summary(each) for label, each in rounds.items()}
             # The server samples its loop's lag every 0.1 s and keeps the last
-            # minute: about the warm-up and the rounds of both modes.
+            # 600 samples: the last minute, which is the clients' start, the
+            # warm-up and the rounds of both modes with the default sizes.
             phases["loop_lag"] = (await readers.stats())["loop_lag"]
             phases["problems"] = readers.problems()
             # The register phases run without these clients or their queues.
@@ -1122,7 +1123,7 @@ def render(results: dict[str, Any]) -> str:
         out.write(_table(("", "event log on", "event log off", "on/off"), rows))
         if lag := latency.get("loop_lag"):
             out.write(
-                f"server IO-loop lag over the phase (both modes), p50 / p99 / max:"
+                f"server IO-loop lag over its last minute (phase 1: both modes), p50 / p99 / max:"
                 f" {lag['p50_ms']:.2f} / {lag['p99_ms']:.2f} / {lag['window_max_ms']:.2f} ms\n"
             )
         p99 = on["latency_ms"]["p99"]
