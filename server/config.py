@@ -213,10 +213,12 @@ class Settings:
     producer: ProducerConfig = dataclasses.field(default_factory=ProducerConfig)
     # The delivery log (server/deliverylog.py), when `log_dir` is set. Flush:
     # a crash loses at most this much; roll: how old the newest data the jobs
-    # can read may be; retention in days, 0 keeps everything; pending: records
-    # buffered (about 250 bytes each in memory) before new ones are dropped.
+    # can read may be (logfiles.ROLL_SECS: an hour, one Parquet file per shard
+    # and hour); retention in days, 0 keeps everything;
+    # pending: records buffered (about 250 bytes each in memory) before new
+    # ones are dropped.
     log_flush_secs: float = 1.0
-    log_roll_secs: float = 600.0
+    log_roll_secs: float = 3600.0
     log_retention_days: int = 30
     log_max_pending: int = 500_000
     # The asyncio event loop `eventq serve` runs on: "uvloop" (libuv, the
@@ -383,7 +385,7 @@ class Settings:
             sharding=shard_map,
             producer=producer,
             log_flush_secs=_number(env, "EVENTQ_LOG_FLUSH_SECS", 1.0, minimum=0.001),
-            log_roll_secs=_number(env, "EVENTQ_LOG_ROLL_SECS", 600.0, minimum=0.001),
+            log_roll_secs=_number(env, "EVENTQ_LOG_ROLL_SECS", 3600.0, minimum=0.001),
             log_retention_days=_integer(env, "EVENTQ_LOG_RETENTION_DAYS", 30, minimum=0),
             log_max_pending=_integer(env, "EVENTQ_LOG_MAX_PENDING", cls.log_max_pending),
             event_loop=event_loop,

@@ -11,8 +11,8 @@ Guarantees:
 - A writer thread takes the buffer every `flush_secs`, appends it as spool
   lines to the open (hidden) file of the records' hour and fsyncs it: a
   crash loses at most one flush interval.
-- It closes the file at the hour, every `roll_secs` and at
-  `logfiles.MAX_FILE_BYTES`, then compacts the closed files into Parquet;
+- It closes the file at the hour, every `roll_secs` (by default only at the
+  hour) and at `logfiles.MAX_FILE_BYTES`, then compacts the closed files into Parquet;
   it applies the retention once an hour, and recovers what a crash of its
   shard left when it starts.
 - A failing disk (full, I/O error, permissions) drops the batch, counts it
@@ -38,6 +38,7 @@ from server.logfiles import (
     FORMAT_VERSION,
     MAX_FILE_BYTES,
     NAMES,
+    ROLL_SECS,
     Record,
     Spool,
     encode_record,
@@ -81,7 +82,7 @@ class DeliveryLog(Observer):
         shard: str = "default",
         *,
         flush_secs: float = 1.0,
-        roll_secs: float = 600.0,
+        roll_secs: float = ROLL_SECS,
         retention_days: int = 30,
         max_pending: int = 500_000,
         max_file_bytes: int = MAX_FILE_BYTES,

@@ -96,9 +96,18 @@ NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 Record = tuple[Any, ...]
 
 # A file is closed (and becomes compactable) at the hour boundary, every
-# `roll_secs` (default 600: the jobs see data at most ten minutes old) and at
-# this size, so that one compaction never holds more than this in memory
-# (about 150,000 records).
+# `roll_secs` and at MAX_FILE_BYTES. By default only at the hour or the size:
+# the jobs see an hour once it is over, and an hour is one Parquet file per
+# shard up to about 300,000 records (64 MiB of spool). Spark pays a fixed
+# cost per file it opens (a Hadoop configuration copied for each): a day of
+# 1 million records as 288 files of 10 minutes took its five plain queries
+# 1.2-1.4 s, as 48 hourly files 0.75-0.83 s (DuckDB 0.29 s and 0.13 s), and
+# the operator's run over 10 million 36.6 s instead of 34.1 s
+# (tests/benchmarks/README.md). A shorter roll gives fresher data in more
+# files.
+ROLL_SECS = 3600.0
+# So that one compaction never holds more than this in memory (about
+# 300,000 records).
 MAX_FILE_BYTES = 64 * 1024 * 1024
 # Parquet key-value metadata naming the spool files a Parquet file was
 # built from: a compaction interrupted after the rename finds them there.
@@ -220,7 +229,7 @@ class Spool:
         shard: str,
         *,
         write: Callable[[int, bytes], int] = os.write,
-        roll_secs: float = 600.0,
+        roll_secs: float = ROLL_SECS,
         max_file_bytes: int = MAX_FILE_BYTES,
     ):
         self.root = log_dir / "spool"

@@ -248,6 +248,23 @@ def test_the_open_file_is_hidden_until_it_is_rolled(tmp_path):
     assert closed.read_bytes() == encode_record(record(when=AFTER_HOUR))
 
 
+def test_by_default_an_hour_of_a_shard_is_one_file(tmp_path):
+    # Spark pays per file it opens: a file stays open the whole hour unless
+    # EVENTQ_LOG_ROLL_SECS is shorter (or it reaches MAX_FILE_BYTES).
+    spool = Spool(tmp_path, "s")
+    hour = int(BEFORE_HOUR // 3600)
+    spool.append(hour, encode_record(record(when=BEFORE_HOUR - 3000)))
+    assert spool._file is not None
+    spool._file.opened_at -= 59 * 60  # open since 10:00:59
+    spool.append(hour, encode_record(record(when=BEFORE_HOUR)))
+    assert not spool.due(BEFORE_HOUR)
+    assert spool.due(AFTER_HOUR)
+    spool.roll()
+    compact(tmp_path)
+    [parquet] = (tmp_path / "deliveries").rglob("*.parquet")
+    assert pq.read_table(parquet).num_rows == 2
+
+
 def test_files_roll_by_size_and_age_and_compact_while_running(tmp_path):
     log = DeliveryLog(tmp_path, "s", flush_secs=0.01, roll_secs=600, max_file_bytes=1500)
     log.start()
@@ -449,7 +466,7 @@ def test_settings_read_the_delivery_log_variables():
     defaults = Settings.from_env({})
     assert defaults.log_dir is None
     assert defaults.shard_name == "default"
-    assert (defaults.log_flush_secs, defaults.log_roll_secs) == (1.0, 600.0)
+    assert (defaults.log_flush_secs, defaults.log_roll_secs) == (1.0, 3600.0)
     assert (defaults.log_retention_days, defaults.log_max_pending) == (30, 500_000)
     settings = Settings.from_env(
         {
