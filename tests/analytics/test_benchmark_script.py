@@ -47,10 +47,37 @@ def test_quick_mode_runs_every_step_and_prints_figures(spark_job):
     assert size["job_full"]["hours_processed"] == hours
     assert f"records: {records}" in size["job_full"]["summary"][0]
     assert size["job_incremental_one_hour"]["hours_processed"] == 1
+    # The server's default layout: a file per shard and hour.
+    assert (size["roll_secs"], size["parquet_files"]) == (3600, hours * 2)
     queries = set(spark_job.REFERENCE_QUERIES)
     assert set(size["spark_reference"]) == queries
     assert set(size["duckdb_reference"]) == queries
+    assert size["spark_latency_percentile_approx"] > 0
+    assert size["differences"] == []  # both engines gave the same answers
     assert figures["bars"] == []  # no bar is set for a log this small
+
+
+def test_answers_that_differ_between_the_engines_are_reported(spark_job):
+    import duckdb  # in the test extra
+
+    connection = duckdb.connect()
+    # 100 deliveries of one type with latencies 0.01 .. 1.00 s.
+    connection.execute(
+        "CREATE VIEW logs AS SELECT 'delivery' AS kind, 'message' AS event_type,"
+        " 1000.0 + i / 100 AS time, 1000.0 AS enqueued_at FROM range(1, 101) AS r(i)"
+    )
+    exact = [("message", 100, [0.5, 0.95, 0.99])]
+    others = {name: [(1, 2)] for name in spark_job.REFERENCE_QUERIES}
+    duck = {**others, "latency by event type": exact}
+    close = {**others, "latency by event type": [("message", 100, [0.5, 0.955, 0.99])]}
+    assert spark_job.compare(connection, close, duck) == []
+    wrong = {**others, "latency by event type": [("message", 100, [0.5, 0.9, 0.99])]}
+    assert spark_job.compare(connection, wrong, duck) == [
+        "latency by event type: message's p95 from Spark is at rank 0.9000 of 100 values"
+    ]
+    miscounted = {**others, "deliveries by realm": [(1, 3)], "latency by event type": exact}
+    [difference] = spark_job.compare(connection, miscounted, duck)
+    assert difference.startswith("deliveries by realm: Spark [(1, 3)]")
 
 
 def test_bars_are_met_or_missed_by_the_figures(spark_job):
@@ -68,3 +95,22 @@ def test_bars_are_met_or_missed_by_the_figures(spark_job):
         "bar: plain queries over 10,000,000 records, Spark/DuckDB 4.0x <= 4x: met",
     ]
     assert spark_job.bars([size(10_000_000, 40.0, 4.5, 1.1)])[1].endswith("4.1x <= 4x: MISSED")
+
+
+def _statements(sql: str) -> list[str]:
+    """The statements of an SQL text, comments dropped, white space folded."""
+    lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
+    return [" ".join(part.split()) for part in "\n".join(lines).split(";") if part.strip()]
+
+
+def test_the_readme_queries_the_log_as_the_benchmark_does(spark_job):
+    # The README's "Querying the log by hand" is what the benchmark runs (in
+    # both engines, checking their answers agree, in the quick mode above).
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("### Querying the log by hand", 1)[1].split("\n## ", 1)[0]
+    sql = section.split("```sql\n", 1)[1].split("```", 1)[0]
+    expected = [
+        query.format(quantiles=spark_job.SPARK_QUANTILES)
+        for query in spark_job.REFERENCE_QUERIES.values()
+    ]
+    assert _statements(sql) == [" ".join(query.split()) for query in expected]

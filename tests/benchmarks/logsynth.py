@@ -2,9 +2,12 @@
 
 The columns and types are the server's own (`server.logfiles.schema()`), and
 the files are laid out as the server's compaction leaves them:
-`<dir>/deliveries/date=YYYY-MM-DD/hour=HH/<shard>-<n>.parquet`, one file per
-shard and roll interval (10 minutes by default, so 6 per shard and hour),
-zstd, rows in time order.
+`<dir>/deliveries/date=YYYY-MM-DD/hour=HH/<shard>-<n>.parquet`, zstd, rows in
+time order, one file per shard and roll interval (`EVENTQ_LOG_ROLL_SECS`: an
+hour by default, `--roll-secs` to match another setting), or more where the
+interval's records would pass the server's spool file limit
+(`server.logfiles.MAX_FILE_BYTES`, checked against the spool lines of a
+sample of them).
 
 The mix follows what a chat deployment logs: about three deliveries per
 long-poll (most polls end on a heartbeat, as in Zulip), a register and a
@@ -17,7 +20,7 @@ generates a log, reads it back and reports (`--quick`: 20,000 records over
 2 hours, in seconds; a test runs it):
 
     .venv/bin/python tests/benchmarks/logsynth.py [--records 1000000]
-        [--hours 24] [--shards 2] [--data DIR] [--json] [--quick]
+        [--hours 24] [--shards 2] [--roll-secs 3600] [--data DIR] [--json] [--quick]
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import argparse
 import datetime as dt
 import functools
 import json
+import math
 import sys
 import tempfile
 import time
@@ -40,7 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from quickmode import parse_with_quick
 
-from server.logfiles import FORMAT_VERSION, schema
+from server.logfiles import FORMAT_VERSION, MAX_FILE_BYTES, ROLL_SECS, encode_records, schema
 
 KINDS = ("delivery", "poll", "register", "end", "dead_letter")
 KIND_WEIGHTS = (0.745, 0.225, 0.015, 0.014, 0.001)
@@ -56,18 +60,22 @@ REASONS = ("expired", "deleted", "overflow", "evicted", "deactivated")
 REASON_WEIGHTS = (0.8, 0.15, 0.03, 0.01, 0.01)
 CLIENTS = ("website", "ZulipMobile", "ZulipElectron", "ZulipPython", "ZulipTerminal")
 CLIENT_WEIGHTS = (0.45, 0.3, 0.15, 0.07, 0.03)
-ROLL_SECS = 600
+# Records whose spool lines are measured to tell how many spool files (of at
+# most MAX_FILE_BYTES) the server would have made of a roll interval.
+SPOOL_SAMPLE = 2_000
 
 
 @dataclass(frozen=True)
 class Shape:
     """What to generate: `records` spread evenly over `hours` starting at
     `start` (UTC), across `shards`, for `users` users in `realms` realms with
-    two queues each."""
+    two queues each; a file per shard and `roll_secs` (a divisor of an
+    hour), as the server rolls its spool files."""
 
     records: int
     hours: int = 24
     shards: int = 2
+    roll_secs: int = int(ROLL_SECS)
     users: int = 10_000
     realms: int = 50
     start: dt.datetime = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
@@ -103,8 +111,8 @@ def _masked(values: np.ndarray, valid: np.ndarray, kind: pa.DataType) -> pa.Arra
 
 
 def table(rng: np.random.Generator, shape: Shape, shard: str, begin: float, n: int) -> pa.Table:
-    """`n` records of one shard with times in [begin, begin + ROLL_SECS)."""
-    time = np.sort(begin + rng.random(n) * ROLL_SECS)
+    """`n` records of one shard with times in [begin, begin + roll_secs)."""
+    time = np.sort(begin + rng.random(n) * shape.roll_secs)
     kind = _pick(rng, n, KIND_WEIGHTS)
     is_delivery, is_poll = kind == 0, kind == 1
     is_register, is_end, is_dead = kind == 2, kind == 3, kind == 4
@@ -155,28 +163,48 @@ def table(rng: np.random.Generator, shape: Shape, shard: str, begin: float, n: i
     return pa.Table.from_pydict(columns, schema=schema())
 
 
+def rolls(shape: Shape) -> int:
+    """The roll intervals of `shape`: files per shard, size rolls apart."""
+    return shape.hours * 3600 // shape.roll_secs
+
+
+def spool_bytes_per_record(records: pa.Table) -> float:
+    """What the server's spool lines of (a sample of) `records` take a record."""
+    sample = records.slice(0, SPOOL_SAMPLE)
+    rows = list(zip(*(column.to_pylist() for column in sample.columns), strict=True))
+    return len(encode_records(rows)) / max(1, len(rows))
+
+
 def generate(directory: Path, shape: Shape) -> int:
     """Write the logs of `shape` under `directory`; returns the files written."""
+    if 3600 % shape.roll_secs:
+        raise ValueError(f"roll_secs must divide an hour, not {shape.roll_secs}")
     rng = np.random.default_rng(shape.seed)
-    rolls = shape.hours * 3600 // ROLL_SECS
-    per_file = shape.records // (rolls * shape.shards)
-    extra = shape.records - per_file * rolls * shape.shards
+    per_roll = shape.records // (rolls(shape) * shape.shards)
+    extra = shape.records - per_roll * rolls(shape) * shape.shards
     written = 0
     origin = shape.start.timestamp()
-    for roll in range(rolls):
-        begin = origin + roll * ROLL_SECS
+    line_bytes = 0.0
+    for roll in range(rolls(shape)):
+        begin = origin + roll * shape.roll_secs
         moment = dt.datetime.fromtimestamp(begin, dt.UTC)
         folder = directory / "deliveries" / moment.strftime("date=%Y-%m-%d/hour=%H")
         folder.mkdir(parents=True, exist_ok=True)
         for s in range(shape.shards):
-            n = per_file + (extra if roll == 0 and s == 0 else 0)
+            n = per_roll + (extra if roll == 0 and s == 0 else 0)
             shard = f"s{s + 1}"
-            pq.write_table(
-                table(rng, shape, shard, begin, n),
-                folder / f"{shard}-{roll:05d}.parquet",
-                compression="zstd",
-            )
-            written += 1
+            records = table(rng, shape, shard, begin, n)
+            line_bytes = line_bytes or spool_bytes_per_record(records)
+            # The server closes a spool file at MAX_FILE_BYTES: a file each.
+            files = max(1, math.ceil(n * line_bytes / MAX_FILE_BYTES))
+            step = math.ceil(n / files)
+            for part in range(files):
+                pq.write_table(
+                    records.slice(part * step, step),
+                    folder / f"{shard}-{roll:05d}-{part}.parquet",
+                    compression="zstd",
+                )
+                written += 1
     return written
 
 
@@ -225,6 +253,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--hours", type=int, default=24)
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument(
+        "--roll-secs",
+        type=int,
+        default=int(ROLL_SECS),
+        help="the server's EVENTQ_LOG_ROLL_SECS, a divisor of 3600 (default: %(default)s)",
+    )
+    parser.add_argument(
         "--data",
         type=Path,
         metavar="DIR",
@@ -234,14 +268,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parse_with_quick(parser, argv, QUICK)
     if not 1 <= args.hours <= 24 * 366 or args.shards < 1:
         parser.error("--hours must be 1..8784 and --shards positive")
-    if args.records < args.hours * 3600 // ROLL_SECS * args.shards:
+    if not 1 <= args.roll_secs <= 3600 or 3600 % args.roll_secs:
+        parser.error("--roll-secs must divide an hour (600, 900, 3600, ...)")
+    if args.records < args.hours * 3600 // args.roll_secs * args.shards:
         parser.error("--records must give every file at least one record")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    shape = Shape(args.records, args.hours, args.shards)
+    shape = Shape(args.records, args.hours, args.shards, roll_secs=args.roll_secs)
     with tempfile.TemporaryDirectory(prefix="eventq-logsynth-") as scratch:
         directory = args.data or Path(scratch)
         started = time.perf_counter()
@@ -249,7 +285,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         seconds = time.perf_counter() - started
         found = read_back(directory, shape)
     report = {
-        "config": {"records": args.records, "hours": args.hours, "shards": args.shards},
+        "config": {
+            "records": args.records,
+            "hours": args.hours,
+            "shards": args.shards,
+            "roll_secs": args.roll_secs,
+        },
         "files_written": written,
         "generate_secs": round(seconds, 3),
         "records_per_sec": round(args.records / seconds),
