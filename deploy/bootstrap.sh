@@ -282,6 +282,30 @@ ensure_systemd_analyze() {
 
 # --- the browser tests: Chromium, its driver and Node -----------------------
 
+java_ok() {  # PySpark 4.3 runs on Java 17 or 21 (measurements.md), not newer
+    local version
+    version="$("$1" -version 2>&1 | sed -n 's/.* version "\([0-9]*\).*/\1/p' | head -n 1)"
+    [[ $version == 17 || $version == 21 ]]
+}
+
+ensure_java() {  # the analytics jobs (Spark): `eventq analytics run` and their tests
+    local java
+    java="$(command -v java || true)"
+    if [[ -n $java ]] && java_ok "$java"; then
+        say "java: installed ($("$java" -version 2>&1 | head -n 1))"
+        return
+    fi
+    # None, or one Spark does not run on: Debian 12's Java 17 beside it.
+    java="$(ls /usr/lib/jvm/java-17-openjdk-*/bin/java 2>/dev/null | head -n 1)"
+    if [[ -z $java ]]; then
+        apt_install openjdk-17-jre-headless
+        java="$(ls /usr/lib/jvm/java-17-openjdk-*/bin/java 2>/dev/null | head -n 1)"
+        [[ -n $java ]] || die "java: openjdk-17-jre-headless gave no java"
+    fi
+    export JAVA_HOME="${java%/bin/java}"
+    say "java: $JAVA_HOME (JAVA_HOME)"
+}
+
 ensure_chromium() {
     local browser driver
     browser="$(command -v chromium || true)"
@@ -365,6 +389,7 @@ bootstrap() {
     ensure_database
     ensure_rabbitmq
     ensure_venv
+    ensure_java
     export_env
     exec {lock_fd}>&-
 }

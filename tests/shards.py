@@ -99,6 +99,28 @@ class Nginx:
         assert self.proc.poll() is None, f"nginx exited:\n{self.error_log()}"
         return self
 
+    def reload(self, site: str) -> None:
+        """`nginx -s reload` with `site` in place of the current one, as
+        `systemctl reload nginx` does (after `nginx -t`). Returns once the old
+        worker has stopped accepting (it logs so): every new connection then
+        gets the new site, while the old worker finishes what it holds."""
+        assert self.proc is not None, "nginx was not started"
+        assert self.proc.poll() is None, f"nginx exited:\n{self.error_log()}"
+        (self.directory / "eventq.conf").write_text(site)
+        check = subprocess.run(self.command("-t"), capture_output=True, text=True, check=False)
+        assert check.returncode == 0, f"nginx -t refused the site:\n{check.stderr}"
+        # One worker (worker_processes 1): one such line per reload.
+        retired = self.error_log().count("gracefully shutting down")
+        done = subprocess.run(
+            self.command("-s", "reload"), capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, f"nginx -s reload:\n{done.stderr}"
+        wait_for(
+            lambda: self.error_log().count("gracefully shutting down") > retired,
+            15,
+            "nginx's old worker to stop accepting",
+        )
+
     def error_log(self) -> str:
         path = self.directory / "error.log"
         return path.read_text() if path.exists() else ""
