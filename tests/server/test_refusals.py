@@ -82,8 +82,9 @@ def test_the_access_log_cuts_a_long_url(api, server):
     assert "z" * 1001 not in server.log()
 
 
-def test_headers_past_the_head_limit_get_431_json(api, server):
+def test_headers_past_the_head_limit_get_431_json_and_one_log_line(api, server):
     client = api()
+    before_lines = len(refusal_lines(server.log()))
     before = refused_total(server, 431)
     marker = uuid.uuid4().hex
     response = client.session.get(
@@ -98,6 +99,13 @@ def test_headers_past_the_head_limit_get_431_json(api, server):
         " over 65536 bytes",
         "code": "HEADERS_TOO_LARGE",
     }
+    lines = wait_for(
+        lambda: refusal_lines(server.log())[before_lines:] or None, what="the refusal's log line"
+    )
+    assert lines == [
+        "refused a request from 127.0.0.1 with 431: request head (request line and headers)"
+        " over 65536 bytes"
+    ]
     assert marker not in server.log()
     assert refused_total(server, 431) == before + 1
 
