@@ -287,8 +287,9 @@ class QueueRegistry:
         self.parked += 1
 
     def unpark(self, client: ClientDescriptor, waiter: Waiter, now: float) -> bool:
-        """Detach `waiter` (its connection closed) if it is still the one
-        parked; the queue and its events stay. Returns whether it was."""
+        """Detach `waiter` if it is still the one parked (its connection
+        closed, or its turn to be answered came without a wake-up); the queue
+        and its events stay. Returns whether it was."""
         if client.waiter is not waiter or client.queue_id not in self._clients:
             return False
         self._detach(client, now, reinsert=True)

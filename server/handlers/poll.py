@@ -9,6 +9,10 @@ handler, routing, default headers, a coroutine per request); here a poll is
 one object, run from `finish` to its answer or its parking without a
 coroutine, and its answer is written with precomputed headers.
 
+A poll that finds events waiting is not answered at once but in its turn
+among the woken parked requests (`longpoll.AnswerSlices`): under load its
+answer then carries what arrived meanwhile, as one woken later would.
+
 Only the common case is served here: an authenticated user whose
 credentials are cached, a `queue_id`, no body, this shard's user, a server
 not shutting down. `routes.Dispatcher` decides before anything happens
@@ -199,6 +203,7 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         "_counted",
         "_heartbeat",
         "_parked_at",
+        "_ready",
         "api",
         "conn",
         "date",
@@ -237,6 +242,8 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         self._heartbeat: int | None = None
         self._answered = False
         self._closed = False
+        # Whether it found events waiting (and parked only until its turn).
+        self._ready = False
         # Whether the server counts this request as in progress (from
         # `finish` until it is answered or its connection closes).
         self._counted = False
@@ -299,7 +306,7 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
             code = exc.code if isinstance(exc, ApiError) else from_queue_error(exc).code
             poll_failed(server, self.user, query, code)
             raise
-        if dont_block or not client.event_queue.empty():
+        if dont_block:
             items = client.event_queue.contents()
             self._respond(client, items, poll_outcome(items), 0.0, None, None)
             return
@@ -307,7 +314,14 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         self._parked_at = server.clock()
         server.registry.park(client, self, self._parked_at)
         self.conn.set_close_callback(self.on_connection_close)
-        self._heartbeat = server.heartbeats.start(self, client)
+        if client.event_queue.empty():
+            self._heartbeat = server.heartbeats.start(self, client)
+        else:
+            # Events are waiting: answered in its turn among the woken
+            # requests (longpoll.AnswerSlices), parked until then, so that
+            # what arrives meanwhile goes out in the same answer.
+            self._ready = True
+            server.answer_slices.add(self._answer_ready, "events")
 
     def wake(self, reason: WakeReason) -> None:
         """`queues.client.Waiter`: the registry detached this request."""
@@ -333,7 +347,10 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
                 self._respond(client, [], "displaced", waited, client.queue_id, {"displaced": True})
                 return
             items, kind = woken_answer(server, client, reason)
-            self._respond(client, items, kind, waited, client.queue_id, None)
+            # A poll that found events waiting is answered as one answered at
+            # once is: without the queue id.
+            queue_id = None if self._ready else client.queue_id
+            self._respond(client, items, kind, waited, queue_id, None)
         except Exception:
             app_log.error(
                 "Uncaught exception GET %s (%s)",
@@ -342,6 +359,17 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
                 exc_info=True,
             )
             self._error(500, _INTERNAL_ERROR)
+
+    def _answer_ready(self, reason: WakeReason) -> None:
+        """The turn of a poll that found events waiting, unless something
+        woke it first (a newer poll, the queue's end, a later event), whose
+        own turn answers it."""
+        client = self._client
+        assert client is not None
+        if self._closed or self._answered or client.waiter is not self:
+            return
+        self.server.registry.unpark(client, self, self.server.clock())
+        self._answer_parked(reason)
 
     def _cancel_heartbeat(self) -> None:
         tick = self._heartbeat
