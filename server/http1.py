@@ -462,11 +462,11 @@ class HTTP1Protocol(asyncio.Protocol):
         if end + 4 > limit:
             self._hand_off()
             return
-        parsed = self._parse(bytes(buffer[:end]))
+        head = bytes(buffer[: end + 4])
+        parsed = self._parse(head, end)
         if parsed is None:
             self._hand_off()
             return
-        head = bytes(buffer[: end + 4])
         if len(buffer) == end + 4:
             # A bytearray keeps its size after a deletion: a parked
             # connection keeps an empty one.
@@ -475,12 +475,14 @@ class HTTP1Protocol(asyncio.Protocol):
             del buffer[: end + 4]
         self._serve(head, *parsed)
 
-    def _parse(self, head: bytes) -> Parsed | None:
-        """The request in `head` (without its blank line), or None for one
-        this connection does not serve (Tornado will)."""
-        split = head.find(b"\r\n")
+    def _parse(self, head: bytes, end: int | None = None) -> Parsed | None:
+        """The request in `head` up to `end` (its blank line; default: all
+        of it), or None for one this connection does not serve (Tornado will)."""
+        if end is None:
+            end = len(head)
+        split = head.find(b"\r\n", 0, end)
         if split < 0:
-            split = len(head)
+            split = end
         try:
             request = _REQUEST_LINE.fullmatch(head[:split].decode("ascii"))
         except UnicodeDecodeError:
@@ -489,7 +491,7 @@ class HTTP1Protocol(asyncio.Protocol):
             return None
         # A client sends the same headers request after request: taken apart
         # once, for every connection.
-        block = head[split:]
+        block = head[split:end]
         known = self.server.heads
         headers = known.get(block, _UNKNOWN)
         if headers is _UNKNOWN:

@@ -28,11 +28,15 @@ _ANSWERS_PER_CHECK = 16
 HEARTBEAT_TICK_SECS = 0.1
 
 
+# Timing, not secrets: the standard generator.
+_random = random.random
+
+
 def heartbeat_delay(base_secs: float, jitter_secs: float) -> float:
     """When to send a parked request its heartbeat: `base_secs` plus a uniform
     0-`jitter_secs` (45 + 0-10 s by default), spreading the wake-ups of
     clients that parked together."""
-    return base_secs + random.uniform(0.0, jitter_secs)  # noqa: S311 (timing, not secrets)
+    return base_secs + jitter_secs * _random()
 
 
 class Heartbeats:
@@ -43,7 +47,7 @@ class Heartbeats:
     is parked). A deadline fires at the end of its tick, `fire(client)`,
     unless cancelled first."""
 
-    __slots__ = ("_due", "_fire", "base_secs", "jitter_secs", "tick_secs")
+    __slots__ = ("_due", "_fire", "_loop", "base_secs", "jitter_secs", "tick_secs")
 
     def __init__(
         self,
@@ -60,6 +64,9 @@ class Heartbeats:
         self.tick_secs = tick_secs
         # Tick -> the requests due then, each with its queue.
         self._due: dict[int, dict[Waiter, ClientDescriptor]] = {}
+        # The loop of the first `start` (every call comes from it): asking
+        # asyncio for it costs a getpid() system call each time.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def __len__(self) -> int:
         return sum(len(due) for due in self._due.values())
@@ -68,8 +75,10 @@ class Heartbeats:
         """Fire for `client` in `delay` s (default: a jittered heartbeat
         period) unless `cancel` comes first; returns the tick to give `cancel`."""
         if delay is None:
-            delay = heartbeat_delay(self.base_secs, self.jitter_secs)
-        loop = asyncio.get_running_loop()
+            delay = self.base_secs + self.jitter_secs * _random()  # heartbeat_delay's
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
         tick = math.ceil((loop.time() + delay) / self.tick_secs)
         due = self._due.get(tick)
         if due is None:

@@ -81,13 +81,18 @@ def is_internal(address: str, shard_map: ShardMap | None) -> bool:
         return False
 
 
+def access_level(status: int) -> int:
+    """The access log's level for an answer: successes at DEBUG (a busy shard
+    answers hundreds of polls a second), client errors at INFO, server
+    errors at ERROR."""
+    return logging.DEBUG if status < 400 else logging.INFO if status < 500 else logging.ERROR
+
+
 def log_access(
     status: int, method: str, uri: str, remote_ip: str | None, request_secs: float
 ) -> None:
-    """The access log's line for an answered request: successes at DEBUG (a
-    busy shard answers hundreds of polls a second), client errors at INFO,
-    server errors at ERROR."""
-    level = logging.DEBUG if status < 400 else logging.INFO if status < 500 else logging.ERROR
+    """The access log's line for an answered request (at `access_level`)."""
+    level = access_level(status)
     if access_log.isEnabledFor(level):
         access_log.log(
             level,

@@ -40,7 +40,7 @@ from queues.errors import QueueError
 from queues.event_queue import Item
 from server.auth import AuthUser
 from server.errors import ApiError, bad_queue_id, from_queue_error, rate_limited
-from server.handlers.base import log_access, logged_uri, owned_queue
+from server.handlers.base import access_level, access_log, log_access, logged_uri, owned_queue
 from server.http1 import Exchange
 from server.interface import ServerApi
 from server.params import Params
@@ -176,8 +176,10 @@ class _DateHeader:
         self._second = -1
         self._value = ""
 
-    def __call__(self) -> str:
-        now = time.time()
+    def __call__(self, now: float | None = None) -> str:
+        """The value for `now` (default: the current time)."""
+        if now is None:
+            now = time.time()
         second = int(now)
         if second != self._second:
             self._second = second
@@ -235,7 +237,7 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         self.started = time.time()
         # As a RequestHandler does, a success carries the time its request
         # arrived, an error the time it is answered.
-        self.date = http_date()
+        self.date = http_date(self.started)
         self._client: ClientDescriptor | None = None
         self._parked_at = 0.0
         # The tick of the pending heartbeat (`server.heartbeats`).
@@ -281,7 +283,7 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
             self.server.request_finished()
             # As Tornado finishes a RequestHandler whose client left: logged
             # as answered (the answer went nowhere).
-            log_access(200, "GET", self.uri, self.remote_ip(), time.time() - self.started)
+            self._log_access(200)
 
     # -- serving ----------------------------------------------------------------
 
@@ -443,7 +445,12 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         if self._counted:
             self._counted = False
             self.server.request_finished()
-        log_access(status, "GET", self.uri, self.remote_ip(), time.time() - self.started)
+        self._log_access(status)
+
+    def _log_access(self, status: int) -> None:
+        # Its arguments cost more than the check (answers are logged at DEBUG).
+        if access_log.isEnabledFor(access_level(status)):
+            log_access(status, "GET", self.uri, self.remote_ip(), time.time() - self.started)
 
     def remote_ip(self) -> str | None:
         context = getattr(self.conn, "context", None)
