@@ -28,15 +28,12 @@ _ANSWERS_PER_CHECK = 16
 HEARTBEAT_TICK_SECS = 0.1
 
 
-# Timing, not secrets: the standard generator.
-_random = random.random
-
-
 def heartbeat_delay(base_secs: float, jitter_secs: float) -> float:
     """When to send a parked request its heartbeat: `base_secs` plus a uniform
     0-`jitter_secs` (45 + 0-10 s by default), spreading the wake-ups of
     clients that parked together."""
-    return base_secs + jitter_secs * _random()
+    # Timing, not secrets; random.uniform costs twice as much, once a poll.
+    return base_secs + jitter_secs * random.random()  # noqa: S311
 
 
 class Heartbeats:
@@ -64,8 +61,9 @@ class Heartbeats:
         self.tick_secs = tick_secs
         # Tick -> the requests due then, each with its queue.
         self._due: dict[int, dict[Waiter, ClientDescriptor]] = {}
-        # The loop of the first `start` (every call comes from it): asking
-        # asyncio for it costs a getpid() system call each time.
+        # The loop of the first `start` (a Heartbeats serves one loop, as its
+        # ticks' timers do): asking asyncio for it costs a getpid() system
+        # call each time.
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def __len__(self) -> int:
@@ -75,7 +73,7 @@ class Heartbeats:
         """Fire for `client` in `delay` s (default: a jittered heartbeat
         period) unless `cancel` comes first; returns the tick to give `cancel`."""
         if delay is None:
-            delay = self.base_secs + self.jitter_secs * _random()  # heartbeat_delay's
+            delay = heartbeat_delay(self.base_secs, self.jitter_secs)
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
@@ -168,7 +166,7 @@ class ParkedRequest:
     only resolves `outcome`: the handler builds the response when it
     resumes, so events that arrive meanwhile go out in the same response."""
 
-    __slots__ = ("heartbeat", "heartbeats", "outcome", "slices")
+    __slots__ = ("_unpark", "_woken", "heartbeat", "heartbeats", "outcome", "slices")
 
     def __init__(self, slices: AnswerSlices, heartbeats: Heartbeats) -> None:
         self.outcome: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
@@ -176,10 +174,34 @@ class ParkedRequest:
         self.heartbeats = heartbeats
         # The pending heartbeat's tick; cancelled as soon as the request is answered.
         self.heartbeat: int | None = None
+        # For a request whose turn is taken (`take_turn`): how to take it off
+        # its queue, and what woke it before its turn, if anything did.
+        self._unpark: Callable[[], object] | None = None
+        self._woken: WakeReason | None = None
+
+    def take_turn(self, unpark: Callable[[], object]) -> None:
+        """Its queue holds events already: resolve in its turn among the
+        woken requests ("events", or what woke it meanwhile), `unpark`
+        taking it off the queue if nothing did."""
+        self._unpark = unpark
+        self.slices.add(self._turn, "events")
 
     def wake(self, reason: WakeReason) -> None:
         self._cancel_heartbeat()
-        self.slices.add(self._resolve, reason)
+        if self._unpark is not None:
+            self._woken = reason  # its turn is taken already
+        else:
+            self.slices.add(self._resolve, reason)
+
+    def _turn(self, reason: WakeReason) -> None:
+        if self.outcome.done():
+            return  # disconnected
+        woken = self._woken
+        if woken is None:
+            assert self._unpark is not None
+            self._unpark()
+            woken = reason
+        self._resolve(woken)
 
     def disconnected(self) -> None:
         self._resolve("disconnected")

@@ -79,7 +79,7 @@ class EventsHandler(BaseHandler):
             return
         client = begin_poll(server, user, queue_id, last_event_id)
         server.poll_paths["full"] += 1
-        if dont_block or not client.event_queue.empty():
+        if dont_block:
             items = client.event_queue.contents()
             self._respond(client, items, poll_outcome(items), 0.0)
             return
@@ -113,8 +113,15 @@ class EventsHandler(BaseHandler):
             )
         waiter = ParkedRequest(server.answer_slices, server.heartbeats)
         parked_at = server.clock()
-        server.registry.park(client, waiter, parked_at)
-        waiter.heartbeat = server.heartbeats.start(waiter, client)
+        registry = server.registry
+        registry.park(client, waiter, parked_at)
+        # Events waiting: answered in its turn among the woken requests
+        # (as handlers.poll.LeanPoll does), without the queue id.
+        ready = not client.event_queue.empty()
+        if ready:
+            waiter.take_turn(lambda: registry.unpark(client, waiter, server.clock()))
+        else:
+            waiter.heartbeat = server.heartbeats.start(waiter, client)
         self._parked = (client, waiter)
         outcome = await waiter.outcome
         self._parked = None
@@ -127,7 +134,7 @@ class EventsHandler(BaseHandler):
             self._respond(client, [], "displaced", waited, client.queue_id, {"displaced": True})
             return
         items, kind = woken_answer(server, client, outcome)
-        self._respond(client, items, kind, waited, client.queue_id)
+        self._respond(client, items, kind, waited, None if ready else client.queue_id)
 
     def on_connection_close(self) -> None:
         self._connection_closed = True

@@ -11,7 +11,8 @@ coroutine, and its answer is written with precomputed headers.
 
 A poll that finds events waiting is not answered at once but in its turn
 among the woken parked requests (`longpoll.AnswerSlices`): under load its
-answer then carries what arrived meanwhile, as one woken later would.
+answer then carries what arrived meanwhile. The full handler does the same
+(`longpoll.ParkedRequest.take_turn`).
 
 Only the common case is served here: an authenticated user whose
 credentials are cached, a `queue_id`, no body, this shard's user, a server
@@ -206,6 +207,7 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         "_heartbeat",
         "_parked_at",
         "_ready",
+        "_woken",
         "api",
         "conn",
         "date",
@@ -244,8 +246,10 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
         self._heartbeat: int | None = None
         self._answered = False
         self._closed = False
-        # Whether it found events waiting (and parked only until its turn).
+        # Whether it found events waiting (and parked only until its turn),
+        # and then what woke it before that turn, if anything did.
         self._ready = False
+        self._woken: WakeReason | None = None
         # Whether the server counts this request as in progress (from
         # `finish` until it is answered or its connection closes).
         self._counted = False
@@ -326,9 +330,14 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
             server.answer_slices.add(self._answer_ready, "events")
 
     def wake(self, reason: WakeReason) -> None:
-        """`queues.client.Waiter`: the registry detached this request."""
+        """`queues.client.Waiter`: the registry detached this request. It is
+        answered in its turn: the one it has already (it found events
+        waiting), else the next one."""
         self._cancel_heartbeat()
-        self.server.answer_slices.add(self._answer_parked, reason)
+        if self._ready:
+            self._woken = reason
+        else:
+            self.server.answer_slices.add(self._answer_parked, reason)
 
     def _answer_parked(self, reason: WakeReason) -> None:
         if self._closed or self._answered:
@@ -363,15 +372,19 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
             self._error(500, _INTERNAL_ERROR)
 
     def _answer_ready(self, reason: WakeReason) -> None:
-        """The turn of a poll that found events waiting, unless something
-        woke it first (a newer poll, the queue's end, a later event), whose
-        own turn answers it."""
-        client = self._client
-        assert client is not None
-        if self._closed or self._answered or client.waiter is not self:
+        """The turn of a poll that found events waiting: answered for what
+        woke it meanwhile (a later event, a newer poll, the queue's end), or
+        taken off the queue and answered with its events."""
+        if self._closed or self._answered:
             return
-        self.server.registry.unpark(client, self, self.server.clock())
-        self._answer_parked(reason)
+        woken = self._woken
+        if woken is None:
+            client = self._client
+            assert client is not None
+            assert client.waiter is self  # only a wake-up or a close detaches it
+            self.server.registry.unpark(client, self, self.server.clock())
+            woken = reason
+        self._answer_parked(woken)
 
     def _cancel_heartbeat(self) -> None:
         tick = self._heartbeat

@@ -77,6 +77,25 @@ def test_lean_and_full_answers_are_the_same(api, server, prefix):
         _same_answer(lean, full)
 
 
+def test_a_poll_that_finds_events_waiting_is_answered_alike_on_both_paths(api, server):
+    # Each in its turn among the woken requests (an idle server: at once),
+    # as a poll answered at once is: without the queue id.
+    client = api()
+    queue_id = client.register()["queue_id"]
+    server.notify({"type": "test", "n": 1}, [client.user.user_id])
+    url = f"{server.url}/api/v1/events"
+    params = {"queue_id": queue_id, "last_event_id": "-1"}
+    before = _paths(server)
+    lean = client.session.get(url, params=params, timeout=10)
+    full = client.session.get(url, params=params, headers=FULL, timeout=10)
+    after = _paths(server)
+    assert (after["lean"] - before["lean"], after["full"] - before["full"]) == (1, 1)
+    _same_answer(lean, full)
+    assert lean.json()["events"] == [{"type": "test", "n": 1, "id": 0}]
+    assert "queue_id" not in lean.json()
+    assert server.stats(client.user.user_id)["user_queues"][0]["parked"] is False
+
+
 def test_a_parked_lean_poll_is_answered_displaced_and_after_its_client_left(api, server):
     client = api()
     queue_id = client.register()["queue_id"]

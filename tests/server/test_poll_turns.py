@@ -35,8 +35,8 @@ class _Server:
 
     rate_limiter = None
 
-    def __init__(self) -> None:
-        self.registry: QueueRegistry = make_registry()
+    def __init__(self, **limits: Any) -> None:
+        self.registry: QueueRegistry = make_registry(**limits)
         self.answer_slices = AnswerSlices()
         self.heartbeats = Heartbeats(lambda client: None, 45.0, 10.0)
         self.stream = _Stream()
@@ -114,19 +114,44 @@ async def _turns() -> None:
         await asyncio.sleep(0)
 
 
-def _queue(server: _Server) -> str:
+def _queue(server: _Server, waiting: int = 0) -> str:
+    """A new queue of USER's, holding `waiting` events."""
     client = server.registry.allocate(USER.user_id, USER.realm_id, options(), server.clock())
+    for n in range(waiting):
+        server.deliver({"type": "test", "n": n + 1})
     return client.queue_id
+
+
+def test_a_poll_with_events_waiting_is_answered_in_its_turn_then_its_queue_is_idle():
+    async def scenario() -> None:
+        server = _Server()
+        queue_id = _queue(server, waiting=1)
+        _, conn = _poll(server, queue_id, -1)
+        assert conn.answers == []
+        assert (server.registry.parked, len(server.answer_slices)) == (1, 1)
+        assert len(server.heartbeats) == 0  # parked only until its turn
+        await _turns()
+        assert conn.answers == [
+            (200, {"result": "success", "msg": "", "events": [{"id": 0, "type": "test", "n": 1}]})
+        ]
+        assert server.responses[0][:2] == ("events", 1)
+        assert server.registry.parked == 0
+        # Idle again: collected once its lifespan (600 s) has passed.
+        expired = server.registry.collect_expired(server.clock() + 601)
+        assert [client.queue_id for client in expired] == [queue_id]
+
+    _run(scenario)
 
 
 def test_events_that_arrive_before_its_turn_go_out_in_the_same_answer():
     async def scenario() -> None:
         server = _Server()
-        queue_id = _queue(server)
-        server.deliver({"type": "test", "n": 1})
+        queue_id = _queue(server, waiting=1)
         _, conn = _poll(server, queue_id, -1)
         assert conn.answers == []  # not at once: in its turn
         server.deliver({"type": "test", "n": 2})
+        # The wake-up takes no second turn: the poll keeps its place.
+        assert (server.registry.parked, len(server.answer_slices)) == (0, 1)
         await _turns()
         # As a poll answered at once is: no queue id in the answer.
         assert conn.answers == [
@@ -165,8 +190,7 @@ def test_a_poll_with_an_empty_queue_parks_until_an_event():
 def test_a_newer_poll_before_its_turn_displaces_it():
     async def scenario() -> None:
         server = _Server()
-        queue_id = _queue(server)
-        server.deliver({"type": "test"})
+        queue_id = _queue(server, waiting=1)
         _, first = _poll(server, queue_id, -1)
         _, second = _poll(server, queue_id, -1)
         await _turns()
@@ -174,23 +198,24 @@ def test_a_newer_poll_before_its_turn_displaces_it():
             (200, {"result": "success", "msg": "", "events": [], "queue_id": queue_id,
                    "displaced": True})
         ]  # fmt: skip
-        assert [body["events"] for _, body in second.answers] == [[{"id": 0, "type": "test"}]]
+        assert [body["events"] for _, body in second.answers] == [
+            [{"id": 0, "type": "test", "n": 1}]
+        ]
         assert [outcome for outcome, _, _ in server.responses] == ["displaced", "events"]
 
     _run(scenario)
 
 
-def test_a_queue_ended_before_its_turn_answers_bad_queue_id():
+def test_a_queue_deleted_before_its_turn_answers_with_what_it_held():
     async def scenario() -> None:
         server = _Server()
-        queue_id = _queue(server)
-        server.deliver({"type": "test"})
+        queue_id = _queue(server, waiting=1)
         _, conn = _poll(server, queue_id, -1)
         server.registry.delete(queue_id, USER.user_id, server.clock())
         await _turns()
         [(status, body)] = conn.answers
         assert status == 200
-        assert body["events"] == [{"id": 0, "type": "test"}]
+        assert body["events"] == [{"id": 0, "type": "test", "n": 1}]
         assert [outcome for outcome, _, _ in server.responses] == ["deleted"]
 
     _run(scenario)
@@ -199,8 +224,7 @@ def test_a_queue_ended_before_its_turn_answers_bad_queue_id():
 def test_a_client_that_leaves_before_its_turn_gets_nothing_and_its_events_stay():
     async def scenario() -> None:
         server = _Server()
-        queue_id = _queue(server)
-        server.deliver({"type": "test"})
+        queue_id = _queue(server, waiting=1)
         _, conn = _poll(server, queue_id, -1)
         assert conn.close_callback is not None
         conn.close_callback()
@@ -209,5 +233,36 @@ def test_a_client_that_leaves_before_its_turn_gets_nothing_and_its_events_stay()
         assert server.registry.parked == 0
         client = server.registry.get(queue_id, USER.user_id)
         assert len(client.event_queue.contents()) == 1
+
+    _run(scenario)
+
+
+def test_an_overflow_before_its_turn_answers_bad_queue_id():
+    async def scenario() -> None:
+        server = _Server(max_events=2)
+        queue_id = _queue(server, waiting=2)  # full
+        _, conn = _poll(server, queue_id, -1)
+        server.deliver({"type": "test", "n": 3})  # over the bound: the queue ends
+        await _turns()
+        [(status, body)] = conn.answers
+        assert (status, body["code"]) == (400, "BAD_EVENT_QUEUE_ID")
+        assert server.failures == ["BAD_EVENT_QUEUE_ID"]
+
+    _run(scenario)
+
+
+def test_a_heartbeat_wake_up_before_its_turn_answers_its_events():
+    """As at shutdown, when every parked request is woken for a heartbeat."""
+
+    async def scenario() -> None:
+        server = _Server()
+        queue_id = _queue(server, waiting=1)
+        _, conn = _poll(server, queue_id, -1)
+        client = server.registry.get(queue_id, USER.user_id)
+        server.registry.wake_for_heartbeat(client, server.clock())
+        await _turns()
+        assert [body for _, body in conn.answers] == [
+            {"result": "success", "msg": "", "events": [{"id": 0, "type": "test", "n": 1}]}
+        ]
 
     _run(scenario)
