@@ -47,8 +47,9 @@ LOCAL_CONFIG = {
     "spark.driver.extraJavaOptions": "-XX:+UseParallelGC -Xmn1536m",
     # One shuffle partition per core: the shuffles are of small aggregates.
     "spark.sql.shuffle.partitions": str(max(2, os.cpu_count() or 2)),
-    # The logs are many small files (one per shard and 10 minutes): pack
-    # them into one task per core instead of a task per few files.
+    # The logs are many files (one per shard and hour, or per shard and
+    # EVENTQ_LOG_ROLL_SECS): pack them into one task per core instead of a
+    # task per few files.
     "spark.sql.files.openCostInBytes": str(2**20),
     "spark.sql.files.maxPartitionBytes": str(256 * 2**20),
     # Every task runs in this JVM: nothing to wait for a better place for.

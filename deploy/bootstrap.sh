@@ -282,7 +282,7 @@ ensure_systemd_analyze() {
 
 # --- the browser tests: Chromium, its driver and Node -----------------------
 
-java_ok() {  # PySpark 4.3 runs on Java 17 or 21 (measurements.md), not newer
+java_ok() {  # PySpark 4.3 supports Java 17 and 21, not newer ones
     local version
     version="$("$1" -version 2>&1 | sed -n 's/.* version "\([0-9]*\).*/\1/p' | head -n 1)"
     [[ $version == 17 || $version == 21 ]]

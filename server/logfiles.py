@@ -98,16 +98,15 @@ Record = tuple[Any, ...]
 # A file is closed (and becomes compactable) at the hour boundary, every
 # `roll_secs` and at MAX_FILE_BYTES. By default only at the hour or the size:
 # the jobs see an hour once it is over, and an hour is one Parquet file per
-# shard up to about 300,000 records (64 MiB of spool). Spark pays a fixed
+# shard up to 300,000-400,000 records (64 MiB of spool). Spark pays a fixed
 # cost per file it opens (a Hadoop configuration copied for each): a day of
 # 1 million records as 288 files of 10 minutes took its five plain queries
-# 1.2-1.4 s, as 48 hourly files 0.75-0.83 s (DuckDB 0.29 s and 0.13 s), and
-# the operator's run over 10 million 36.6 s instead of 34.1 s
-# (tests/benchmarks/README.md). A shorter roll gives fresher data in more
-# files.
+# 1.4 s warm, as 48 hourly files 0.78-0.83 s (DuckDB 0.29 s and 0.12-0.13 s),
+# and the operator's run over 10 million 36.6 s instead of 34.1 s (README,
+# "Delivery log"). A shorter roll gives fresher data in more files.
 ROLL_SECS = 3600.0
-# So that one compaction never holds more than this in memory (about
-# 300,000 records).
+# So that a compaction reads files of a bounded size (of the spool's lines:
+# 170-210 bytes a record, 300,000-400,000 records).
 MAX_FILE_BYTES = 64 * 1024 * 1024
 # Parquet key-value metadata naming the spool files a Parquet file was
 # built from: a compaction interrupted after the rename finds them there.

@@ -23,6 +23,26 @@ def refusal_lines(log: str) -> list[str]:
     return re.findall(r"refused a request from [^\n]*", log)
 
 
+def refusals_since(server, before: int, barrier: int = 431) -> list[str]:
+    """The refusal lines logged after the first `before`, up to that of a
+    later refusal of another status (`barrier`: 431 or 400) this sends: a
+    tested request logged twice, the second time a moment late, shows."""
+    if barrier == 431:
+        response = requests.get(
+            f"{server.url}/api/v1/server_settings", headers={"X-Big": "b" * 70_000}, timeout=10
+        )
+        assert response.status_code == 431
+    else:
+        assert raw_exchange(server.port, b"HELLO\r\n\r\n")[0] == 400
+
+    def until_barrier() -> list[str] | None:
+        lines = refusal_lines(server.log())[before:]
+        ends = [n for n, line in enumerate(lines) if f" with {barrier}: " in line]
+        return lines[: ends[-1]] if ends else None
+
+    return wait_for(until_barrier, what=f"the {barrier} refusal's log line")
+
+
 def refused_total(server, status: int) -> float:
     text = requests.get(f"{server.url}/metrics", timeout=10).text
     found = re.search(rf'^eventq_requests_refused_total{{status="{status}"}} (\S+)$', text, re.M)
@@ -51,10 +71,7 @@ def test_a_url_past_the_head_limit_gets_414_json_and_one_log_line(api, server):
         "msg": "Request URI too long: request line longer than 65536 bytes",
         "code": "URI_TOO_LONG",
     }
-    lines = wait_for(
-        lambda: refusal_lines(server.log())[before_lines:] or None, what="the refusal's log line"
-    )
-    assert lines == [
+    assert refusals_since(server, before_lines) == [
         "refused a request from 127.0.0.1 with 414: request line longer than 65536 bytes"
     ]
     assert marker not in server.log()
@@ -99,10 +116,7 @@ def test_headers_past_the_head_limit_get_431_json_and_one_log_line(api, server):
         " over 65536 bytes",
         "code": "HEADERS_TOO_LARGE",
     }
-    lines = wait_for(
-        lambda: refusal_lines(server.log())[before_lines:] or None, what="the refusal's log line"
-    )
-    assert lines == [
+    assert refusals_since(server, before_lines, barrier=400) == [
         "refused a request from 127.0.0.1 with 431: request head (request line and headers)"
         " over 65536 bytes"
     ]
@@ -144,9 +158,7 @@ def test_a_head_that_is_not_http_gets_400_json(server, head):
         " do not parse)",
         "code": "BAD_REQUEST",
     }
-    lines = wait_for(
-        lambda: refusal_lines(server.log())[before_lines:] or None, what="the refusal's log line"
-    )
+    lines = refusals_since(server, before_lines)
     assert len(lines) == 1
     assert "with 400: not an HTTP/1.x request" in lines[0]
     # Tornado's own line about it is replaced by ours.
