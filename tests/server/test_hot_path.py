@@ -50,6 +50,17 @@ def test_a_poll_with_cached_credentials_takes_the_lean_path(api, server):
     assert after["full"] == before["full"]
 
 
+def _both_paths(server, client, url: str, params: dict[str, str]):
+    """The same poll answered by the lean path, then by the full handler."""
+    before = _paths(server)
+    lean = client.session.get(url, params=params, timeout=10)
+    full = client.session.get(url, params=params, headers=FULL, timeout=10)
+    after = _paths(server)
+    assert (after["lean"] - before["lean"], after["full"] - before["full"]) == (1, 1)
+    _same_answer(lean, full)
+    return lean
+
+
 @pytest.mark.parametrize("prefix", ["/api/v1", "/json"])
 def test_lean_and_full_answers_are_the_same(api, server, prefix):
     client = api(prefix=prefix)
@@ -57,13 +68,15 @@ def test_lean_and_full_answers_are_the_same(api, server, prefix):
     server.notify({"type": "test", "n": 1}, [client.user.user_id])
     url = f"{server.url}{prefix}/events"
     params = {"queue_id": queue_id, "last_event_id": "-1", "dont_block": "true"}
-    before = _paths(server)
-    lean = client.session.get(url, params=params, timeout=10)
-    full = client.session.get(url, params=params, headers=FULL, timeout=10)
-    after = _paths(server)
-    assert (after["lean"] - before["lean"], after["full"] - before["full"]) == (1, 1)
-    _same_answer(lean, full)
+    lean = _both_paths(server, client, url, params)
     assert lean.json()["events"] == [{"type": "test", "n": 1, "id": 0}]
+    # A poll that finds events waiting, each in its turn among the woken
+    # requests (an idle server: at once), as one answered at once is:
+    # without the queue id, and unparked.
+    lean = _both_paths(server, client, url, {"queue_id": queue_id, "last_event_id": "-1"})
+    assert lean.json()["events"] == [{"type": "test", "n": 1, "id": 0}]
+    assert "queue_id" not in lean.json()
+    assert server.stats(client.user.user_id)["user_queues"][0]["parked"] is False
     # Errors as well: an unknown queue, a malformed id, a missing argument.
     for bad in (
         {"queue_id": "nope", "last_event_id": "-1"},
@@ -75,25 +88,6 @@ def test_lean_and_full_answers_are_the_same(api, server, prefix):
         full = client.session.get(url, params=bad, headers=FULL, timeout=10)
         assert lean.status_code == 400, lean.text
         _same_answer(lean, full)
-
-
-def test_a_poll_that_finds_events_waiting_is_answered_alike_on_both_paths(api, server):
-    # Each in its turn among the woken requests (an idle server: at once),
-    # as a poll answered at once is: without the queue id.
-    client = api()
-    queue_id = client.register()["queue_id"]
-    server.notify({"type": "test", "n": 1}, [client.user.user_id])
-    url = f"{server.url}/api/v1/events"
-    params = {"queue_id": queue_id, "last_event_id": "-1"}
-    before = _paths(server)
-    lean = client.session.get(url, params=params, timeout=10)
-    full = client.session.get(url, params=params, headers=FULL, timeout=10)
-    after = _paths(server)
-    assert (after["lean"] - before["lean"], after["full"] - before["full"]) == (1, 1)
-    _same_answer(lean, full)
-    assert lean.json()["events"] == [{"type": "test", "n": 1, "id": 0}]
-    assert "queue_id" not in lean.json()
-    assert server.stats(client.user.user_id)["user_queues"][0]["parked"] is False
 
 
 def test_a_parked_lean_poll_is_answered_displaced_and_after_its_client_left(api, server):

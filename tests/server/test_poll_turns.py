@@ -104,6 +104,14 @@ def _poll(server: _Server, queue_id: str, last_event_id: int) -> tuple[LeanPoll,
     return poll, conn
 
 
+def _ready_poll(waiting: int = 1, **limits: Any) -> tuple[_Server, str, _Connection]:
+    """A server whose new queue holds `waiting` events, polled from -1."""
+    server = _Server(**limits)
+    queue_id = _queue(server, waiting)
+    _, conn = _poll(server, queue_id, -1)
+    return server, queue_id, conn
+
+
 def _run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(scenario())
 
@@ -124,9 +132,7 @@ def _queue(server: _Server, waiting: int = 0) -> str:
 
 def test_a_poll_with_events_waiting_is_answered_in_its_turn_then_its_queue_is_idle():
     async def scenario() -> None:
-        server = _Server()
-        queue_id = _queue(server, waiting=1)
-        _, conn = _poll(server, queue_id, -1)
+        server, queue_id, conn = _ready_poll(1)
         assert conn.answers == []
         assert (server.registry.parked, len(server.answer_slices)) == (1, 1)
         assert len(server.heartbeats) == 0  # parked only until its turn
@@ -145,9 +151,7 @@ def test_a_poll_with_events_waiting_is_answered_in_its_turn_then_its_queue_is_id
 
 def test_events_that_arrive_before_its_turn_go_out_in_the_same_answer():
     async def scenario() -> None:
-        server = _Server()
-        queue_id = _queue(server, waiting=1)
-        _, conn = _poll(server, queue_id, -1)
+        server, queue_id, conn = _ready_poll(1)
         assert conn.answers == []  # not at once: in its turn
         server.deliver({"type": "test", "n": 2})
         # The wake-up takes no second turn: the poll keeps its place.
@@ -208,9 +212,7 @@ def test_a_newer_poll_before_its_turn_displaces_it():
 
 def test_a_queue_deleted_before_its_turn_answers_with_what_it_held():
     async def scenario() -> None:
-        server = _Server()
-        queue_id = _queue(server, waiting=1)
-        _, conn = _poll(server, queue_id, -1)
+        server, queue_id, conn = _ready_poll(1)
         server.registry.delete(queue_id, USER.user_id, server.clock())
         await _turns()
         [(status, body)] = conn.answers
@@ -223,9 +225,7 @@ def test_a_queue_deleted_before_its_turn_answers_with_what_it_held():
 
 def test_a_client_that_leaves_before_its_turn_gets_nothing_and_its_events_stay():
     async def scenario() -> None:
-        server = _Server()
-        queue_id = _queue(server, waiting=1)
-        _, conn = _poll(server, queue_id, -1)
+        server, queue_id, conn = _ready_poll(1)
         assert conn.close_callback is not None
         conn.close_callback()
         await _turns()
@@ -239,9 +239,7 @@ def test_a_client_that_leaves_before_its_turn_gets_nothing_and_its_events_stay()
 
 def test_an_overflow_before_its_turn_answers_bad_queue_id():
     async def scenario() -> None:
-        server = _Server(max_events=2)
-        queue_id = _queue(server, waiting=2)  # full
-        _, conn = _poll(server, queue_id, -1)
+        server, _, conn = _ready_poll(2, max_events=2)
         server.deliver({"type": "test", "n": 3})  # over the bound: the queue ends
         await _turns()
         [(status, body)] = conn.answers
@@ -255,9 +253,7 @@ def test_a_heartbeat_wake_up_before_its_turn_answers_its_events():
     """As at shutdown, when every parked request is woken for a heartbeat."""
 
     async def scenario() -> None:
-        server = _Server()
-        queue_id = _queue(server, waiting=1)
-        _, conn = _poll(server, queue_id, -1)
+        server, queue_id, conn = _ready_poll(1)
         client = server.registry.get(queue_id, USER.user_id)
         server.registry.wake_for_heartbeat(client, server.clock())
         await _turns()
