@@ -214,9 +214,9 @@ class Settings:
     # The delivery log (server/deliverylog.py), when `log_dir` is set. Flush:
     # a crash loses at most this much; roll: how old the newest data the jobs
     # can read may be (logfiles.ROLL_SECS: an hour, one Parquet file per shard
-    # and hour); retention in days, 0 keeps everything;
-    # pending: records buffered (about 250 bytes each in memory) before new
-    # ones are dropped.
+    # and hour; repeated here so that reading settings does not import
+    # pyarrow); retention in days, 0 keeps everything; pending: records
+    # buffered (about 250 bytes each in memory) before new ones are dropped.
     log_flush_secs: float = 1.0
     log_roll_secs: float = 3600.0
     log_retention_days: int = 30
