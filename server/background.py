@@ -473,7 +473,8 @@ class Runner:
     is none, so that another runner (a shard, `eventq db background run`)
     may work meanwhile; never two at once. `run()` returns when `stop()` is
     called, or with `until_idle` once nothing is left that it can do now
-    (False if an update failed). With `watch_status`, `status` is read from
+    (False if an update failed); such a run does a recurring update only if
+    it was due when the run began, and then once. With `watch_status`, `status` is read from
     the table every `min(STATUS_SECS, idle_secs)` while `run()` runs,
     whether this runner works or another does (for /metrics). With
     `lock_wait_secs`, `run()` raises RunnerBusy rather than wait longer for
@@ -514,6 +515,11 @@ class Runner:
         # Crashes (exceptions out of a session) since the last cycle of work
         # that ended well: the pause before starting again grows with it.
         self._crashes = 0
+        # Whether the next look re-arms the recurring updates that are due.
+        # A run `until_idle` does it once, at its first look: a period
+        # shorter than the time between two looks (EVENTQ_EVENT_LOG_PRUNE_SECS
+        # of a few seconds, a slow machine) would have it run for ever.
+        self._rearm = True
         self._stop = asyncio.Event()
         self._waiting_logged = False
         self._lock_logged = False
@@ -536,6 +542,7 @@ class Runner:
         watcher = (
             asyncio.get_running_loop().create_task(self._watch()) if self.watch_status else None
         )
+        self._rearm = True
         try:
             return await self._run(until_idle)
         finally:
@@ -642,7 +649,9 @@ class Runner:
         """Batches until nothing can run now; False at once if one failed
         with `until_idle` (the command line stops and says so)."""
         while not self.stopping:
-            await self._rearm_recurring(conn)
+            if self._rearm:
+                await self._rearm_recurring(conn)
+                self._rearm = not until_idle
             update, status = self._next(await self._read_status(conn))
             if update is None or status is None:
                 return True

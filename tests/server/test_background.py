@@ -475,6 +475,94 @@ def test_retention_by_age_prunes_the_old_rows_only_in_batches(own_db: str):
     assert [r[0] for r in _rows(own_db, "SELECT position FROM event_log ORDER BY 1")] == [5, 6]
 
 
+def _recurring(
+    name: str, ran: list[str], every_secs: float, enough: asyncio.Event | None = None
+) -> BackgroundUpdate:
+    """A recurring update that does one item a run and notes each run (and
+    sets `enough` once 8 runs are noted)."""
+
+    async def batch(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
+        ran.append(name)
+        if enough is not None and len(ran) >= 8:
+            enough.set()
+        return Batch(1, {"ran": True}, done=True)
+
+    return BackgroundUpdate(name, batch, every_secs=every_secs)
+
+
+def test_a_run_until_done_ends_when_the_clock_makes_a_recurring_update_due_again(own_db: str):
+    _enqueue(own_db)
+    ran: list[str] = []
+
+    @contextlib.asynccontextmanager
+    async def two_hours_pass(name: str, database: str, one_shot: bool) -> AsyncIterator[int]:
+        yield 100
+        # After each batch the database's clock has moved on 2 hours: the
+        # hourly update is due again at the runner's next look.
+        async with await psycopg.AsyncConnection.connect(own_db, autocommit=True) as conn:
+            await conn.execute(
+                "UPDATE background_updates SET finished_at = finished_at - interval '2 hours'"
+                " WHERE finished_at IS NOT NULL"
+            )
+
+    async def size(name: str, database: str) -> int:
+        return 100
+
+    controller = Controller(DefaultController(sleep_ms=0))
+    controller.register(two_hours_pass, size, size, module="test")
+    updates = [_recurring("hourly", ran, 3600), _recurring("also_hourly", ran, 3600)]
+
+    async def until_done() -> bool:
+        runner = Runner(own_db, updates, controller, idle_secs=0.05)
+        return await asyncio.wait_for(runner.run(until_idle=True), 120)
+
+    assert asyncio.run(until_done())
+    assert sorted(ran) == ["also_hourly", "hourly"]  # each once
+    # Due again now: the next run does each once more.
+    assert asyncio.run(until_done())
+    assert sorted(ran) == ["also_hourly", "also_hourly", "hourly", "hourly"]
+
+    # A runner that keeps going does run it again as the clock says (what
+    # the run above would have done for ever).
+    async def keeps_going() -> None:
+        enough = asyncio.Event()
+        updates = [_recurring(name, ran, 3600, enough) for name in ("hourly", "also_hourly")]
+        runner = Runner(own_db, updates, controller, idle_secs=0.05)
+        task = asyncio.create_task(runner.run())
+        await asyncio.wait_for(enough.wait(), 120)
+        runner.stop()
+        await asyncio.wait_for(task, 60)
+
+    asyncio.run(keeps_going())
+
+
+def test_a_run_until_done_ends_when_the_period_is_shorter_than_the_run(own_db: str):
+    _enqueue(own_db)
+    ran: list[str] = []
+    # 1 ms, with 20 ms between two batches: due again at every look.
+    update = _recurring("often", ran, 0.001)
+    controller = Controller(DefaultController(sleep_ms=20))
+
+    async def until_done() -> bool:
+        runner = Runner(own_db, [update], controller, idle_secs=0.05)
+        return await asyncio.wait_for(runner.run(until_idle=True), 120)
+
+    assert asyncio.run(until_done())
+    assert ran == ["often"]
+    # The command line as an operator runs it: `--until-done` returns.
+    done = run_eventq(
+        "db", "background", "run", "--until-done",
+        **_runner_env(own_db, EVENTQ_EVENT_LOG_PRUNE_SECS="0.001"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    finished = _rows(
+        own_db,
+        "SELECT name FROM background_updates WHERE name LIKE '%%_retention'"
+        " AND finished_at IS NOT NULL ORDER BY 1",
+    )
+    assert finished == [("event_log_retention",), ("queue_journal_retention",)]
+
+
 def test_retention_keeps_what_a_server_still_needs_unless_it_went_silent(own_db: str):
     _logged(own_db, [30] * 10)  # all past the retention
     _enqueue(own_db)
