@@ -386,6 +386,11 @@ class EventServer:
         path = persistence.queue_file(state_dir, shard)
         checkpoint = persistence.checkpoint_file(state_dir, shard)
         loop = asyncio.get_running_loop()
+        removed = await loop.run_in_executor(
+            None, persistence.remove_stale_temporaries, [path, checkpoint]
+        )
+        for tmp in removed:
+            log.info("removed %s, left by a run killed while it saved its queues", tmp)
         data: dict[str, Any] | None = None
         for candidate in (path, checkpoint):
             try:

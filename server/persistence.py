@@ -83,6 +83,32 @@ def _write(path: Path, body: bytes) -> int:
     return len(body)
 
 
+def remove_stale_temporaries(paths: list[Path]) -> list[Path]:
+    """Remove the temporary files that a writer of these snapshots left when
+    it was killed mid-write (SIGKILL, power loss: `_write` names them after
+    its pid); a live process's are kept. Returns what was removed."""
+    removed = []
+    for path in paths:
+        for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+            pid = tmp.name[len(path.name) + 2 : -len(".tmp")]
+            if pid.isdigit() and not _alive(int(pid)):
+                tmp.unlink(missing_ok=True)
+                removed.append(tmp)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    return True
+
+
 def load(path: Path) -> dict[str, Any] | None:
     """The snapshot in `path`, None if there is no file, or `CorruptSnapshot`."""
     try:

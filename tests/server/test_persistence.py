@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
@@ -37,3 +38,17 @@ def test_load_tells_missing_from_corrupt(tmp_path):
     kept = persistence.quarantine(path)
     assert not path.exists()
     assert kept.name.startswith("event_queues.json.corrupt-")
+
+
+def test_a_temporary_file_left_by_a_killed_writer_is_removed_a_live_ones_kept(tmp_path):
+    queues = persistence.queue_file(tmp_path, "a")
+    checkpoint = persistence.checkpoint_file(tmp_path, "a")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = tmp_path / f".{checkpoint.name}.{dead.pid}.tmp"  # killed mid-write
+    live = tmp_path / f".{queues.name}.{os.getppid()}.tmp"  # being written
+    other_shard = tmp_path / f".{persistence.checkpoint_file(tmp_path, 'b').name}.{dead.pid}.tmp"
+    for path in (left, live, other_shard):
+        path.write_bytes(b'{"format": "eventq-qu')
+    assert persistence.remove_stale_temporaries([queues, checkpoint]) == [left]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other_shard.name])
