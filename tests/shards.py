@@ -93,7 +93,7 @@ class Nginx:
         )
         wait_for(
             lambda: port_open(self.port) or self.proc.poll() is not None,  # type: ignore[union-attr]
-            15,
+            30,
             "nginx to listen",
         )
         assert self.proc.poll() is None, f"nginx exited:\n{self.error_log()}"
@@ -117,7 +117,7 @@ class Nginx:
         assert done.returncode == 0, f"nginx -s reload:\n{done.stderr}"
         wait_for(
             lambda: self.error_log().count("gracefully shutting down") > retired,
-            15,
+            30,
             "nginx's old worker to stop accepting",
         )
 
@@ -256,7 +256,7 @@ class Entry:
     def user_queues(self, user_id: int) -> list[dict[str, Any]]:
         return self.owner.user_queues(user_id)
 
-    def wait_parked(self, user_id: int, queue_id: str, timeout: float = 10.0) -> None:
+    def wait_parked(self, user_id: int, queue_id: str, timeout: float = 30.0) -> None:
         self.owner.wait_parked(user_id, queue_id, timeout)
 
 

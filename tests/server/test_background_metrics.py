@@ -97,23 +97,28 @@ def test_metrics_show_what_status_shows_while_another_runner_works(own_db: str, 
         )
         started.append(runner)
         wait_for(lambda: "this process runs them" in log.read_text(), 20, "the command's runner")
+        wait_for(
+            lambda: _rows(own_db, "SELECT items_done FROM background_updates WHERE name = %s",
+                          (WRAP,))[0][0] >= 100,
+            30,
+            "some hashes wrapped",
+        )  # fmt: skip
+        # Held still mid-update (its lock held): the table stops moving. Held
+        # before the server starts, which on a slow machine can take longer
+        # than the rest of the update.
+        runner.send_signal(signal.SIGSTOP)
         server = ServerProcess(
             own_db,
             tmp_path / "state",
             {"EVENTQ_BACKGROUND_TASKS": "on", "EVENTQ_BACKGROUND_IDLE_SECS": "0.05", **SETTINGS},
-        ).start()
+        )
         try:
-            wait_for(lambda: "another runner works on database" in server.log(), 20, "waiting")
-            wait_for(
-                lambda: _rows(own_db, "SELECT items_done FROM background_updates WHERE name = %s",
-                              (WRAP,))[0][0] >= 100,
-                30,
-                "some hashes wrapped",
-            )  # fmt: skip
-            # Held still mid-update (its lock held): the table stops moving.
-            runner.send_signal(signal.SIGSTOP)
             try:
-                shown = wait_for(lambda: _same(server, own_db), 30, "/metrics to show the status")
+                server.start()
+                wait_for(lambda: "another runner works on database" in server.log(), 20, "waiting")
+                # 60 s: each look runs `eventq db background status` (seconds
+                # on a slow machine).
+                shown = wait_for(lambda: _same(server, own_db), 60, "/metrics to show the status")
             finally:
                 runner.send_signal(signal.SIGCONT)
             wrap = shown[WRAP]
@@ -130,7 +135,7 @@ def test_metrics_show_what_status_shows_while_another_runner_works(own_db: str, 
             )
 
             assert runner.wait(120) == 0, log.read_text()[-3000:]
-            done = wait_for(lambda: _same(server, own_db), 30, "/metrics to show the end")
+            done = wait_for(lambda: _same(server, own_db), 60, "/metrics to show the end")
             assert done[WRAP]["state"] == "done"
             assert done[WRAP]["items_done"] == 3000.0
         finally:

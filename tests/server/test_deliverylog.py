@@ -284,7 +284,9 @@ def test_files_roll_by_size_and_age_and_compact_while_running(tmp_path):
     # By age: what is in the open file becomes readable within roll_secs.
     log.spool.roll_secs = 0.1
     log.queue_ended(client, "deleted", 1.0, time.time())
-    wait_for(lambda: not spool_files(tmp_path), what="a roll by age")
+    # Written, then rolled: the open file may roll by age before the record
+    # is written (a slow test step), leaving no spool file for a moment.
+    wait_for(lambda: log.written == 19 and not spool_files(tmp_path), what="a roll by age")
     assert {row["kind"] for row in rows(tmp_path)} == {"delivery", "poll", "end"}
     stop(log)
     assert len(rows(tmp_path)) == 19
@@ -429,8 +431,11 @@ def test_a_full_disk_drops_with_a_counter_and_a_warning_then_recovers(tmp_path, 
     wait_for(lambda: log.written == 1, what="the first write")
     disk.full = True
     with caplog.at_level(logging.WARNING, logger="eventq.deliverylog"):
-        for _ in range(3):
-            log.queue_ended(client, "expired", 1.0, time.time())  # returns at once
+        # Three records in one call (two deliveries and their poll), so that
+        # the writer takes them in one batch: three calls could straddle one
+        # of its cycles (10 ms apart) and be warned of apart.
+        items = push(client, payload("message"), payload("message"))
+        log.responded(client, items, 10, "events", 0.0, time.time())  # returns at once
         wait_for(lambda: log.dropped == 3, what="the drop")
         disk.full = False
         log.queue_ended(client, "overflow", 1.0, time.time())

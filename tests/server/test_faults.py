@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,6 +162,7 @@ def test_postgresql_stopped_and_started_during_registers(
     worker.start()
     try:
         wait_for(lambda: "200" in statuses, 15, "registers to succeed")
+        stopped = time.monotonic()
         try:
             subprocess.run(stop, check=True, capture_output=True, timeout=120)
             mark = len(statuses)
@@ -169,9 +171,13 @@ def test_postgresql_stopped_and_started_during_registers(
             )
         finally:
             subprocess.run(start, check=True, capture_output=True, timeout=120)
+        outage = time.monotonic() - stopped
         mark = len(statuses)
-        # Registers work again once PostgreSQL is back.
-        wait_for(lambda: "200" in statuses[mark:], 30, "registers to succeed again")
+        # Registers work again once PostgreSQL is back. The pool tries to
+        # connect again after pauses that double (psycopg_pool: 1 s, 2 s,
+        # 4 s, ...): its next try can come up to about the outage's length
+        # after PostgreSQL is back, and the outage is longer on a slow machine.
+        wait_for(lambda: "200" in statuses[mark:], outage + 30, "registers to succeed again")
     finally:
         done.set()
         worker.join(30)
@@ -221,12 +227,15 @@ def test_sigkill_then_start_again(start_server, load_on):
         return all(w.queue_id in saved and w.last > saved[w.queue_id] + 5 for w in watchers)
 
     wait_for(past_the_checkpoint, 30, "clients past a checkpoint with every queue")
+    # Killed at any moment, a checkpoint's write included (it would leave
+    # its temporary file, never a half-written checkpoint).
     assert server.stop(signal.SIGKILL) == -signal.SIGKILL
-    # Nothing half-written, and no graceful save: only the checkpoint.
-    assert not list(state.glob(".*.tmp"))
+    # No graceful save: only the checkpoint.
     assert persistence.load(persistence.queue_file(state)) is None
     server.start()
     server.wait_consuming()
+    # Nothing left behind by the killed run.
+    assert not list(state.glob(".*.tmp"))
     # The queues come back from the checkpoint, refilled from the event log:
     # clients go on long-polling with no BAD_EVENT_QUEUE_ID, nothing lost or
     # twice, and no re-register (so no burst of state fetches).

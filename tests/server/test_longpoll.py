@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
 import socket
 
 from server.longpoll import Heartbeats
@@ -73,14 +74,16 @@ def test_idle_queues_are_collected_and_then_unknown(start_server, world):
 
 
 def test_a_parked_queue_outlives_its_idle_timeout(start_server, world):
-    server = start_server(EVENTQ_QUEUE_IDLE_TIMEOUT_SECS="0.3", EVENTQ_GC_INTERVAL_SECS="0.05")
+    # 2 s: the queue must not be collected between its register and the poll
+    # that parks it (one request, tens of ms on a slow machine).
+    server = start_server(EVENTQ_QUEUE_IDLE_TIMEOUT_SECS="2", EVENTQ_GC_INTERVAL_SECS="0.05")
     user = world.user()
     client = Api(server, user)
     parked_q = client.register()["queue_id"]
-    canary_q = client.register()["queue_id"]
     parked = client.park(parked_q, -1)
-    # Once the canary, registered after it, has been collected, the parked
-    # queue has been idle-eligible for longer than its timeout.
+    canary_q = client.register()["queue_id"]
+    # Once the canary, registered after the poll parked, has been collected,
+    # the parked queue has been idle-eligible for longer than its timeout.
     wait_for(
         lambda: [q["queue_id"] for q in server.user_queues(user.user_id)] == [parked_q],
         what="the canary collected",
@@ -107,11 +110,13 @@ def test_queue_lifespan_secs_sets_the_idle_timeout(start_server, world):
 
 
 def test_any_get_refreshes_the_idle_clock(start_server, world):
-    server = start_server(EVENTQ_QUEUE_IDLE_TIMEOUT_SECS="0.5", EVENTQ_GC_INTERVAL_SECS="0.05")
+    # 2 s: the polled queue must outlive each turn of the loop below (two
+    # requests, tens of ms on a slow machine); the canary goes after 2 s.
+    server = start_server(EVENTQ_QUEUE_IDLE_TIMEOUT_SECS="2", EVENTQ_GC_INTERVAL_SECS="0.05")
     user = world.user()
     client = Api(server, user)
-    polled_q = client.register()["queue_id"]
     canary_q = client.register()["queue_id"]
+    polled_q = client.register()["queue_id"]
 
     def canary_gone_while_polling() -> bool:
         # A dont_block GET (which never parks) keeps the polled queue alive.
@@ -227,32 +232,39 @@ def test_heartbeat_deadlines_fire_once_per_waiter_at_most_a_tick_late():
     told apart (a request displaced by the next poll must not cancel that
     poll's heartbeat)."""
 
-    async def scenario() -> list[tuple[str, float]]:
+    tick_secs = 0.05
+
+    async def scenario() -> tuple[list[tuple[str, float]], float, float]:
         loop = asyncio.get_running_loop()
         fired: list[tuple[str, float]] = []
         done = loop.create_future()
         started = loop.time()
+        # queue-a's deadline in the middle of a tick (0.125-0.175 s away): its
+        # two starts, a moment apart (longer on a slow or busy machine), fall
+        # in the same tick unless that moment lasts half a tick (25 ms).
+        a_secs = (math.floor(started / tick_secs) + 3.5) * tick_secs - started
+        b_secs = a_secs + 0.1
 
         def fire(client: object) -> None:
             fired.append((str(client), loop.time() - started))
             if len(fired) == 2:
                 done.set_result(None)
 
-        heartbeats = Heartbeats(fire, 45.0, 10.0, tick_secs=0.05)
+        heartbeats = Heartbeats(fire, 45.0, 10.0, tick_secs=tick_secs)
         first, second, third = object(), object(), object()
-        tick = heartbeats.start(first, "queue-a", 0.1)  # type: ignore[arg-type]
-        assert heartbeats.start(second, "queue-a", 0.1) == tick  # type: ignore[arg-type]
-        heartbeats.start(third, "queue-b", 0.2)  # type: ignore[arg-type]
+        tick = heartbeats.start(first, "queue-a", a_secs)  # type: ignore[arg-type]
+        assert heartbeats.start(second, "queue-a", a_secs) == tick  # type: ignore[arg-type]
+        heartbeats.start(third, "queue-b", b_secs)  # type: ignore[arg-type]
         assert len(heartbeats) == 3
         heartbeats.cancel(tick, first)  # type: ignore[arg-type]
         # A second cancel changes nothing.
         heartbeats.cancel(tick, first)  # type: ignore[arg-type]
         await asyncio.wait_for(done, 5)
         assert len(heartbeats) == 0
-        return fired
+        return fired, a_secs, b_secs
 
-    fired = asyncio.run(scenario())
+    fired, a_secs, b_secs = asyncio.run(scenario())
     assert [name for name, _ in fired] == ["queue-a", "queue-b"]
     (_, a_at), (_, b_at) = fired
-    assert a_at >= 0.1
-    assert b_at >= 0.2
+    assert a_at >= a_secs
+    assert b_at >= b_secs

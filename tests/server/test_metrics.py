@@ -27,9 +27,11 @@ def value(samples, name: str, **labels: str) -> float:
 
 def test_metrics_follow_the_servers_work(start_server, api):
     server = start_server(EVENTQ_GC_INTERVAL_SECS="0.2")
+    # A server listens after at most 5 s even if its consumer is not up yet.
+    server.wait_consuming()
     client = api(on=server)
     first = client.register()["queue_id"]
-    second = client.register(queue_lifespan_secs=1)["queue_id"]
+    client.register()
     before = scrape(server)
     assert value(before, "eventq_queues") == 2
     assert value(before, "eventq_register_latency_seconds_count") == 2
@@ -60,7 +62,9 @@ def test_metrics_follow_the_servers_work(start_server, api):
     server.notify({"type": "metrics_test", "n": 3}, [user_id])
     assert parked.result(timeout=10).status_code == 200
 
-    # The second queue, idle past its 1 s lifespan, is collected by the GC.
+    # A third queue, idle past its 1 s lifespan, is collected by the GC
+    # (registered only now: the two above must outlive every step before).
+    third = client.register(queue_lifespan_secs=1)["queue_id"]
     wait_for(
         lambda: value(scrape(server), "eventq_queues_ended_total", reason="expired") == 1,
         what="the idle queue to be collected",
@@ -68,8 +72,8 @@ def test_metrics_follow_the_servers_work(start_server, api):
     final = scrape(server)
     assert value(final, "eventq_gc_collected_queues_total") == 1
     assert value(final, "eventq_gc_duration_seconds_count") >= 1
-    assert value(final, "eventq_queues") == 1
-    assert second not in str(server.user_queues(user_id))
+    assert value(final, "eventq_queues") == 2
+    assert third not in str(server.user_queues(user_id))
 
 
 def test_metrics_are_refused_to_callers_off_this_machine(start_server):

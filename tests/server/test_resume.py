@@ -127,6 +127,19 @@ def _log(url: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
+def _floors(url: str) -> dict[str, int]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT reader, floor FROM stream_readers").fetchall()
+    return {reader: int(floor) for reader, floor in rows}
+
+
+def _newest(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT coalesce(max(position), 0) FROM event_log").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def test_retention_prunes_the_log_in_batches_and_resume_says_when_it_is_too_late(
     own_database: str, amqp_url: str, tmp_path: Path
 ):
@@ -145,6 +158,11 @@ def test_retention_prunes_the_log_in_batches_and_resume_says_when_it_is_too_late
         },
         amqp_url,
     )
+    # A reader that needs the whole log (floor 0) holds pruning back until
+    # the 20 events are all logged, so that one run finds them all: runs
+    # come every 0.2 s, and sends slower than a few per run would be pruned
+    # a batch or less at a time.
+    World(own_database).execute(b"INSERT INTO stream_readers (reader, floor) VALUES ('hold', 0)")
     server.start()
     try:
         world = World(own_database)
@@ -158,6 +176,16 @@ def test_retention_prunes_the_log_in_batches_and_resume_says_when_it_is_too_late
         close_for_thread()
         events, position = _collect(client, queue_id, 20)
         assert [e["n"] for e in events] == list(range(20))
+        # The server's own floor (its last checkpoint's position) past them
+        # too, then the hold let go.
+        newest = _newest(own_database)
+
+        def floor_past_them() -> bool:
+            floors = _floors(own_database)
+            return any(floor >= newest for reader, floor in floors.items() if reader != "hold")
+
+        wait_for(floor_past_them, 30, "the server's floor past the events")
+        World(own_database).execute(b"DELETE FROM stream_readers WHERE reader = 'hold'")
         # Pruned down to the size limit, in batches.
         finished = r"background update event_log_retention finished: (\d+) items in (\d+) batches"
 

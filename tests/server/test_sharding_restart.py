@@ -4,7 +4,8 @@ client of either loses or repeats an event (issue 6)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 import requests
@@ -12,11 +13,26 @@ import requests
 from generation import accounts
 from generation.send import close_for_thread, send_event
 from tests.shards import Cluster, running
-from tests.support import World, wait_for
+from tests.support import World
 
 # Events sent before shard b is restarted, and after it is back.
 BEFORE_RESTART = 100
 AFTER_RESTART = 100
+# The work above takes as long as the machine makes it: a wait on it fails
+# only when it has not advanced for this long.
+STALL_SECS = 30.0
+
+
+def wait_advancing(done: Callable[[], bool], progress: Callable[[], int], what: str) -> None:
+    """Wait until `done()`; fail if `progress()` stays the same for STALL_SECS."""
+    seen, since = progress(), time.monotonic()
+    while not done():
+        now = progress()
+        if now != seen:
+            seen, since = now, time.monotonic()
+        elif time.monotonic() - since > STALL_SECS:
+            raise AssertionError(f"{what}: no progress for {STALL_SECS:g} s (at {now})")
+        time.sleep(0.01)
 
 
 class Poller:
@@ -134,25 +150,26 @@ def test_a_shard_restarted_while_events_flow_loses_no_event(
     producer = threading.Thread(target=produce, daemon=True)
     try:
         producer.start()
-        wait_for(lambda: sent >= BEFORE_RESTART, 30, "events to flow")
+        wait_advancing(lambda: sent >= BEFORE_RESTART, lambda: sent, "events to flow")
         shard_b = cluster.shards["b"]
         for poller in pollers:
             poller.outage.set()
         assert shard_b.stop() == 0
         sent_while_down = sent
-        shard_b.start()
+        # 60 s: it starts while the producer and the pollers keep the machine busy.
+        shard_b.start(timeout=60)
         sent_while_down = sent - sent_while_down
         for poller in pollers:
             poller.outage.clear()
         restarted.set()
         assert f"restored {len(on_b)} queues" in shard_b.log()
-        wait_for(producer_done.is_set, 60, "the producer to finish")
+        wait_advancing(producer_done.is_set, lambda: sent, "the producer to finish")
         total = sent
-        wait_for(
+        wait_advancing(
             lambda: (
                 all(len(p.seqs) >= total for p in pollers) or any(p.lost_queue for p in pollers)
             ),
-            60,
+            lambda: sum(len(p.seqs) for p in pollers),
             "every client to receive every event",
         )
     finally:

@@ -35,10 +35,14 @@ def test_register_get_events_and_deregister(server, world):
 
 
 def test_call_on_each_event_survives_its_queue_being_collected(start_server, world):
+    # The heartbeat answers the poll of a stopped client soon (0.2 s), and
+    # its queue is collected 2 s later; an awake client polls again within
+    # milliseconds of each heartbeat, far inside those 2 s even on a slow
+    # machine, so its queue is collected only while it is stopped.
     server = start_server(
         EVENTQ_HEARTBEAT_SECS="0.2",
         EVENTQ_HEARTBEAT_JITTER_SECS="0",
-        EVENTQ_QUEUE_IDLE_TIMEOUT_SECS="0.5",
+        EVENTQ_QUEUE_IDLE_TIMEOUT_SECS="2",
         EVENTQ_GC_INTERVAL_SECS="0.05",
     )
     user = world.user()
