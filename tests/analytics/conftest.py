@@ -8,6 +8,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from analytics import session
+from tests.analytics.jvm import C1_ONLY
 
 
 @pytest.fixture(scope="session")
@@ -17,6 +18,8 @@ def spark() -> Iterator[SparkSession]:
         .appName("eventq-analytics-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        # The first JIT tier only (tests/analytics/jvm.py says why).
+        .config("spark.driver.extraJavaOptions", C1_ONLY)
     )
     # The job's own settings (UTC, no partition type inference, ...), with
     # tiny frames needing only 2 shuffle partitions.

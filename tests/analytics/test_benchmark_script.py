@@ -6,12 +6,15 @@ DuckDB), and its bars say "met" or "MISSED" from the figures."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.analytics.jvm import JVM_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "benchmarks" / "spark_job.py"
@@ -33,6 +36,7 @@ def test_quick_mode_runs_every_step_and_prints_figures(spark_job):
     completed = subprocess.run(
         [sys.executable, str(SCRIPT), "--quick", "--json"],
         cwd=REPO,
+        env={**os.environ, **JVM_ENV},
         capture_output=True,
         text=True,
         check=False,

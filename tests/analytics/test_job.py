@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -22,6 +23,7 @@ from analytics import job
 from analytics.extract import Hour
 from analytics.progress import Progress
 from tests.analytics import logdata
+from tests.analytics.jvm import JVM_ENV
 from tests.analytics.logdata import at, delivery, end, poll, register
 
 REPO = Path(__file__).resolve().parents[2]
@@ -108,6 +110,7 @@ def test_incremental_full_and_cli_runs_agree_byte_for_byte(spark, tmp_path):
     completed = subprocess.run(
         [sys.executable, "-m", "analytics", "run", "--logs", str(logs), "--out", str(cli)],
         cwd=REPO,
+        env={**os.environ, **JVM_ENV},
         capture_output=True,
         text=True,
         check=False,

@@ -27,17 +27,18 @@ directory, removed at the end). For each size:
    "Querying the log by hand" writes them (latency percentiles by event
    type, deliveries by realm, poll outcomes per hour, busiest 20 users, load
    per shard and hour), in Spark SQL on the same session and in DuckDB (in
-   the test extra), each collected to the driver; ROUNDS rounds, each
-   query's best time counts, and the ratio is printed. The percentiles are
-   Spark's KLL sketch (k 4,000) against DuckDB's exact ones; the same query
-   with `percentile_approx` is timed beside it. Both engines' answers are
-   compared: equal rows, and each Spark percentile within 1 % of rank of
-   the exact one (a disagreement is a problem the run reports and fails on).
+   the test extra), each collected to the driver; ROUNDS rounds (one in a
+   quick run), each query's best time counts, and the ratio is printed. The
+   percentiles are Spark's KLL sketch (k 4,000) against DuckDB's exact
+   ones; the same query with `percentile_approx` is timed beside it. Both
+   engines' answers are compared: equal rows, and each Spark percentile
+   within 1 % of rank of the exact one (a disagreement is a problem the run
+   reports and fails on).
 
 Last, the bars of issue 13 this run could check (the operator's cold run at
 1 and 10 million records, the plain queries' ratio at 10 million), each
 "met" or "MISSED". `--quick` runs every step over a small log: a check that
-the script works, with no bar to check.
+the script works, with no bar to check (and without the warm-up below).
 
 The session is started once (timed on its own: JVM start and a first tiny
 job) and shared by every size; a first run of the job (full) and of the
@@ -101,7 +102,9 @@ QUANTILES = (0.5, 0.95, 0.99)
 # How far (in rank) a Spark percentile may be from the exact one.
 RANK_TOLERANCE = 0.01
 # Rounds of the five plain queries in each engine; each query's best counts.
+# A quick run's figures mean nothing: one round checks the queries.
 ROUNDS = 3
+QUICK_ROUNDS = 1
 
 # The bars of issue 13, on the 2-core machine kind: the operator's cold run
 # (seconds, by records) and Spark's plain queries against DuckDB's (ratio,
@@ -166,17 +169,17 @@ Rows = list[tuple[Any, ...]]
 
 
 def _best_rounds(
-    run: Any, quantiles: str, queries: dict[str, str] | None = None
+    run: Any, quantiles: str, queries: dict[str, str] | None = None, rounds: int = ROUNDS
 ) -> tuple[dict[str, float], dict[str, Rows]]:
     """The queries (the five by default; `run(sql)` runs one and fetches its
-    rows as tuples) ROUNDS times over; per query, its best time (the first
+    rows as tuples) `rounds` times over; per query, its best time (the first
     rounds pay for generated code and the JIT, "warm" is the best) and the
     rows of its last run."""
     chosen = REFERENCE_QUERIES if queries is None else queries
     texts = {name: sql.format(quantiles=quantiles) for name, sql in chosen.items()}
     best: dict[str, float] = {}
     rows: dict[str, Rows] = {}
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         for name, query in texts.items():
             seconds, rows[name] = timed(lambda q=query: run(q))
             seconds = round(seconds, 3)
@@ -184,7 +187,9 @@ def _best_rounds(
     return best, rows
 
 
-def spark_reference(spark: Any, logs: Path) -> tuple[dict[str, float], float, dict[str, Rows]]:
+def spark_reference(
+    spark: Any, logs: Path, rounds: int = ROUNDS
+) -> tuple[dict[str, float], float, dict[str, Rows]]:
     """The five queries' best times in Spark, the latency query's with
     percentile_approx instead, and the five's rows."""
     spark.read.parquet(str(logs / "deliveries")).createOrReplaceTempView("logs")
@@ -192,13 +197,15 @@ def spark_reference(spark: Any, logs: Path) -> tuple[dict[str, float], float, di
     def run(query: str) -> Rows:
         return [tuple(row) for row in spark.sql(query).collect()]
 
-    best, rows = _best_rounds(run, SPARK_QUANTILES)
+    best, rows = _best_rounds(run, SPARK_QUANTILES, rounds=rounds)
     latency = {name: REFERENCE_QUERIES[name] for name in ["latency by event type"]}
-    approx, _ = _best_rounds(run, SPARK_PERCENTILE_APPROX, latency)
+    approx, _ = _best_rounds(run, SPARK_PERCENTILE_APPROX, latency, rounds)
     return best, approx["latency by event type"], rows
 
 
-def duckdb_reference(logs: Path, spark_rows: dict[str, Rows]) -> dict[str, Any] | None:
+def duckdb_reference(
+    logs: Path, spark_rows: dict[str, Rows], rounds: int = ROUNDS
+) -> dict[str, Any] | None:
     """The five queries' best times in DuckDB, and how Spark's answers
     (`spark_rows`) differ from DuckDB's: a line per difference."""
     try:
@@ -215,7 +222,7 @@ def duckdb_reference(logs: Path, spark_rows: dict[str, Rows]) -> dict[str, Any] 
     )
     try:
         best, rows = _best_rounds(
-            lambda query: connection.execute(query).fetchall(), DUCKDB_QUANTILES
+            lambda query: connection.execute(query).fetchall(), DUCKDB_QUANTILES, rounds=rounds
         )
         differences = compare(connection, spark_rows, rows)
     finally:
@@ -266,7 +273,13 @@ def compare(connection: Any, spark_rows: dict[str, Rows], duck_rows: dict[str, R
 
 
 def bench_size(
-    spark: Any, base: Path, records: int, hours: int, roll_secs: int, reference: bool
+    spark: Any,
+    base: Path,
+    records: int,
+    hours: int,
+    roll_secs: int,
+    reference: bool,
+    rounds: int = ROUNDS,
 ) -> dict[str, Any]:
     logs, aside, generated = make_logs(base, records, hours, roll_secs)
     out = base / f"out-{records}"
@@ -317,10 +330,11 @@ def bench_size(
         "job_incremental_one_hour": incremental,
     }
     if reference:
-        spark_secs, approx_secs, spark_rows = spark_reference(spark, logs)
+        spark_secs, approx_secs, spark_rows = spark_reference(spark, logs, rounds)
+        result["reference_rounds"] = rounds
         result["spark_reference"] = spark_secs
         result["spark_latency_percentile_approx"] = approx_secs
-        duck = duckdb_reference(logs, spark_rows)
+        duck = duckdb_reference(logs, spark_rows, rounds)
         result["duckdb_reference"] = None if duck is None else duck["seconds"]
         result["differences"] = None if duck is None else duck["differences"]
     return result
@@ -373,7 +387,8 @@ def report(session_secs: float, sizes: list[dict[str, Any]]) -> str:
             approx = size["spark_latency_percentile_approx"]
             with_approx = total - spark_ref["latency by event type"] + approx
             lines.append(
-                f"five plain queries, Spark (best of {ROUNDS}):  {total:7.2f} s  {spark_ref}"
+                f"five plain queries, Spark (best of {size['reference_rounds']}):"
+                f"  {total:7.2f} s  {spark_ref}"
             )
             lines.append(
                 "  the latency query with percentile_approx instead of the KLL sketch:"
@@ -382,7 +397,8 @@ def report(session_secs: float, sizes: list[dict[str, Any]]) -> str:
         if spark_ref and duck_ref:
             duck_total = sum(duck_ref.values())
             lines.append(
-                f"five plain queries, DuckDB (best of {ROUNDS}): {duck_total:7.3f} s  {duck_ref}"
+                f"five plain queries, DuckDB (best of {size['reference_rounds']}):"
+                f" {duck_total:7.3f} s  {duck_ref}"
             )
             lines.append(
                 f"Spark / DuckDB: {total / duck_total:.1f}x"
@@ -403,6 +419,19 @@ def report(session_secs: float, sizes: list[dict[str, Any]]) -> str:
             f"full job: x{large['records'] / small['records']:.0f} records took x{growth:.1f} time"
         )
     return "\n".join([*lines, *bars(sizes)])
+
+
+def warm_up(spark: Any, base: Path, records: int, args: argparse.Namespace) -> None:
+    """The job (full) and the plain queries once over `records` records, unreported."""
+    logs, aside, _ = make_logs(base, records, args.hours, args.roll_secs)
+    if not (logs / "deliveries" / (aside / "name").read_text()).is_dir():
+        restore_last_hour(logs, aside)
+    run_job(spark, logs, base / "out-warmup", incremental=False)
+    shutil.rmtree(base / "out-warmup")
+    if not args.no_reference:
+        # The plain queries' own code too: on the first size they would
+        # otherwise be timed cold (1.9 s instead of 0.8 s over 1 million records).
+        spark_reference(spark, logs)
 
 
 def main() -> int:
@@ -440,20 +469,21 @@ def main() -> int:
         session_secs, spark = timed(lambda: session.build_session(args.master))
         session_secs += timed(lambda: spark.range(1).count())[0]
         try:
-            # Warm-up, not reported: class loading and the JIT's first compilations.
-            logs, aside, _ = make_logs(base, min(sizes), args.hours, args.roll_secs)
-            if not (logs / "deliveries" / (aside / "name").read_text()).is_dir():
-                restore_last_hour(logs, aside)
-            run_job(spark, logs, base / "out-warmup", incremental=False)
-            shutil.rmtree(base / "out-warmup")
-            if not args.no_reference:
-                # The plain queries' own code too: on the first size they
-                # would otherwise be timed cold (1.9 s instead of 0.8 s over
-                # 1 million records).
-                spark_reference(spark, logs)
+            # Warm-up, not reported: class loading and the JIT's first
+            # compilations. Not in a quick run, whose figures mean nothing:
+            # the steps below run the same code, cold, and the warm-up was
+            # a third of a quick run's time.
+            if not args.quick:
+                warm_up(spark, base, min(sizes), args)
             results = [
                 bench_size(
-                    spark, base, n, args.hours, args.roll_secs, reference=not args.no_reference
+                    spark,
+                    base,
+                    n,
+                    args.hours,
+                    args.roll_secs,
+                    reference=not args.no_reference,
+                    rounds=QUICK_ROUNDS if args.quick else ROUNDS,
                 )
                 for n in sizes
             ]

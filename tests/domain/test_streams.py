@@ -4,10 +4,8 @@ or lose sight of a stream. Plus the refusals.
 
 The Domain realm: iago (admin), hamlet, othello (members), polonius (guest);
 Denmark (public: iago, hamlet, othello), Verona (public: hamlet; default),
-Scotland (private: iago, othello).
-
-The last test races random stream actions against register;
-EVENTQ_STREAMS_RACE_ITERATIONS (default 300) and EVENTQ_RACE_SEED choose the run.
+Scotland (private: iago, othello). Stream actions raced against register
+are in tests/domain/test_register_race.py, with every area's.
 """
 
 from __future__ import annotations
