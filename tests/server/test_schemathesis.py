@@ -10,10 +10,13 @@ Excluded: `positive_data_acceptance`, which expects every schema-valid request
 to succeed; a made-up `queue_id` is schema-valid and is rightly refused with
 BAD_EVENT_QUEUE_ID.
 
-A bounded run here (EVENTQ_SCHEMATHESIS_EXAMPLES per operation, default 100);
-a long one:
+A bounded run here: every operation's coverage phase (each parameter's
+boundaries, wrong types, missing required ones: about 1,050 cases), then
+EVENTQ_SCHEMATHESIS_EXAMPLES generated cases per operation (default 25) and
+the stateful phase; about 2,000 requests in all. A long one (its time budget
+grows with the examples):
 
-    EVENTQ_SCHEMATHESIS_EXAMPLES=5000 .venv/bin/pytest tests/server/test_schemathesis.py -s
+    EVENTQ_SCHEMATHESIS_EXAMPLES=5000 ./deploy/test.sh tests/server/test_schemathesis.py -s
 """
 
 from __future__ import annotations
@@ -24,9 +27,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support import REPO, SECRET, ServerProcess, World
 
+EXAMPLES = int(os.environ.get("EVENTQ_SCHEMATHESIS_EXAMPLES", "25"))
+# Measured on the 2-core machine: 20 ms of CPU per request (schemathesis, our
+# check, the server), 1,050 + 36 per example over 33 operations. On .ci/slow
+# (a quarter of the machine) 25 examples took about 100 s; 4 s an example
+# more keeps twice that margin for a long run.
+BUDGET_SECS = 180 + 4 * EXAMPLES
 
+
+@pytest.mark.timeout(BUDGET_SECS)
 def test_generated_requests_find_no_server_error_and_no_undocumented_response(
     start_server, world: World, database_url: str
 ):
@@ -35,13 +48,12 @@ def test_generated_requests_find_no_server_error_and_no_undocumented_response(
     server: ServerProcess = start_server(EVENTQ_GC_INTERVAL_SECS="3600")
     user = world.user()
     token = base64.b64encode(f"{user.email}:{user.api_key}".encode()).decode()
-    examples = os.environ.get("EVENTQ_SCHEMATHESIS_EXAMPLES", "100")
     command = [
         str(Path(sys.executable).parent / "schemathesis"),
         "run",
         f"{server.url}/api/v1/openapi.json",
         "--url", server.url,
-        "--max-examples", examples,
+        "--max-examples", str(EXAMPLES),
         "--checks", "all",
         "--exclude-checks", "positive_data_acceptance",
         "--header", f"Authorization: Basic {token}",
@@ -59,15 +71,20 @@ def test_generated_requests_find_no_server_error_and_no_undocumented_response(
         "EVENTQ_ST_REALM_ID": str(user.realm_id),
         "EVENTQ_ST_DATABASE_URL": database_url,
     }
-    done = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        check=False,
-        cwd=server.state_dir,
-        env=env,
-    )
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            # Before pytest's own timeout, which would lose schemathesis' output.
+            timeout=BUDGET_SECS - 30,
+            check=False,
+            cwd=server.state_dir,
+            env=env,
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
+        pytest.fail(f"schemathesis ran past {exc.timeout:g} s; its output ends:\n{out[-8000:]}")
     assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-2000:]
     print(done.stdout[done.stdout.find("API Operations:") :])  # shown with -s
     assert " 0 generated" not in done.stdout
