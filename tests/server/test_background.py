@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from generation.accounts import CreatedUser, hash_api_key
+from generation.accounts import CreatedUser, create_user, hash_api_key
 from server import background, cli
 from server.background import BackgroundUpdate, Batch, Conn, Controller, DefaultController, Runner
 from server.config import Settings
@@ -290,14 +291,18 @@ def test_a_runner_killed_mid_update_resumes_from_the_committed_progress(
 
 
 def test_two_runners_at_once_one_works_and_the_other_waits(own_db: str, tmp_path: Path):
-    _items(own_db, 400)
+    # The first runner would need 20 s at least for them all (400 batches of
+    # 3, each pausing 50 ms): it still works when the second has started and
+    # the status was read, a few seconds on a slow machine. The second, once
+    # it takes over, does not pause.
+    _items(own_db, 1200)
     _enqueue(own_db, "copy_items")
     first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
     with _processes() as started:
         first = _start_runner(own_db, first_log, EVENTQ_TEST_BATCH_PAUSE_SECS="0.05")
         started.append(first)
         wait_for(lambda: "this process runs them" in first_log.read_text(), 20, "the first")
-        second = _start_runner(own_db, second_log, EVENTQ_TEST_BATCH_PAUSE_SECS="0.05")
+        second = _start_runner(own_db, second_log, EVENTQ_TEST_BATCH_PAUSE_SECS="0")
         started.append(second)
         wait_for(lambda: "another runner works on database" in second_log.read_text(), 20)
         status = run_eventq("db", "background", "status", EVENTQ_DATABASE_URL=own_db)
@@ -309,30 +314,35 @@ def test_two_runners_at_once_one_works_and_the_other_waits(own_db: str, tmp_path
         first.send_signal(signal.SIGTERM)  # stops after its batch
         assert first.wait(20) == 0
         wait_for(lambda: "this process runs them" in second_log.read_text(), 20, "takeover")
-        wait_for(lambda: _copied(own_db) == 400, 60, "every item copied")
+        wait_for(lambda: _copied(own_db) == 1200, 60, "every item copied")
         wait_for(
-            lambda: "background update copy_items finished: 400 items" in second_log.read_text(),
+            lambda: "background update copy_items finished: 1200 items" in second_log.read_text(),
             20,
         )
     assert "resumed after" in second_log.read_text()
-    assert _rows(own_db, "SELECT count(*), max(id) FROM bg_done") == [(400, 400)]
+    assert _rows(own_db, "SELECT count(*), max(id) FROM bg_done") == [(1200, 1200)]
 
 
-def _make_legacy(url: str, user: CreatedUser) -> bytes:
-    legacy = hashlib.sha256(user.api_key.encode()).digest()
+def _make_legacy(url: str, *users: CreatedUser) -> dict[int, bytes]:
+    """Give `users` unkeyed API key hashes (before migration 0004); by user id."""
+    legacy = {user.user_id: hashlib.sha256(user.api_key.encode()).digest() for user in users}
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "UPDATE users SET api_key_hash = %s, api_key_hash_scheme = 1 WHERE id = %s",
-            (legacy, user.user_id),
-        )
+        for user_id, hashed in legacy.items():
+            conn.execute(
+                "UPDATE users SET api_key_hash = %s, api_key_hash_scheme = 1 WHERE id = %s",
+                (hashed, user_id),
+            )
     return legacy
 
 
 def test_legacy_api_key_hashes_are_wrapped_and_still_authenticate(own_db: str, tmp_path: Path):
-    world = World(own_db)
-    realm = world.realm()
-    users = [world.user(realm) for _ in range(250)]
-    legacy = {user.user_id: _make_legacy(own_db, user) for user in users[:240]}
+    realm = World(own_db).realm()
+    with psycopg.connect(own_db, autocommit=True) as conn:  # one connection, not 250
+        users = [
+            create_user(conn, realm, f"u{n}-{uuid.uuid4().hex[:8]}@example.com", "Test User")
+            for n in range(250)
+        ]
+    legacy = _make_legacy(own_db, *users[:240])
     assert run_eventq("db", "background", "enqueue", "wrap_legacy_api_key_hashes",
                       EVENTQ_DATABASE_URL=own_db).returncode == 0  # fmt: skip
     done = subprocess.run(
@@ -618,15 +628,17 @@ def test_a_failing_batch_is_rolled_back_reported_and_retried(own_db: str, caplog
     # A runner that keeps going retries it after the pause.
     runner = Runner(own_db, [update], controller, idle_secs=0.05)
 
+    def succeeded() -> bool:
+        rows = _rows(own_db, "SELECT finished_at FROM background_updates WHERE name = 'flaky'")
+        return rows[0][0] is not None
+
     async def until_done() -> None:
         task = asyncio.create_task(runner.run())
-        for _ in range(1000):
-            rows = _rows(own_db, "SELECT finished_at FROM background_updates WHERE name = 'flaky'")
-            if rows[0][0] is not None:
-                break
-            await asyncio.sleep(0.02)
+        # Two pauses (2 s, 4 s) and three tries: 60 s is room for a slow
+        # machine. Looked at from a thread: the runner has the loop.
+        await asyncio.to_thread(wait_for, succeeded, 60, "the third try to succeed")
         runner.stop()
-        await asyncio.wait_for(task, 10)
+        await asyncio.wait_for(task, 30)
 
     asyncio.run(until_done())
     assert "background update flaky failed (2 in a row), trying again in 4 s" in caplog.text
