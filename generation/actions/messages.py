@@ -7,6 +7,9 @@ Every event about an existing message goes to exactly them, so a private
 channel's messages never reach anyone outside it. A new message goes to its
 recipients, and, through the `invite_only` flag of the producer's event, to
 `all_public_streams` queues only when its channel is public.
+
+Who may change a message (edit it, move its topic) is narrower: a channel
+message only while its channel is open to the user now (`_can_modify`).
 """
 
 from __future__ import annotations
@@ -96,6 +99,7 @@ class _Message:
     age_secs: float
     has_row: bool
     subscribed: bool
+    stream_archived: bool
 
     @property
     def message_type(self) -> Literal["stream", "private"]:
@@ -237,7 +241,8 @@ _MESSAGE_COLUMNS = """
     m.participant_ids, m.content, m.rendered_content,
     extract(epoch FROM now() - m.date_sent)::float8 AS age_secs,
     um.user_id IS NOT NULL AS has_row,
-    COALESCE(sub.active, false) AS subscribed
+    COALESCE(sub.active, false) AS subscribed,
+    COALESCE(s.deactivated, false) AS stream_archived
 """
 _MESSAGE_JOINS = """
     LEFT JOIN streams s ON s.id = m.stream_id
@@ -252,6 +257,21 @@ def _can_see(user: UserRow, message: _Message) -> bool:
     if message.has_row or message.subscribed:
         return True
     return message.stream_id is not None and not message.invite_only and not user.is_guest
+
+
+def _can_modify(user: UserRow, message: _Message) -> bool:
+    """Whether a user who can see a message may change it at all (edit it,
+    move its topic; what their role allows is checked apart): a direct
+    message they received; a channel message only while its channel is not
+    archived and they can access it now, that is they are subscribed, or the
+    channel is public and they are not a guest. (Zulip's
+    `has_message_access` with `is_modifying_message`, zerver/lib/message.py.)
+    """
+    if message.stream_id is None:
+        return message.has_row
+    if message.stream_archived:
+        return False
+    return message.subscribed or (not message.invite_only and not user.is_guest)
 
 
 async def _messages(
@@ -568,7 +588,17 @@ async def _flags_of(conn: Connection, message_id: int) -> dict[int, list[str]]:
 
 async def _topic_message_ids(conn: Connection, message: _Message, propagate_mode: str) -> list[int]:
     """The messages a topic edit moves: the one, those of its topic from it on,
-    or the whole topic (topics match ignoring case, as Zulip's)."""
+    or the whole topic (topics match ignoring case, as Zulip's). The caller
+    has checked that the actor may change `message` (`_can_modify`), so the
+    actor may see every message of its channel."""
+    # Every message of the topic, not just those the actor received: eventq
+    # has no channels with protected history (Zulip's
+    # history_public_to_subscribers=False); every channel shares its history
+    # with its subscribers, and a public one with every member, so whoever
+    # passes `_can_modify` may see every id the event lists. Were protected
+    # history ever added, this set and the event's audience would need a rule
+    # of their own (Zulip's update_messages_for_topic_edit, zerver/lib/
+    # topic.py, still moves the whole topic within a channel).
     if propagate_mode == "change_one":
         return [message.id]
     cur = await conn.execute(
@@ -593,6 +623,10 @@ async def do_update_message(
 ) -> None:
     """Edit a message's content and/or its topic.
 
+    The message must be one the actor may change (`_can_modify`): a channel
+    message only while its channel is not archived and the actor can access
+    it now (subscribed, or public and not a guest); otherwise "Invalid
+    message(s)", as for a message that does not exist, and nothing changes.
     Editing needs the realm's `allow_message_editing`. Only the sender edits
     the content, within `message_content_edit_limit_seconds` of sending
     (when set); the sender, administrators and members (not guests) edit
@@ -610,6 +644,17 @@ async def do_update_message(
         actor = await get_user(conn, actor_id)
         realm = await _realm(conn, actor.realm_id)
         [message] = await _messages(conn, actor, [message_id], lock=True)
+        # Zulip's check_update_message (zerver/actions/message_edit.py) takes
+        # the message with access_message(is_modifying_message=True) before
+        # any other check, for content edits and moves alike, and answers
+        # a user who only kept a copy from a channel they left (or an
+        # archived channel) "Invalid message(s)" (400, BAD_REQUEST), as its
+        # test_edit_message_in_unsubscribed_private_stream and
+        # test_edit_message_guest_in_unsubscribed_public_stream show. Were
+        # the copy enough, a change_all move would list in its event the ids
+        # of messages posted after they left.
+        if not _can_modify(actor, message):
+            raise ActionError("Invalid message(s)")
         if not realm.allow_message_editing:
             raise ActionError("Your organization has turned off message editing")
         new_topic = _new_topic(actor, realm, message, topic)

@@ -3,11 +3,14 @@ reactions and typing; who receives what; the refusals; and the Markdown."""
 
 from __future__ import annotations
 
+import asyncio
+
+import psycopg
 import pytest
 
 from apply_events.appliers.messages import RawUnread, apply_subscription_unread
 from apply_events.state import StateContext
-from generation.actions.base import ActionError
+from generation.actions.base import ActionContext, ActionError
 from generation.actions.messages import (
     do_add_reaction,
     do_delete_messages,
@@ -22,6 +25,12 @@ from generation.actions.messages import (
     do_update_message_flags,
 )
 from generation.actions.realm import do_set_message_edit_limit, do_set_realm_property
+from generation.actions.streams import (
+    StreamRequest,
+    do_add_subscriptions,
+    do_delete_stream,
+    do_remove_subscriptions,
+)
 from generation.markdown import Person, possible_mentions, render
 from tests.domain.harness import MODERN, covers
 
@@ -494,6 +503,224 @@ def test_edit_refusals(domain):
     refused(
         domain, lambda ctx: do_update_message(ctx, othello, message_id, content="y"), "turned off"
     )
+
+
+# Changing a message needs access to its channel now, as Zulip's
+# access_message(is_modifying_message=True): a copy kept from a channel one
+# left is not enough.
+
+INVALID = r"^Invalid message\(s\)$"
+
+
+def refused_without_a_notice(domain, action, match=INVALID):
+    """Run an action that must be refused with a 400 BAD_REQUEST whose
+    message matches, and that sends no event to anyone."""
+    notices = []
+
+    async def sink(notice):
+        notices.append(notice)
+
+    async def go():
+        async with await psycopg.AsyncConnection.connect(
+            domain.database_url, autocommit=True
+        ) as conn:
+            await action(ActionContext(conn, sink))
+
+    with pytest.raises(ActionError, match=match) as caught:
+        asyncio.run(go())
+    assert (caught.value.code, caught.value.status) == ("BAD_REQUEST", 400)
+    assert notices == []
+
+
+def swallowing(action, errors):
+    """The action, its `ActionError` kept in `errors` instead of raised (for
+    `verify`, which then checks that nothing reached the queue)."""
+
+    async def run(ctx):
+        try:
+            await action(ctx)
+        except ActionError as exc:
+            errors.append(exc.msg)
+
+    return run
+
+
+def topics(domain, message_ids):
+    """Each message's stored topic, by id."""
+
+    async def read(ctx):
+        cur = await ctx.conn.execute(
+            "SELECT id, topic FROM messages WHERE id = ANY(%s)", (list(message_ids),)
+        )
+        return dict(await cur.fetchall())
+
+    return domain.run(read)
+
+
+def subscribe(domain, name, stream):
+    domain.run(
+        lambda ctx: do_add_subscriptions(
+            ctx, domain.id("iago"), domain.realm_id, [StreamRequest(stream)],
+            principals=[domain.id(name)],
+        )
+    )  # fmt: skip
+
+
+def lose_access(domain, name, stream, how="left"):
+    """`name` leaves `stream`, or an administrator unsubscribes them."""
+    actor, principals = (name, None) if how == "left" else ("iago", [domain.id(name)])
+    domain.run(
+        lambda ctx: do_remove_subscriptions(
+            ctx, domain.id(actor), domain.realm_id, [stream], principals=principals
+        )
+    )
+
+
+def a_private_topic_hamlet_lost(domain, how="left"):
+    """Scotland's topic "plans": two messages hamlet received while
+    subscribed (the second his own), then one posted after he lost the
+    channel. Returns their ids."""
+    subscribe(domain, "hamlet", "Scotland")
+    before = send(domain, "iago", "Scotland", topic="plans")
+    his = send(domain, "hamlet", "Scotland", "mine", topic="plans")
+    lose_access(domain, "hamlet", "Scotland", how)
+    after = send(domain, "othello", "Scotland", "after he left", topic="plans")
+    return [before, his, after]
+
+
+@pytest.mark.parametrize("how", ["left", "unsubscribed"])
+@pytest.mark.parametrize("mode", ["change_one", "change_later", "change_all"])
+def test_a_member_who_lost_a_private_channel_cannot_move_its_topic(domain, mode, how):
+    ids = a_private_topic_hamlet_lost(domain, how)
+    hamlet = domain.id("hamlet")
+    for target in ids[:2]:  # both received, the second his own
+        refused_without_a_notice(
+            domain,
+            lambda ctx, t=target: do_update_message(
+                ctx, hamlet, t, topic="stolen", propagate_mode=mode
+            ),
+        )
+    # Nothing reaches his queue either; his state is unchanged.
+    errors = []
+    domain.verify(
+        swallowing(
+            lambda ctx: do_update_message(ctx, hamlet, ids[0], topic="stolen", propagate_mode=mode),
+            errors,
+        ),
+        num_events=0,
+        state_change_expected=False,
+    )
+    assert errors == ["Invalid message(s)"]
+    assert topics(domain, ids) == dict.fromkeys(ids, "plans")
+
+
+def test_a_member_who_lost_a_private_channel_cannot_edit_his_message_there(domain):
+    # Zulip refuses the content edit too (its
+    # test_edit_message_in_unsubscribed_private_stream).
+    ids = a_private_topic_hamlet_lost(domain)
+    hamlet = domain.id("hamlet")
+    refused_without_a_notice(
+        domain, lambda ctx: do_update_message(ctx, hamlet, ids[1], content="edited")
+    )
+    refused_without_a_notice(
+        domain,
+        lambda ctx: do_update_message(
+            ctx, hamlet, ids[1], content="edited", topic="x", propagate_mode="change_all"
+        ),
+    )
+    assert topics(domain, ids) == dict.fromkeys(ids, "plans")
+
+
+@covers(UPDATE)
+@pytest.mark.parametrize(
+    ("mode", "moved"), [("change_one", [1]), ("change_later", [1, 2]), ("change_all", [0, 1, 2])]
+)
+def test_a_subscriber_still_moves_a_private_topic(domain, mode, moved):
+    ids = a_private_topic_hamlet_lost(domain)
+    [event] = domain.verify(
+        lambda ctx: do_update_message(
+            ctx, domain.id("othello"), ids[1], topic="moved", propagate_mode=mode
+        ),
+        user="othello",
+    )
+    assert event["message_ids"] == [ids[i] for i in moved]
+    assert (event["orig_subject"], event["subject"]) == ("plans", "moved")
+    assert topics(domain, ids) == {
+        message_id: "moved" if i in moved else "plans" for i, message_id in enumerate(ids)
+    }
+
+
+@covers(UPDATE)
+def test_a_member_moves_a_public_topic_without_being_subscribed(domain):
+    # A public channel stays open to the members who left it (not to guests).
+    before = send(domain, "othello", "Denmark", topic="walls")
+    lose_access(domain, "hamlet", "Denmark")
+    after = send(domain, "othello", "Denmark", topic="walls")
+    [event] = domain.verify(
+        lambda ctx: do_update_message(
+            ctx, domain.id("hamlet"), before, topic="ramparts", propagate_mode="change_all"
+        )
+    )
+    assert event["message_ids"] == [before, after]
+    assert topics(domain, [before, after]) == dict.fromkeys([before, after], "ramparts")
+
+
+@covers(UPDATE)
+def test_a_guest_moves_their_topic_only_while_subscribed(domain):
+    polonius = domain.id("polonius")
+    subscribe(domain, "polonius", "Scotland")
+    first = send(domain, "iago", "Scotland", topic="arras")
+    own = send(domain, "polonius", "Scotland", "mine", topic="arras")
+    # A subscribed guest moves the topic from their own message, all of it
+    # (they see the channel's history).
+    [event] = domain.verify(
+        lambda ctx: do_update_message(ctx, polonius, own, topic="curtain",
+                                      propagate_mode="change_all"),
+        user="polonius",
+    )  # fmt: skip
+    assert event["message_ids"] == [first, own]
+    # Not from another's message: the guests' rule of `_new_topic`.
+    refused(domain, lambda ctx: do_update_message(ctx, polonius, first, topic="x"), "permission")
+    # Once gone, not even from their own: in a private channel, nor in a
+    # public one, which guests see only while subscribed (Zulip's
+    # test_edit_message_guest_in_unsubscribed_public_stream).
+    lose_access(domain, "polonius", "Scotland")
+    subscribe(domain, "polonius", "Denmark")
+    public = send(domain, "polonius", "Denmark", "mine", topic="arras")
+    lose_access(domain, "polonius", "Denmark")
+    for message_id in (own, public):
+        refused_without_a_notice(
+            domain,
+            lambda ctx, m=message_id: do_update_message(
+                ctx, polonius, m, topic="again", propagate_mode="change_all"
+            ),
+        )
+        refused_without_a_notice(
+            domain, lambda ctx, m=message_id: do_update_message(ctx, polonius, m, content="x")
+        )
+    assert topics(domain, [first, own, public]) == {
+        first: "curtain", own: "curtain", public: "arras"
+    }  # fmt: skip
+
+
+def test_no_one_changes_a_message_of_an_archived_channel(domain):
+    # Zulip's has_message_access refuses archived channels when modifying.
+    message_id = send(domain, "othello", "Denmark", topic="walls")
+    domain.run(
+        lambda ctx: do_delete_stream(
+            ctx, domain.id("iago"), domain.realm_id, domain.streams["Denmark"]
+        )
+    )
+    refused_without_a_notice(
+        domain, lambda ctx: do_update_message(ctx, domain.id("othello"), message_id, content="x")
+    )
+    refused_without_a_notice(
+        domain,
+        lambda ctx: do_update_message(
+            ctx, domain.id("iago"), message_id, topic="x", propagate_mode="change_all"
+        ),
+    )
+    assert topics(domain, [message_id]) == {message_id: "walls"}
 
 
 # -- deleting ----------------------------------------------------------------------

@@ -355,3 +355,29 @@ def test_other_methods_are_405(apis):
     response = apis["hamlet"].request("GET", "messages/flags")
     assert response.status_code == 405
     assert response.json()["result"] == "error"
+
+
+def test_a_member_who_left_a_private_channel_cannot_move_or_edit_there(apis, domain):
+    hamlet, iago, othello = apis["hamlet"], apis["iago"], apis["othello"]
+    ok(iago.request("POST", "users/me/subscriptions", subscriptions=[{"name": "Scotland"}],
+                    principals=[domain.id("hamlet")]))  # fmt: skip
+    received = send_stream(iago, to="Scotland", topic="plans")
+    his = send_stream(hamlet, to="Scotland", content="mine", topic="plans")
+    ok(hamlet.request("DELETE", "users/me/subscriptions", subscriptions=["Scotland"]))
+    later = send_stream(othello, to="Scotland", content="after he left", topic="plans")
+    queue_id = hamlet.register(event_types=["update_message"])["queue_id"]
+    # Zulip's answer (access_message in check_update_message): a 400.
+    for message_id, params in (
+        (received, {"topic": "stolen", "propagate_mode": "change_all"}),
+        (his, {"topic": "stolen", "propagate_mode": "change_later"}),
+        (his, {"topic": "stolen", "propagate_mode": "change_one"}),
+        (his, {"content": "edited"}),
+    ):
+        body = error(hamlet.request("PATCH", f"messages/{message_id}", **params))
+        assert body == {"result": "error", "msg": "Invalid message(s)", "code": "BAD_REQUEST"}
+    assert hamlet.events(queue_id, -1) == []
+    # A subscriber still moves the whole topic; the event lists every id.
+    watcher = othello.register(event_types=["update_message"])["queue_id"]
+    ok(othello.request("PATCH", f"messages/{his}", topic="moved", propagate_mode="change_all"))
+    [event] = othello.events(watcher, -1)
+    assert event["message_ids"] == [received, his, later]
