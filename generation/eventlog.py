@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 
 from generation.notice import Notice
+from generation.sharding import reaches_whole_realm
 
 # The transaction takes its id (pg_current_xact_id) before its position: a
 # server that finds the position missing must see the writer among the
@@ -31,15 +32,18 @@ from generation.notice import Notice
 # nextval alone does not assign one, and an INSERT only once it writes the row.
 _ONE = (
     "WITH xact AS MATERIALIZED (SELECT pg_current_xact_id())"
-    " INSERT INTO event_log (position, realm_id, event_type, notice)"
-    " SELECT nextval('event_log_position'), %s::integer, %s::text, %s::bytea FROM xact"
+    " INSERT INTO event_log"
+    " (position, realm_id, event_type, notice, recipients, public_message)"
+    " SELECT nextval('event_log_position'), %s::integer, %s::text, %s::bytea, %s::bigint[],"
+    " %s::boolean FROM xact"
     " RETURNING position"
 )
 _ONE_WITH_ID = (
     "WITH xact AS MATERIALIZED (SELECT pg_current_xact_id())"
-    " INSERT INTO event_log (position, realm_id, event_type, notice, notice_id)"
-    " SELECT nextval('event_log_position'), %s::integer, %s::text, %s::bytea, %s::text"
-    " FROM xact"
+    " INSERT INTO event_log"
+    " (position, realm_id, event_type, notice, recipients, public_message, notice_id)"
+    " SELECT nextval('event_log_position'), %s::integer, %s::text, %s::bytea, %s::bigint[],"
+    " %s::boolean, %s::text FROM xact"
     " ON CONFLICT (notice_id) WHERE notice_id IS NOT NULL DO NOTHING RETURNING position"
 )
 _BY_ID = "SELECT position FROM event_log WHERE notice_id = %s"
@@ -47,9 +51,15 @@ _RESERVE = (
     "WITH xact AS MATERIALIZED (SELECT pg_current_xact_id())"
     " SELECT nextval('event_log_position') FROM xact, generate_series(1, %s)"
 )
+# A notice's recipients travel as one text literal per row ('{1,2,3}'): an
+# array of arrays must be rectangular, and rows name different numbers of
+# users.
 _MANY = (
-    "INSERT INTO event_log (position, realm_id, event_type, notice)"
-    " SELECT * FROM unnest(%s::bigint[], %s::integer[], %s::text[], %s::bytea[])"
+    "INSERT INTO event_log"
+    " (position, realm_id, event_type, notice, recipients, public_message)"
+    " SELECT position, realm_id, event_type, notice, recipients::bigint[], public_message"
+    " FROM unnest(%s::bigint[], %s::integer[], %s::text[], %s::bytea[], %s::text[],"
+    " %s::boolean[]) AS r(position, realm_id, event_type, notice, recipients, public_message)"
 )
 
 Entry = tuple[Notice, bytes]
@@ -63,12 +73,31 @@ def with_position(body: bytes, position: int) -> bytes:
     return b'%s,"position":%d}' % (body[:-1], position)
 
 
+def recipients(notice: Notice) -> list[int]:
+    """The ids of the notice's users, as the log's `recipients` column holds them."""
+    return [user if isinstance(user, int) else int(user["id"]) for user in notice.users]
+
+
+def _row(notice: Notice, body: bytes) -> tuple[Any, ...]:
+    """The values of one row after its position: realm, type, wire form,
+    recipients and whether all_public_streams queues take it."""
+    return (
+        notice.realm_id,
+        notice.event["type"],
+        body,
+        recipients(notice),
+        reaches_whole_realm(notice.event),
+    )
+
+
 def _columns(entries: Sequence[Entry], positions: list[int]) -> tuple[list[Any], ...]:
     return (
         positions,
         [notice.realm_id for notice, _ in entries],
         [notice.event["type"] for notice, _ in entries],
         [body for _, body in entries],
+        ["{" + ",".join(map(str, recipients(notice))) + "}" for notice, _ in entries],
+        [reaches_whole_realm(notice.event) for notice, _ in entries],
     )
 
 
@@ -76,9 +105,7 @@ def write_once(conn: psycopg.Connection[Any], entry: Entry, notice_id: str) -> i
     """Write one event known by `notice_id`, unless a row with that id is
     already there (an earlier try of the same send); its position either way."""
     notice, body = entry
-    row = conn.execute(
-        _ONE_WITH_ID, (notice.realm_id, notice.event["type"], body, notice_id)
-    ).fetchone()
+    row = conn.execute(_ONE_WITH_ID, (*_row(notice, body), notice_id)).fetchone()
     if row is None:
         row = conn.execute(_BY_ID, (notice_id,)).fetchone()
     assert row is not None
@@ -91,8 +118,7 @@ def write(conn: psycopg.Connection[Any], entries: Sequence[Entry]) -> list[int]:
     if not entries:
         return []
     if len(entries) == 1:
-        notice, body = entries[0]
-        row = conn.execute(_ONE, (notice.realm_id, notice.event["type"], body)).fetchone()
+        row = conn.execute(_ONE, _row(*entries[0])).fetchone()
         assert row is not None
         return [int(row[0])]
     positions = sorted(int(r[0]) for r in conn.execute(_RESERVE, (len(entries),)).fetchall())
@@ -105,8 +131,7 @@ async def write_async(conn: psycopg.AsyncConnection[Any], entries: Sequence[Entr
     if not entries:
         return []
     if len(entries) == 1:
-        notice, body = entries[0]
-        cur = await conn.execute(_ONE, (notice.realm_id, notice.event["type"], body))
+        cur = await conn.execute(_ONE, _row(*entries[0]))
         row = await cur.fetchone()
         assert row is not None
         return [int(row[0])]

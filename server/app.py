@@ -44,6 +44,7 @@ from server.db import Database, DatabaseUnavailable
 from server.deliverylog import DeliveryLog
 from server.http1 import FastHTTPServer
 from server.httpserver import EventHTTPServer, Refusals
+from server.floors import StreamFloors
 from server.journal import QueueJournal
 from server.longpoll import AnswerSlices, Heartbeats
 from server.looplag import LoopLagMonitor
@@ -178,6 +179,9 @@ class EventServer:
         # Names this server's rows in queue_journal and stream_readers.
         self.reader_key = f"{settings.shard_name}:{settings.state_dir.resolve()}"
         self.journal = QueueJournal(self.db, self.reader_key)
+        # The positions registers gave each user, which resume_from may not
+        # go below (server/floors.py).
+        self.floors = StreamFloors(self.db)
         self._checkpointing = False
         # The last checkpoint: queues saved, its time, its longest stretch on the loop.
         self.last_checkpoint: dict[str, float] = {}
@@ -585,6 +589,7 @@ class EventServer:
     async def save_queues(self) -> None:
         path = persistence.queue_file(self.settings.state_dir, self.settings.shard)
         await self.journal.drain()
+        await self.floors.drain()
         began = time.time()
         started = time.monotonic()
         snapshot = self.registry.snapshot(self.clock()) | self._snapshot_extras()
@@ -712,6 +717,16 @@ class EventServer:
         only when checkpoints are on, the journal being their complement."""
         if self.settings.checkpoint_secs > 0:
             self.journal.record(client, self.stream.position, self.clock(), time.time())
+
+    def record_floor(self, user_id: int, position: int) -> None:
+        """A register gave `user_id` the stream position `position`."""
+        self.floors.record(user_id, position)
+
+    async def stream_floor(self, user_id: int) -> int | None:
+        """The lowest stream position registers gave `user_id`, those of
+        this process's registers not yet written included."""
+        await self.floors.drain()
+        return await self.db.stream_floor(user_id)
 
     def restart_event(self) -> dict[str, Any]:
         return {

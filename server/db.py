@@ -16,7 +16,13 @@ import psycopg
 from psycopg.rows import class_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from generation.accounts import ROLE_GUEST
+
 log = logging.getLogger("eventq.db")
+
+# A row of the event log as resume reads it: position, wire form, and whether
+# its recipients are unknown (written by an earlier version).
+LogRow = tuple[int, bytes, bool]
 
 
 class DatabaseUnavailable(Exception):
@@ -47,6 +53,35 @@ class SessionRow:
     row: ApiKeyRow
     api_key_id: str
     sessions_generation: int
+
+
+# One user's logged notices for resume_from (`Database.log_for_user`): three
+# reads, each by its own index (server/updates.py), merged: the rows naming
+# the user, the realm's public channel messages (all_public_streams), and
+# rows an earlier version wrote without recipients.
+LOG_FOR_USER = """
+(SELECT position, notice, false FROM event_log
+ WHERE recipients @> ARRAY[%(user)s::bigint]
+   AND position > %(after)s AND position <= %(upto)s
+   AND (realm_id = %(realm)s OR realm_id IS NULL)
+   AND (%(types)s::text[] IS NULL OR event_type = ANY(%(types)s::text[]))
+ ORDER BY position LIMIT %(limit)s)
+UNION ALL
+(SELECT position, notice, false FROM event_log
+ WHERE %(public)s AND public_message AND realm_id = %(realm)s
+   AND position > %(after)s AND position <= %(upto)s
+   AND NOT recipients @> ARRAY[%(user)s::bigint]
+   AND (%(types)s::text[] IS NULL OR event_type = ANY(%(types)s::text[]))
+ ORDER BY position LIMIT %(limit)s)
+UNION ALL
+(SELECT position, notice, true FROM event_log
+ WHERE recipients IS NULL
+   AND position > %(after)s AND position <= %(upto)s
+   AND (realm_id = %(realm)s OR realm_id IS NULL)
+   AND (%(types)s::text[] IS NULL OR event_type = ANY(%(types)s::text[]))
+ ORDER BY position LIMIT %(limit)s)
+ORDER BY position LIMIT %(limit)s
+"""
 
 
 class Database:
@@ -228,24 +263,131 @@ class Database:
             row = await cur.fetchone()
         return 0 if row is None else int(row[0])
 
-    async def log_for_realm(
-        self, after: int, upto: int, realm_id: int, event_types: list[str] | None, limit: int
-    ) -> list[tuple[int, bytes]]:
+    async def log_for_user(
+        self,
+        after: int,
+        upto: int,
+        realm_id: int,
+        user_id: int,
+        public: bool,
+        event_types: list[str] | None,
+        limit: int,
+    ) -> list[LogRow]:
         """Logged notices of `realm_id` (or of no realm) with a position in
-        (`after`, `upto`], in order, at most `limit`; only the types in
-        `event_types` when given."""
+        (`after`, `upto`], in order, at most `limit`, that name `user_id`,
+        or (with `public`) are public channel messages, or whose recipients
+        an earlier version did not record (`unknown`: parse to tell); only
+        the types in `event_types` when given."""
+        async with self.connection() as conn:
+            cur = await conn.execute(
+                LOG_FOR_USER,
+                {
+                    "after": after,
+                    "upto": upto,
+                    "realm": realm_id,
+                    "user": user_id,
+                    "public": public,
+                    "types": event_types,
+                    "limit": limit,
+                },
+            )
+            return [(int(r[0]), bytes(r[1]), bool(r[2])) for r in await cur.fetchall()]
+
+    async def deleted_messages(
+        self, realm_id: int, message_ids: list[int], after: int, upto: int
+    ) -> set[int]:
+        """Of `message_ids`, those a `delete_message` logged in `realm_id`
+        with a position in (`after`, `upto`] names (whoever it was sent to)."""
+        if not message_ids:
+            return set()
         async with self.connection() as conn:
             cur = await conn.execute(
                 """
-                SELECT position, notice FROM event_log
-                WHERE position > %s AND position <= %s
-                  AND (realm_id = %s OR realm_id IS NULL)
-                  AND (%s::text[] IS NULL OR event_type = ANY(%s::text[]))
-                ORDER BY position LIMIT %s
+                SELECT DISTINCT (id #>> '{}')::bigint FROM (
+                    SELECT convert_from(notice, 'UTF8')::jsonb -> 'event' AS event
+                    FROM event_log
+                    WHERE event_type = 'delete_message' AND realm_id = %(realm)s
+                      AND position > %(after)s AND position <= %(upto)s
+                ) deletions,
+                LATERAL jsonb_array_elements(
+                    CASE WHEN jsonb_typeof(event -> 'message_ids') = 'array'
+                         THEN event -> 'message_ids'
+                         ELSE jsonb_build_array(event -> 'message_id') END
+                ) AS id
+                WHERE jsonb_typeof(id) = 'number' AND (id #>> '{}')::numeric = ANY(%(ids)s)
                 """,
-                (after, upto, realm_id, event_types, event_types, limit),
+                {"realm": realm_id, "after": after, "upto": upto, "ids": message_ids},
             )
-            return [(int(r[0]), bytes(r[1])) for r in await cur.fetchall()]
+            return {int(r[0]) for r in await cur.fetchall()}
+
+    async def message_channels(self, realm_id: int, message_ids: list[int]) -> dict[int, int]:
+        """The channel of each of `message_ids` that is a channel message of
+        `realm_id` the domain has."""
+        if not message_ids:
+            return {}
+        async with self.connection() as conn:
+            cur = await conn.execute(
+                "SELECT id, stream_id FROM messages"
+                " WHERE realm_id = %s AND id = ANY(%s) AND stream_id IS NOT NULL",
+                (realm_id, message_ids),
+            )
+            return {int(r[0]): int(r[1]) for r in await cur.fetchall()}
+
+    async def channel_access(
+        self, user_id: int, realm_id: int, channel_ids: list[int]
+    ) -> tuple[set[int], set[int]]:
+        """Of `channel_ids`, those of `realm_id` the domain has, and of those
+        the ones `user_id` may see now: subscribed, or a public channel and
+        not a guest; an archived one, nobody."""
+        if not channel_ids:
+            return set(), set()
+        async with self.connection() as conn:
+            cur = await conn.execute(
+                """
+                SELECT s.id, NOT s.deactivated AND (
+                    COALESCE(sub.active, false)
+                    OR (NOT s.invite_only AND u.role <> %(guest)s)
+                )
+                FROM streams s
+                JOIN users u ON u.id = %(user)s
+                LEFT JOIN subscriptions sub ON sub.stream_id = s.id AND sub.user_id = %(user)s
+                WHERE s.realm_id = %(realm)s AND s.id = ANY(%(ids)s)
+                """,
+                {"user": user_id, "realm": realm_id, "ids": channel_ids, "guest": ROLE_GUEST},
+            )
+            rows = await cur.fetchall()
+        return {int(r[0]) for r in rows}, {int(r[0]) for r in rows if r[1]}
+
+    async def stream_floor(self, user_id: int) -> int | None:
+        """The lowest stream position a register gave `user_id` (None: none
+        recorded)."""
+        async with self.connection() as conn:
+            cur = await conn.execute(
+                "SELECT position FROM user_stream_floors WHERE user_id = %s", (user_id,)
+            )
+            row = await cur.fetchone()
+        return None if row is None else int(row[0])
+
+    async def record_stream_floors(self, floors: dict[int, int]) -> None:
+        """Say that registers gave these users these positions: each user's
+        floor stays the lowest, unless the log is pruned past it."""
+        async with self.connection() as conn:
+            await conn.execute(
+                """
+                INSERT INTO user_stream_floors (user_id, position)
+                SELECT f.user_id, f.position FROM unnest(%s::bigint[], %s::bigint[])
+                    AS f(user_id, position)
+                JOIN users u ON u.id = f.user_id
+                ON CONFLICT (user_id) DO UPDATE SET
+                  position = CASE
+                    WHEN user_stream_floors.position
+                         < (SELECT coalesce(max(through), 0) FROM event_log_pruned)
+                    THEN excluded.position
+                    ELSE least(user_stream_floors.position, excluded.position) END,
+                  updated_at = now()
+                """,
+                (list(floors), list(floors.values())),
+            )
 
     async def reader_floor(self, reader: str, floor: int) -> None:
         """Say that `reader`'s saved queues need the event log from `floor`

@@ -142,6 +142,13 @@ class ServerApi(Protocol):
         """A queue just registered, to be rebuilt after a crash before the
         next checkpoint has it."""
 
+    def record_floor(self, user_id: int, position: int) -> None:
+        """A register (with state) gave `user_id` the stream position
+        `position`: their `resume_from` may not go below the lowest."""
+
+    async def stream_floor(self, user_id: int) -> int | None:
+        """The lowest stream position registers gave `user_id` (None: none)."""
+
     def observe_poll_failed(
         self, user_id: int, realm_id: int, queue_id: str | None, code: str
     ) -> None: ...

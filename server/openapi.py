@@ -27,7 +27,7 @@ OPENAPI_VERSION = "3.1.0"
 # Every error: `code` is what a program matches; some carry data fields
 # (`queue_id` and `reason` with BAD_EVENT_QUEUE_ID, `var_name` with
 # REQUEST_VARIABLE_MISSING, `retry-after` in seconds with RATE_LIMIT_HIT,
-# `pruned_through` or `stream_position` with RESUME_EXPIRED).
+# `pruned_through` with RESUME_EXPIRED).
 # The functional form: "retry-after" is not an identifier.
 ErrorResponse = TypedDict(
     "ErrorResponse",
@@ -39,10 +39,8 @@ ErrorResponse = TypedDict(
         "reason": NotRequired[str],
         "var_name": NotRequired[str],
         "retry-after": NotRequired[float],
-        # RESUME_EXPIRED (eventq): how far the event log is pruned, or this
-        # server's stream position when the one asked for is ahead of it.
+        # RESUME_EXPIRED (eventq): how far the event log is pruned.
         "pruned_through": NotRequired[int],
-        "stream_position": NotRequired[int],
     },
 )
 
@@ -347,8 +345,10 @@ def document() -> dict[str, Any]:
                             "resume_from",
                             {"type": "integer", "minimum": 0},
                             "eventq: a stream_position the client last saw; the new queue holds"
-                            " the events logged after it and no state is fetched"
-                            " (RESUME_EXPIRED when the log no longer has them)",
+                            " the events logged after it that the user may see now, and no"
+                            " state is fetched (RESUME_EXPIRED when the log no longer has"
+                            " them or they are too many; RESUME_POSITION_UNKNOWN for a"
+                            " position this server did not give the user)",
                         ),
                         _json_param(
                             "queue_lifespan_secs",

@@ -8,6 +8,10 @@
 - `event_log_realm_index` (migration 0009, one shot): the index that lets
   `resume_from` read one realm's events from a large event log, built
   `CONCURRENTLY` so that writers of the log (every `send_event`) never wait.
+- `event_log_recipients_index` (migration 0012, one shot): the indexes
+  that let `resume_from` read one user's events (its recipients, a realm's
+  public channel messages, rows written by an earlier version), built
+  `CONCURRENTLY` too.
 - `event_log_retention`, `queue_journal_retention` (recurring, every
   EVENTQ_EVENT_LOG_PRUNE_SECS): server/retention.py. Listed even where that
   is 0 (their rows are then `disabled here`, not `unknown`), run only where
@@ -108,36 +112,72 @@ def wrap_legacy_api_key_hashes(secret: bytes) -> BackgroundUpdate:
 
 
 EVENT_LOG_REALM_INDEX = "event_log_realm_position"
+# resume_from's reads of one user's events (server/db.py `log_for_user`): the
+# rows naming them, the public channel messages of a realm (for
+# all_public_streams), and the rows written by a version that did not say
+# (parsed instead; none once those are pruned).
+EVENT_LOG_RECIPIENT_INDEXES = {
+    "event_log_recipients": "USING gin (recipients)",
+    "event_log_public_messages": "(realm_id, position) WHERE public_message",
+    "event_log_unknown_recipients": "(realm_id, position) WHERE recipients IS NULL",
+}
+
+
+async def _build_index(conn: Conn, name: str, definition: str) -> bool:
+    """`CREATE INDEX CONCURRENTLY name ON event_log definition`, unless a
+    valid one of that name is there; True if it built one. A build that was
+    interrupted (its runner killed) left an invalid index, which writers
+    still maintain: it is dropped and built again."""
+    cur = await conn.execute(
+        """
+        SELECT i.indisvalid FROM pg_index i
+        JOIN pg_class c ON c.oid = i.indexrelid
+        WHERE c.relname = %s AND c.relnamespace = current_schema()::regnamespace
+        """,
+        (name,),
+    )
+    row = await cur.fetchone()
+    if row is not None and row[0]:
+        return False
+    identifier = sql.Identifier(name)
+    if row is not None:
+        await conn.execute(sql.SQL("DROP INDEX CONCURRENTLY {}").format(identifier))
+    # The definitions are this module's constants, not input.
+    await conn.execute(
+        sql.SQL("CREATE INDEX CONCURRENTLY {} ON event_log {}").format(
+            identifier, sql.SQL(definition)
+        )
+    )
+    return True
 
 
 def event_log_realm_index() -> BackgroundUpdate:
     async def build(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
-        name = sql.Identifier(EVENT_LOG_REALM_INDEX)
-        cur = await conn.execute(
-            """
-            SELECT i.indisvalid FROM pg_index i
-            JOIN pg_class c ON c.oid = i.indexrelid
-            WHERE c.relname = %s AND c.relnamespace = current_schema()::regnamespace
-            """,
-            (EVENT_LOG_REALM_INDEX,),
-        )
-        row = await cur.fetchone()
-        if row is not None and row[0]:
-            return Batch(0, {"index": EVENT_LOG_REALM_INDEX, "built": False}, done=True)
-        if row is not None:
-            # A build interrupted (the runner killed) leaves an invalid index
-            # that writers still maintain: drop it and build again.
-            await conn.execute(sql.SQL("DROP INDEX CONCURRENTLY {}").format(name))
-        await conn.execute(
-            sql.SQL("CREATE INDEX CONCURRENTLY {} ON event_log (realm_id, position)").format(name)
-        )
-        return Batch(1, {"index": EVENT_LOG_REALM_INDEX, "built": True}, done=True)
+        built = await _build_index(conn, EVENT_LOG_REALM_INDEX, "(realm_id, position)")
+        return Batch(int(built), {"index": EVENT_LOG_REALM_INDEX, "built": built}, done=True)
 
     return BackgroundUpdate(
         "event_log_realm_index",
         build,
         one_shot=True,
         description="index the event log by realm for resume_from",
+    )
+
+
+def event_log_recipients_index() -> BackgroundUpdate:
+    async def build(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
+        built = [
+            name
+            for name, definition in EVENT_LOG_RECIPIENT_INDEXES.items()
+            if await _build_index(conn, name, definition)
+        ]
+        return Batch(len(built), {"built": built}, done=True)
+
+    return BackgroundUpdate(
+        "event_log_recipients_index",
+        build,
+        one_shot=True,
+        description="index the event log by recipient for resume_from",
     )
 
 
@@ -154,5 +194,6 @@ def standard_updates(settings: Settings, api_key_secret: bytes) -> list[Backgrou
     return [
         wrap_legacy_api_key_hashes(api_key_secret),
         event_log_realm_index(),
+        event_log_recipients_index(),
         *(dataclasses.replace(update, enabled=pruning) for update in retention),
     ]

@@ -173,3 +173,4 @@ class RegisterHandler(BaseHandler):
             body["ignored_parameters_unsupported"] = ignored
         self.write_success(body)
         server.journal_queue(registry.get(state["queue_id"], user.user_id))
+        server.record_floor(user.user_id, complete[0])

@@ -44,3 +44,30 @@ def test_writes_return_positions_in_order_and_a_retry_finds_its_row(database_url
             ([one, *many, first],),
         ).fetchall()
     assert rows == [(p, "note", 1) for p in [one, *many, first]]
+
+
+def test_every_write_records_whom_a_notice_names_and_whether_it_is_public(database_url: str):
+    def notice(event: dict, users: list) -> eventlog.Entry:
+        made = make_notice(event, users, 1)
+        return made, encode_notice(made)
+
+    public = {"type": "message", "invite_only": False, "message": {"id": 1, "type": "stream"}}
+    private = {**public, "invite_only": True}
+    direct = {"type": "message", "message": {"id": 2, "type": "private"}}
+    entries = [
+        notice(public, [{"id": 7, "flags": []}, 9]),
+        notice(private, [{"id": 7, "flags": ["read"]}]),
+        notice(direct, [3, 4]),
+        notice({"type": "note"}, [11]),
+    ]
+    with psycopg.connect(database_url) as conn:
+        [one] = eventlog.write(conn, entries[:1])
+        many = eventlog.write(conn, entries[1:3])
+        once = eventlog.write_once(conn, entries[3], "recipients-test-1")
+        conn.commit()
+        rows = conn.execute(
+            "SELECT recipients, public_message FROM event_log WHERE position = ANY(%s)"
+            " ORDER BY position",
+            ([one, *many, once],),
+        ).fetchall()
+    assert rows == [([7, 9], True), ([7], False), ([3, 4], False), ([11], False)]

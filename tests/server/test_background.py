@@ -29,10 +29,13 @@ from generation.accounts import CreatedUser, create_user, hash_api_key
 from server import background, cli
 from server.background import BackgroundUpdate, Batch, Conn, Controller, DefaultController, Runner
 from server.config import Settings
+from server.db import LOG_FOR_USER
 from server.retention import event_log_retention
 from server.updates import (
     EVENT_LOG_REALM_INDEX,
+    EVENT_LOG_RECIPIENT_INDEXES,
     event_log_realm_index,
+    event_log_recipients_index,
     standard_updates,
     wrap_legacy_api_key_hashes,
 )
@@ -1016,7 +1019,7 @@ def _fingerprint(secret: bytes) -> str:
     return hmac.digest(secret, b"eventq wrap_legacy_api_key_hashes", "sha256").hex()[:16]
 
 
-def test_a_freshly_migrated_database_lists_the_updates_of_migration_0009_as_pending(
+def test_a_freshly_migrated_database_lists_the_updates_of_its_migrations_as_pending(
     own_db: str, capsys: pytest.CaptureFixture[str]
 ):
     settings = Settings.from_env({"EVENTQ_DATABASE_URL": own_db})
@@ -1024,6 +1027,53 @@ def test_a_freshly_migrated_database_lists_the_updates_of_migration_0009_as_pend
     shown = json.loads(capsys.readouterr().out)
     assert shown["runner"] is None
     assert [(u["name"], u["state"], u["items_done"]) for u in shown["updates"]] == [
-        ("wrap_legacy_api_key_hashes", "pending", 0),
-        ("event_log_realm_index", "pending", 0),
+        ("wrap_legacy_api_key_hashes", "pending", 0),  # 0009
+        ("event_log_realm_index", "pending", 0),  # 0009
+        ("event_log_recipients_index", "pending", 0),  # 0012
     ]
+
+
+def test_the_recipient_indexes_are_built_concurrently_and_serve_resume_reads(own_db: str):
+    with psycopg.connect(own_db, autocommit=True) as conn:
+        # A realm's log: 200 users' events, with public channel messages
+        # and rows of the version before (no recipients).
+        conn.execute(
+            "INSERT INTO event_log (position, realm_id, event_type, notice, recipients,"
+            " public_message)"
+            " SELECT nextval('event_log_position'), 1, 'message', '\\x7b7d',"
+            " CASE WHEN g % 100 <> 0 THEN ARRAY[g % 200, (g + 1) % 200]::bigint[] END,"
+            " CASE WHEN g % 100 <> 0 THEN g % 1000 = 0 END"
+            " FROM generate_series(1, 20000) g"
+        )
+    controller = Controller(DefaultController(sleep_ms=0))
+    _enqueue(own_db, "event_log_recipients_index")
+    _run(own_db, [event_log_recipients_index()], controller)
+    ((progress,),) = _rows(
+        own_db, "SELECT progress FROM background_updates WHERE name = 'event_log_recipients_index'"
+    )
+    assert progress == {"built": sorted(EVENT_LOG_RECIPIENT_INDEXES, key=list(
+        EVENT_LOG_RECIPIENT_INDEXES).index)}  # fmt: skip
+    valid = _rows(
+        own_db,
+        "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+        " WHERE i.indisvalid AND c.relname = ANY(%s) ORDER BY 1",
+        (list(EVENT_LOG_RECIPIENT_INDEXES),),
+    )
+    assert [r[0] for r in valid] == sorted(EVENT_LOG_RECIPIENT_INDEXES)
+    # Run again: nothing to build.
+    _enqueue(own_db, "event_log_recipients_index")
+    _run(own_db, [event_log_recipients_index()], controller)
+    ((progress,),) = _rows(
+        own_db, "SELECT progress FROM background_updates WHERE name = 'event_log_recipients_index'"
+    )
+    assert progress == {"built": []}
+    # One user's read (server/db.py log_for_user) uses them, not a scan.
+    with psycopg.connect(own_db, autocommit=True) as conn:
+        conn.execute("ANALYZE event_log")
+        params = {"user": 7, "after": 100, "upto": 20000, "realm": 1, "types": None,
+                  "public": True, "limit": 1000}  # fmt: skip
+        plan = "\n".join(
+            row[0] for row in conn.execute(b"EXPLAIN " + LOG_FOR_USER.encode(), params)
+        )
+    for name in EVENT_LOG_RECIPIENT_INDEXES:
+        assert name in plan, plan

@@ -257,14 +257,37 @@ def test_a_queue_registered_after_the_last_checkpoint_survives_a_crash(start_ser
     client.close()
 
 
-def test_a_position_this_server_never_gave_is_refused_at_once(api):
-    client = api()
-    response = client.request("POST", "register", resume_from=2**62)
-    assert response.status_code == 400
+def _refused(client: Api, resume_from: int) -> str:
+    response = client.request("POST", "register", resume_from=resume_from)
+    assert response.status_code == 400, response.text
     body = response.json()
-    assert body["code"] == "RESUME_EXPIRED"
-    assert "ahead of this server's stream" in body["msg"]
-    assert body["stream_position"] < 2**62
+    assert body["result"] == "error"
+    assert body["code"] == "RESUME_POSITION_UNKNOWN", body
+    return str(body["msg"])
+
+
+def test_a_position_this_server_never_gave_the_user_is_refused(api, world, send):
+    newcomer = api()
+    # Never registered with state: no position was ever given to them.
+    assert "not a position this server gave you" in _refused(newcomer, 1)
+    given = newcomer.register(event_types=["note"])["stream_position"]
+    send(newcomer.user.realm_id, {"type": "note", "n": 1}, [newcomer.user.user_id])
+    # Below the first position they were given (0: the whole log), refused;
+    # ahead of the stream, refused; from what they were given, resumed.
+    assert "not a position this server gave you" in _refused(newcomer, given - 1)
+    assert "not a position this server gave you" in _refused(newcomer, 0)
+    assert "ahead of this server's stream" in _refused(newcomer, 2**62)
+    resumed = newcomer.register(event_types=["note"], resume_from=given)
+    events, _ = _collect(newcomer, resumed["queue_id"], 1)
+    assert [e["n"] for e in events] == [1]
+    # Another user's position is not theirs: an older user's first register
+    # came before this one's.
+    older = api()
+    older.register(event_types=["note"])
+    later = api()
+    first = later.register(event_types=["note"])["stream_position"]
+    assert first >= given
+    assert "not a position this server gave you" in _refused(later, given - 1)
 
 
 def test_an_event_type_no_event_can_have_resumes_to_nothing(api):
@@ -303,3 +326,132 @@ def test_queues_saved_against_another_database_are_set_aside(
         fresh.close()
     finally:
         second.stop()
+
+
+# -- what a resumed queue may hold now -----------------------------------------
+
+
+def _caught_up(server: ServerProcess) -> None:
+    """Wait until the server's stream has passed every logged event."""
+    with psycopg.connect(server.database_url) as conn:
+        row = conn.execute("SELECT max(position) FROM event_log").fetchone()
+    assert row is not None
+    wait_for(lambda: server.stats()["stream"]["position"] >= row[0], what="the stream")
+
+
+def _post(api: Api, **params: Any) -> int:
+    response = api.request("POST", "messages", **params)
+    assert response.status_code == 200, response.text
+    return int(response.json()["id"])
+
+
+def _replayed(api: Api, resume_from: int, **params: Any) -> list[dict[str, Any]]:
+    """What a queue resumed from `resume_from` holds (no live event comes)."""
+    resumed = api.register(resume_from=resume_from, **params)
+    return api.events(resumed["queue_id"], -1)
+
+
+def test_a_resume_replays_only_what_the_user_may_see_now(server, apis, domain):
+    hamlet, othello, iago = apis["hamlet"], apis["othello"], apis["iago"]
+    # Hamlet makes Rome, public: Othello is not subscribed, his
+    # all_public_streams queue takes its messages.
+    rome = hamlet.request("POST", "users/me/subscriptions", subscriptions=[{"name": "Rome"}])
+    assert rome.status_code == 200, rome.text
+    watching = othello.register(all_public_streams=True, event_types=["message"])
+    subscribed = hamlet.register(event_types=["message", "delete_message"])
+    for lost in (watching, subscribed):
+        assert lost["stream_position"] > 0
+    kept = _post(hamlet, type="stream", to="Rome", topic="t", content="kept")
+    deleted = _post(hamlet, type="stream", to="Rome", topic="t", content="deleted")
+    danish = _post(iago, type="stream", to="Denmark", topic="t", content="danish")
+    direct = _post(hamlet, type="private", to=[domain.id("othello")], content="unread")
+    ok_delete = iago.request("DELETE", f"messages/{deleted}")
+    assert ok_delete.status_code == 200, ok_delete.text
+    assert hamlet.request("DELETE", f"messages/{direct}").status_code == 200  # his own
+    _caught_up(server)
+
+    # As the log had it: every message; all from Othello's position.
+    assert {e["message"]["id"] for e in _replayed(
+        othello, watching["stream_position"], all_public_streams=True, event_types=["message"]
+    )} == {kept, danish}  # fmt: skip
+    # Rome made private: no longer his to see (he is not subscribed).
+    with psycopg.connect(server.database_url) as conn:
+        row = conn.execute(
+            "SELECT id FROM streams WHERE realm_id = %s AND name = 'Rome'",
+            (hamlet.user.realm_id,),
+        ).fetchone()
+    assert row is not None
+    private = iago.request("PATCH", f"streams/{row[0]}", is_private=True)
+    assert private.status_code == 200, private.text
+    _caught_up(server)
+    replay = _replayed(
+        othello, watching["stream_position"], all_public_streams=True, event_types=["message"]
+    )
+    assert [e["message"]["id"] for e in replay] == [danish]
+    # Hamlet is subscribed: Rome's kept message is still his; the deleted
+    # one is not replayed, its deletion is.
+    replay = _replayed(
+        hamlet, subscribed["stream_position"], event_types=["message", "delete_message"]
+    )
+    assert [e["message"]["id"] for e in replay if e["type"] == "message"] == [kept, danish]
+    # (One message per deletion event: a client without bulk_message_deletion.)
+    deletions = [e["message_id"] for e in replay if e["type"] == "delete_message"]
+    assert deletions == [deleted, direct]
+    # The direct message deleted before it was read is not Othello's to
+    # recover either.
+    replay = _replayed(othello, watching["stream_position"], event_types=["message"])
+    assert [e["message"]["id"] for e in replay] == [danish]
+
+
+def test_a_member_who_left_a_private_channel_is_not_replayed_its_messages(server, apis, domain):
+    othello, iago = apis["othello"], apis["iago"]
+    position = othello.register(event_types=["message"])["stream_position"]
+    secret = _post(iago, type="stream", to="Scotland", topic="t", content="before he left")
+    danish = _post(iago, type="stream", to="Denmark", topic="t", content="still public")
+    response = othello.request("DELETE", "users/me/subscriptions", subscriptions=["Scotland"])
+    assert response.status_code == 200, response.text
+    _caught_up(server)
+    replay = _replayed(othello, position, event_types=["message"])
+    assert [e["message"]["id"] for e in replay] == [danish]
+    assert secret != danish
+
+
+def _log_rows(url: str, realm_id: int, user_id: int, count: int, *, known: bool) -> None:
+    """`count` logged notes to `user_id`, written as this version writes
+    them (`known`: recipients recorded) or as the one before did."""
+    notice = f'{{"event":{{"type":"note","n":7}},"users":[{user_id}],"realm_id":{realm_id}}}'
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO event_log (position, realm_id, event_type, notice, recipients,"
+            " public_message)"
+            " SELECT nextval('event_log_position'), %s, 'note', convert_to(%s, 'UTF8'),"
+            " CASE WHEN %s THEN ARRAY[%s]::bigint[] END, CASE WHEN %s THEN false END"
+            " FROM generate_series(1, %s)",
+            (realm_id, notice, known, user_id, known, count),
+        )
+
+
+def test_a_resume_reads_the_users_rows_only_and_at_most_a_bounded_number(start_server, world):
+    # Queues of 100 events: a resume reads at most 200 rows.
+    server = start_server(EVENTQ_QUEUE_MAX_EVENTS="100")
+    realm = world.realm()
+    alice, bob = Api(server, world.user(realm)), Api(server, world.user(realm))
+    position = alice.register(event_types=["note"])["stream_position"]
+    url = server.database_url
+    realm_id = alice.user.realm_id
+    # Bob's, recorded as his: never read for Alice, however many.
+    _log_rows(url, realm_id, bob.user.user_id, 1_000, known=True)
+    # One of hers written by the version before (no recipients): parsed, hers.
+    _log_rows(url, realm_id, alice.user.user_id, 1, known=False)
+    _caught_up(server)
+    replay = _replayed(alice, position, event_types=["note"])
+    assert [e["n"] for e in replay] == [7]
+    # Rows of the version before that are not hers must be read to tell: past
+    # 200 the resume gives up, and the client registers with its state.
+    _log_rows(url, realm_id, bob.user.user_id, 200, known=False)
+    _caught_up(server)
+    response = alice.request("POST", "register", event_types=["note"], resume_from=position)
+    assert response.status_code == 400, response.text
+    body = response.json()
+    assert body["code"] == "RESUME_EXPIRED"
+    assert "More than 200 logged events to read" in body["msg"]

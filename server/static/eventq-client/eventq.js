@@ -26,6 +26,9 @@ export const DEFAULT_BACKOFF = Object.freeze({
 /** Used when register's answer has no `event_queue_longpoll_timeout_seconds`:
  * Zulip's value, comfortably above the server's 45-55 s heartbeat. */
 export const DEFAULT_POLL_TIMEOUT_MS = 90_000;
+// What a register with resume_from answers when the client must fetch its
+// state afresh instead.
+const RESUME_REFUSED = new Set(["RESUME_EXPIRED", "RESUME_POSITION_UNKNOWN"]);
 
 /** Register reads the whole initial state; 30 s is generous for that and
  * short enough for a silently dropped connection to be retried. */
@@ -617,7 +620,9 @@ export class EventqClient {
   }
 
   // POST register until it answers: transient failures are retried after a
-  // backoff; RESUME_EXPIRED falls back at once to a register with state.
+  // backoff; a resume the server cannot or will not do (RESUME_EXPIRED: the
+  // log no longer has the events; RESUME_POSITION_UNKNOWN: not a position it
+  // gave this user) falls back at once to a register with state.
   async #register(gen, resumeFrom) {
     this.#setStatus("connecting");
     for (;;) {
@@ -640,7 +645,7 @@ export class EventqClient {
         return outcome.body;
       }
       const { error } = outcome;
-      if (resumeFrom !== null && error.kind === "http" && error.code === "RESUME_EXPIRED") {
+      if (resumeFrom !== null && error.kind === "http" && RESUME_REFUSED.has(error.code)) {
         resumeFrom = null;
       } else if (error.retryable) {
         await this.#wait(gen, error);

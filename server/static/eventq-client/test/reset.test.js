@@ -190,6 +190,27 @@ test("RESUME_EXPIRED falls back to a full register and the page reloads its stat
   assert.equal(log.retries.length, 0, "the fallback is immediate");
 });
 
+test("a position the server did not give falls back to a full register at once", async () => {
+  const { client, server, log } = await running();
+  (await server.next()).respond(200, polled([], 160));
+  (await server.next()).respond(400, LOST);
+  const resume = await server.next();
+  assert.equal(resume.form.resume_from, "160");
+  resume.respond(
+    400,
+    failed("RESUME_POSITION_UNKNOWN", "resume_from 160 is not a position this server gave you"),
+  );
+  const full = await server.next();
+  assert.equal(full.form.resume_from, undefined);
+  full.respond(200, registered({ queue_id: "q3", stream_position: 900, last_event_id: 2 }));
+  (await server.next()).respond(200, polled([], 900));
+  assert.equal(log.resets.length, 1);
+  assert.equal(log.resets[0].reloadState, true);
+  assert.equal(log.resets[0].resumedFrom, null);
+  assert.equal(client.streamPosition, 900);
+  assert.equal(log.retries.length, 0, "the fallback is immediate");
+});
+
 test("a queue lost before it ever answered is replaced only after a backoff", async () => {
   const { server, timers, log } = await running();
   (await server.next()).respond(200, polled([], 100));
