@@ -10,7 +10,7 @@ import re
 import time
 import urllib.parse
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 import tornado.httputil
@@ -36,6 +36,8 @@ from server.responses import success_body
 from server.sessions import CSRF_HEADER, USER_HEADER, check_csrf, cookie_names
 
 log = logging.getLogger("eventq.http")
+# Refused calls of the operators' endpoints (server/handlers/internal.py).
+internal_log = logging.getLogger("eventq.internal")
 
 # A URL in a log line is cut here: a request head may be 64 KiB, and a
 # log line that long is noise an operator scrolls past (and can hide the next).
@@ -131,7 +133,12 @@ _DIGITS = re.compile(r"[0-9]{1,18}")
 @tornado.web.stream_request_body
 class BaseHandler(tornado.web.RequestHandler):
     """Bodies are streamed so that an oversized one is refused (413, JSON)
-    before it is read."""
+    before it is read.
+
+    `internal` handlers (`/api/internal/*`, `/metrics`) take bodies up to
+    `max_internal_request_bytes`, and answer only callers that
+    `caller_is_internal`: any other gets 403 "Access denied" from its
+    request head, before any of its body is read."""
 
     server: ServerApi
     json_api: bool
@@ -162,13 +169,19 @@ class BaseHandler(tornado.web.RequestHandler):
         self.server.request_started()
         self._counted = True
         if self.server.stopping:
-            self.set_header("Connection", "close")
+            # The server is going away: the connection is not to be reused.
+            # (A refusal's headers go in its ApiError: send_error clears
+            # those set before it.)
             raise ApiError(
                 "The server is restarting; try again shortly",
                 "SERVER_SHUTTING_DOWN",
                 503,
-                headers={"Retry-After": "1"},
+                headers={"Retry-After": "1", "Connection": "close"},
             )
+        if self.internal and not self.caller_is_internal():
+            # Before the Content-Length checks: an outsider learns nothing
+            # of the limits, and its body (up to 64 MiB) is never read.
+            self.refuse_caller()
         limit = self.body_limit()
         headers = self.request.headers
         # A membership test first: HTTPHeaders.get raises and catches a
@@ -179,9 +192,11 @@ class BaseHandler(tornado.web.RequestHandler):
                 raise ApiError("Invalid Content-Length header")
             if int(length) > limit:
                 # The body is never read: the connection cannot be reused.
-                self.set_header("Connection", "close")
                 raise ApiError(
-                    f"Request body too large (limit: {limit} bytes)", "REQUEST_TOO_LARGE", 413
+                    f"Request body too large (limit: {limit} bytes)",
+                    "REQUEST_TOO_LARGE",
+                    413,
+                    headers={"Connection": "close"},
                 )
         if FORWARDED_HEADER in headers:
             self._check_forwarded(headers[FORWARDED_HEADER])
@@ -302,6 +317,33 @@ class BaseHandler(tornado.web.RequestHandler):
             self.request.headers.get("X-Real-IP"),
             self.server.settings.sharding,
         )
+
+    def caller_is_internal(self) -> bool:
+        """Whether the caller (`client_address`: behind our own proxy, the
+        address it forwards) is this machine or, with several shards, one of
+        the sharding config's internal networks: who may call the internal
+        endpoints and see the operator pages without a token."""
+        return is_internal(self.client_address(), self.server.settings.sharding)
+
+    def caller_shown(self) -> str:
+        """The caller for a log line: its address, and the peer it came
+        through when that is another (our own proxy)."""
+        peer = self.request.remote_ip or ""
+        address = self.client_address()
+        return address if address == peer else f"{address} (through {peer})"
+
+    def refuse_caller(self, *, body_read: bool = False) -> NoReturn:
+        """Raise the internal endpoints' 403 "Access denied", logged (one
+        WARNING line) with the path and the caller. Unless `body_read`, the
+        answer closes the connection: the body that may follow the head was
+        not read, so the connection cannot carry another request."""
+        internal_log.warning(
+            "internal request to %s from %s refused",
+            logged_uri(self.request.path),
+            self.caller_shown(),
+        )
+        headers = {} if body_read else {"Connection": "close"}
+        raise ApiError("Access denied", "BAD_REQUEST", 403, headers=headers)
 
     async def authenticate(self) -> AuthUser:
         header = self.request.headers.get("Authorization")

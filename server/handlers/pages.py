@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from server.errors import ApiError
-from server.handlers.base import BaseHandler, is_internal
+from server.handlers.base import BaseHandler
 
 log = logging.getLogger("eventq.pages")
 
@@ -159,7 +159,7 @@ class OperatorHandler(BrowserHandler):
                 given = authorization[len("Bearer ") :].strip()
             if given and hmac.compare_digest(given.encode(), expected.encode()):
                 return True
-        if not is_internal(self.client_address(), self.server.settings.sharding):
+        if not self.caller_is_internal():
             return False
         # Trusted for where it calls from: only under a name of this server.
         self.refuse_other_hosts()

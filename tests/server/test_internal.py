@@ -1,17 +1,57 @@
-"""Internal endpoints: shared secret and loopback only (reference 1.5, scenario 58)."""
+"""Internal endpoints: the shared secret, from this machine (or the sharding
+config's internal networks) only (reference 1.5, scenario 58)."""
 
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 import requests
 
-from tests.support import SECRET, external_address
+from tests.support import SECRET, external_address, wait_for
+
+ACCESS_DENIED = {"result": "error", "msg": "Access denied", "code": "BAD_REQUEST"}
+# EVENTQ_MAX_INTERNAL_REQUEST_BYTES' default; a body just under it is no 413.
+INTERNAL_LIMIT = 64 * 1024 * 1024
+ALMOST_THE_LIMIT = INTERNAL_LIMIT - 1
+# How long the client waits for the answer to a head whose body it never
+# sends: far longer than a refusal takes, even on a slow machine; a server
+# that waits for the body never answers within it.
+ANSWER_SECS = 30.0
 
 
 def _post(server, path, data):
     return requests.post(f"{server.url}/api/internal/{path}", data=data, timeout=10)
+
+
+def _answer_to_the_head_alone(
+    host: str, port: int, method: str, path: str, length: int = ALMOST_THE_LIMIT
+) -> tuple[int, dict[str, str], bytes]:
+    """Send only the head of a request announcing a body of `length` bytes,
+    then read until the server closes the connection: (status, headers by
+    lowercase name, body)."""
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        "Content-Type: application/x-www-form-urlencoded\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    )
+    received = b""
+    with socket.create_connection((host, port), timeout=ANSWER_SECS) as conn:
+        conn.sendall(head.encode())
+        try:
+            while chunk := conn.recv(65536):
+                received += chunk
+        except TimeoutError:
+            raise AssertionError(
+                f"{method} {path}: no answer and no close within {ANSWER_SECS:g} s"
+                f" of the head (the server waits for the body); got {received!r}"
+            ) from None
+    assert received, f"{method} {path}: the connection closed without an answer"
+    answer_head, _, body = received.partition(b"\r\n\r\n")
+    status_line, *lines = answer_head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    return int(status_line.split()[1]), headers, body
 
 
 def test_notify_checks_the_secret_then_the_data(server, api):
@@ -82,3 +122,75 @@ def test_stats_needs_the_secret_and_reports_queues(server, api):
     assert stats["queues"] >= 1
     assert stats["user_queues"][0]["queue_id"] == queue_id
     assert set(stats["loop_lag"]) == {"p50_ms", "p99_ms", "window_max_ms", "max_ms"}
+
+
+@pytest.mark.parametrize("http_server", ["eventq", "tornado"])
+def test_an_outsider_is_refused_before_the_body_is_read(start_server, http_server):
+    """An internal endpoint refuses a caller off this machine from the
+    request head: it never reads (nor waits for) a body of up to 64 MiB."""
+    external = external_address()
+    if external is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to call from")
+    server = start_server(EVENTQ_HOST="0.0.0.0", EVENTQ_HTTP_SERVER=http_server)
+    for method, path in [
+        ("POST", "/api/internal/notify_tornado"),
+        ("POST", "/api/internal/stats"),
+        ("GET", "/metrics"),  # internal too: the same rule, the same limit
+    ]:
+        status, headers, body = _answer_to_the_head_alone(external, server.port, method, path)
+        assert status == 403, (path, body)
+        assert json.loads(body) == ACCESS_DENIED, path
+        # The body was not read: the connection cannot carry another request.
+        assert headers["connection"] == "close", path
+        refusal = f"WARNING eventq.internal: internal request to {path} from {external} refused"
+        wait_for(lambda refusal=refusal: refusal in server.log(), what=f"'{refusal}' logged")
+        warnings = [
+            line for line in server.log().splitlines() if " WARNING " in line and path in line
+        ]
+        assert len(warnings) == 1, warnings  # one line per refusal, none other
+        assert refusal in warnings[0]
+    # Still serving, this machine included.
+    assert _post(server, "stats", {"secret": SECRET}).status_code == 200
+
+
+def test_behind_our_proxy_the_address_it_forwards_is_judged(server):
+    """nginx calls from loopback and puts its own caller in X-Real-IP: an
+    outsider through it is refused even with the right secret, this machine
+    through it is served."""
+    url = f"{server.url}/api/internal/stats"
+    outsider = requests.post(
+        url, data={"secret": SECRET}, headers={"X-Real-IP": "203.0.113.9"}, timeout=10
+    )
+    assert outsider.status_code == 403
+    assert outsider.json() == ACCESS_DENIED
+    assert outsider.headers["Connection"] == "close"
+    refusal = "internal request to /api/internal/stats from 203.0.113.9 (through 127.0.0.1)"
+    wait_for(lambda: refusal in server.log(), what="the refusal logged")
+    local = requests.post(
+        url, data={"secret": SECRET}, headers={"X-Real-IP": "127.0.0.1"}, timeout=10
+    )
+    assert local.status_code == 200
+    assert local.json()["result"] == "success"
+    # The secret is still checked for a caller that passes the address check.
+    wrong = requests.post(
+        url, data={"secret": "guess"}, headers={"X-Real-IP": "127.0.0.1"}, timeout=10
+    )
+    assert wrong.status_code == 403
+    assert wrong.json() == ACCESS_DENIED
+
+
+@pytest.mark.parametrize("http_server", ["eventq", "tornado"])
+def test_a_body_past_the_internal_limit_is_413_before_it_is_read(start_server, http_server):
+    """From this machine, a body announced past the internal limit is
+    refused from the head, and the connection closes (and says so)."""
+    server = start_server(EVENTQ_HTTP_SERVER=http_server)
+    status, headers, body = _answer_to_the_head_alone(
+        "127.0.0.1", server.port, "POST", "/api/internal/notify_tornado", INTERNAL_LIMIT + 1
+    )
+    assert status == 413
+    assert json.loads(body) == {
+        "result": "error",
+        "msg": f"Request body too large (limit: {INTERNAL_LIMIT} bytes)",
+        "code": "REQUEST_TOO_LARGE",
+    }
+    assert headers["connection"] == "close"

@@ -1,5 +1,6 @@
-"""GET /metrics: Prometheus' text format, loopback callers only, figures that
-follow what the server did."""
+"""GET /metrics: Prometheus' text format, for callers on this machine (or the
+sharding config's internal networks) only, figures that follow what the
+server did."""
 
 from __future__ import annotations
 
@@ -83,5 +84,21 @@ def test_metrics_are_refused_to_callers_off_this_machine(start_server):
     server = start_server(EVENTQ_HOST="0.0.0.0")
     response = requests.get(f"http://{external}:{server.port}/metrics", timeout=10)
     assert response.status_code == 403
-    assert response.json()["msg"] == "Access denied"
+    assert response.json() == {"result": "error", "msg": "Access denied", "code": "BAD_REQUEST"}
+    refusal = f"internal request to /metrics from {external} refused"
+    wait_for(lambda: refusal in server.log(), what="the refusal logged")
     assert requests.get(f"{server.url}/metrics", timeout=10).status_code == 200
+
+
+def test_behind_our_proxy_metrics_judge_the_address_it_forwards(server):
+    """nginx calls from loopback and puts its own caller in X-Real-IP: an
+    outsider through it is refused, this machine through it is served."""
+    url = f"{server.url}/metrics"
+    outsider = requests.get(url, headers={"X-Real-IP": "203.0.113.9"}, timeout=10)
+    assert outsider.status_code == 403
+    assert outsider.json() == {"result": "error", "msg": "Access denied", "code": "BAD_REQUEST"}
+    refusal = "internal request to /metrics from 203.0.113.9 (through 127.0.0.1) refused"
+    wait_for(lambda: refusal in server.log(), what="the refusal logged")
+    local = requests.get(url, headers={"X-Real-IP": "127.0.0.1"}, timeout=10)
+    assert local.status_code == 200
+    assert local.headers["Content-Type"].startswith("text/plain; version=")
