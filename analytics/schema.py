@@ -35,7 +35,7 @@ OUTCOMES = ("events", "heartbeat", "displaced", "empty", "deleted", "error")
 BAD_EVENT_QUEUE_ID = "BAD_EVENT_QUEUE_ID"
 
 # Why a queue ended (column `reason` of end records); "expired" is the idle GC.
-END_REASONS = ("expired", "deleted", "overflow", "evicted", "deactivated")
+END_REASONS = ("expired", "deleted", "overflow", "evicted", "deactivated", "role_changed")
 
 RECORD_COLUMNS = StructType(
     [

@@ -37,13 +37,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from generation.events.users import deactivated_user_id
+from generation.events.users import access_change
 from generation.notice import NoticeUser
 
 # Which shards a notice must reach: those of its users; every shard of its
 # realm (a public channel message, for all_public_streams queues); every shard
-# (a deactivation: each ends the user's queues and forgets their credentials,
-# and any shard may have authenticated them).
+# (a change of a user's access: a deactivation, a new role, a logout or a new
+# API key: each shard forgets what it cached of the user, as any may have
+# authenticated them, and the user's own ends the queues it must).
 Reach = Literal["users", "realm", "all"]
 
 SHARD_NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
@@ -158,7 +159,7 @@ class ShardMap:
 
 def reach_of(event: Mapping[str, Any]) -> Reach:
     """Which shards a notice carrying `event` must reach (see `Reach`)."""
-    if deactivated_user_id(event) is not None:
+    if access_change(event) is not None:
         return "all"
     if reaches_whole_realm(event):
         return "realm"

@@ -22,7 +22,7 @@ from queues.payload import Encoder, Event, Payload
 from queues.specialize import NoticePayloads, is_public_channel_message
 
 # Why a queue ended; passed to end hooks and, for some, shown to its client.
-EndReason = Literal["expired", "deleted", "overflow", "evicted", "deactivated"]
+EndReason = Literal["expired", "deleted", "overflow", "evicted", "deactivated", "role_changed"]
 
 # A user in a notice: an id, or a dict with "id" and that user's own data.
 NoticeUser = int | Mapping[str, Any]
@@ -231,9 +231,16 @@ class QueueRegistry:
         for hook in self.end_hooks:
             hook(client, reason, last_for_user)
 
-    def end_user(self, user_id: int, reason: EndReason, now: float) -> int:
-        """End every queue of a user (deactivated); returns how many."""
-        clients = self.user_queues(user_id)
+    def end_user(
+        self, user_id: int, reason: EndReason, now: float, *, all_public_only: bool = False
+    ) -> int:
+        """End every queue of a user (deactivated), or only those that take
+        every public channel's messages (a guest now); returns how many."""
+        clients = [
+            client
+            for client in self.user_queues(user_id)
+            if client.options.all_public_streams or not all_public_only
+        ]
         for client in clients:
             self.end(client, reason, now)
         return len(clients)

@@ -25,9 +25,10 @@ import tornado.netutil
 import tornado.web
 from tornado.ioloop import PeriodicCallback
 
+from generation.accounts import ROLE_GUEST
 from generation.config import api_key_secret
 from generation.errors import BadNotice
-from generation.events.users import deactivated_user_id
+from generation.events.users import AccessChange, access_change, is_control
 from generation.notice import Notice, encode_notice, parse_notice
 from generation.send import PublishError, publish_encoded
 from generation.sharding import reach_of
@@ -42,9 +43,9 @@ from server.config import Settings
 from server.consumer import NoticeConsumer
 from server.db import Database, DatabaseUnavailable
 from server.deliverylog import DeliveryLog
+from server.floors import StreamFloors
 from server.http1 import FastHTTPServer
 from server.httpserver import EventHTTPServer, Refusals
-from server.floors import StreamFloors
 from server.journal import QueueJournal
 from server.longpoll import AnswerSlices, Heartbeats
 from server.looplag import LoopLagMonitor
@@ -884,8 +885,40 @@ class EventServer:
         report = self.stream.offer(notice, published_at)
         return report if isinstance(report, DeliveryReport) else DeliveryReport()
 
+    def _access_changed(self, change: AccessChange, now: float) -> None:
+        """What a change of a user's access does here (every shard hears of
+        it): what this shard cached of the user is forgotten, so the next
+        request is checked against the database (a new role, a logout, a new
+        key, a deactivation take effect at once, not at the cache's next
+        look); a deactivated user's queues end, and so do the queues taking
+        every public channel that a user made a guest may no longer have.
+        The rule and its reasons: the README's "Security"."""
+        self.auth.forget_user(change.user_id)
+        if change.deactivated:
+            # Their clients get BAD_EVENT_QUEUE_ID, then 401.
+            ended = self.registry.end_user(change.user_id, "deactivated", now)
+            log.info("user %d deactivated: %d queues ended", change.user_id, ended)
+        elif change.role == ROLE_GUEST:
+            ended = self.registry.end_user(
+                change.user_id, "role_changed", now, all_public_only=True
+            )
+            log.info(
+                "user %d is a guest now: %d queues taking every public channel ended",
+                change.user_id,
+                ended,
+            )
+        elif change.role is not None:
+            log.info("user %d has role %d now", change.user_id, change.role)
+        else:
+            log.info("user %d's credentials changed: forgotten here", change.user_id)
+
     def _deliver_now(self, notice: Notice, published_at: float | None) -> DeliveryReport:
         now = self.clock()
+        if is_control(notice.event):
+            change = access_change(notice.event)
+            if change is not None:
+                self._access_changed(change, now)
+            return DeliveryReport()
         wall = time.time()
         report = self.registry.deliver(
             notice.event,
@@ -897,13 +930,9 @@ class EventServer:
         )
         for observer in self.observers:
             observer.notice_delivered(notice.event["type"], report, wall)
-        deactivated = deactivated_user_id(notice.event)
-        if deactivated is not None:
-            # Their credentials stop working now, not at the auth cache's
-            # next check; their clients get BAD_EVENT_QUEUE_ID then 401.
-            self.auth.forget_user(deactivated)
-            ended = self.registry.end_user(deactivated, "deactivated", now)
-            log.info("user %d deactivated: %d queues ended", deactivated, ended)
+        change = access_change(notice.event)
+        if change is not None:
+            self._access_changed(change, now)
         if report.foreign:
             log.warning(
                 "notice for realm %s named users whose queues are in another realm;"

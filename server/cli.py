@@ -32,8 +32,15 @@ from generation.actions import users as user_actions
 from generation.actions.base import ActionContext, ActionError, EventSink
 from generation.config import ProducerConfig, SecretInvalid
 from generation.errors import BadNotice
+from generation.events.users import credentials_changed
 from generation.notice import Notice, encode_notice
-from generation.send import PublishError, publish_notice, send_event
+from generation.send import (
+    PublishError,
+    publish_notice,
+    send_event,
+    send_event_on_commit,
+    transaction,
+)
 from server import background
 from server.config import ConfigError, Settings, retired_advice
 from server.migrate import MigrationError, migrate
@@ -402,8 +409,25 @@ def cmd_user_create(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_user_rotate(settings: Settings, args: argparse.Namespace) -> int:
+    """The new key is printed once the change is committed; every shard is
+    told in the same transaction (the event log), so each forgets what it
+    cached of the old key at once, not at its cache's next look."""
+    config = ProducerConfig.from_env()
     with _connect(settings) as conn:
-        user = accounts.rotate_api_key(conn, args.realm, args.email)
+        try:
+            with transaction(conn):
+                user = accounts.rotate_api_key(conn, args.realm, args.email)
+                send_event_on_commit(
+                    conn,
+                    user.realm_id,
+                    credentials_changed(user.user_id),
+                    [user.user_id],
+                    config=config,
+                )
+        except PublishError as exc:
+            # Committed: the servers read it from the event log's tail.
+            log.warning("the servers were not told through RabbitMQ (%s); they read it from"
+                        " the event log", exc)  # fmt: skip
     _print_json(user.as_json())
     return 0
 

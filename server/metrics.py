@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import time
+import typing
 from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -99,7 +100,7 @@ class Metrics(Observer):
         # Known labels start at 0, so a rate() has a series before the first event.
         for outcome in ("events", "heartbeat", "displaced", "empty", "deleted"):
             self.polls[outcome] = 0
-        for reason in ("expired", "deleted", "overflow", "evicted", "deactivated"):
+        for reason in typing.get_args(EndReason):
             self.queues_ended.labels(reason)
 
     def _type_label(self, event_type: str) -> str:

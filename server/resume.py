@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from generation.errors import BadNotice
+from generation.events.users import is_control
 from generation.notice import Notice
 from queues.client import NO_POSITIONS, ClientDescriptor, QueueOptions
 from queues.specialize import is_public_channel_message
@@ -189,6 +190,8 @@ async def _parse(rows: list[LogRow], user_id: int, options: QueueOptions) -> lis
         except BadNotice as exc:
             log.error("event log position %d is unreadable (%s); skipped", position, exc)
             continue
+        if is_control(notice.event):
+            continue  # for the servers, never for a queue
         if not unknown or _may_reach(notice, user_id, options):
             found.append(notice)
     return found

@@ -5,6 +5,7 @@ model; see generation/events/__init__.py for how the catalogue uses them."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -208,10 +209,57 @@ def person(
 def deactivated_user_id(event: Mapping[str, Any]) -> int | None:
     """The user an event says was deactivated, or None: the server ends that
     user's queues on seeing it (their credentials no longer work)."""
-    if event.get("type") != "realm_user" or event.get("op") != "update":
+    change = access_change(event)
+    return change.user_id if change is not None and change.deactivated else None
+
+
+# Not an event any client receives: a notice that a user's credentials
+# changed (a logout ended their browser sessions, their API key was
+# replaced), so that every shard forgets what it cached of them
+# (`access_change`). Sent to every shard, delivered to no queue, never
+# replayed. The dot keeps it apart from every Zulip event type.
+CREDENTIALS_CHANGED = "eventq.credentials_changed"
+
+
+def credentials_changed(user_id: int) -> dict[str, Any]:
+    """The notice event telling every shard that `user_id`'s credentials changed."""
+    return {"type": CREDENTIALS_CHANGED, "user_id": user_id}
+
+
+def is_control(event: Mapping[str, Any]) -> bool:
+    """Whether an event is for the servers only, never for a queue."""
+    return event.get("type") == CREDENTIALS_CHANGED
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AccessChange:
+    """What changed of one user's access, for every shard to act on (the
+    README's "Security" says what each does to live queues): deactivated;
+    a new `role`; or only their credentials (logout, a new API key)."""
+
+    user_id: int
+    deactivated: bool = False
+    role: int | None = None
+
+
+def access_change(event: Mapping[str, Any]) -> AccessChange | None:
+    """The change of a user's access an event reports, or None."""
+    kind = event.get("type")
+    if kind == CREDENTIALS_CHANGED:
+        user_id = event.get("user_id")
+        valid = isinstance(user_id, int) and not isinstance(user_id, bool)
+        return AccessChange(cast(int, user_id)) if valid else None
+    if kind != "realm_user" or event.get("op") != "update":
         return None
     person = event.get("person")
-    if isinstance(person, Mapping) and person.get("is_active") is False:
-        user_id = person.get("user_id")
-        return user_id if isinstance(user_id, int) else None
+    if not isinstance(person, Mapping):
+        return None
+    user_id = person.get("user_id")
+    if not isinstance(user_id, int) or isinstance(user_id, bool):
+        return None
+    if person.get("is_active") is False:
+        return AccessChange(user_id, deactivated=True)
+    role = person.get("role")
+    if isinstance(role, int) and not isinstance(role, bool):
+        return AccessChange(user_id, role=role)
     return None

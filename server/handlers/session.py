@@ -9,6 +9,8 @@ import base64
 import logging
 import time
 
+from generation.events.users import credentials_changed
+from generation.notice import Notice
 from server.errors import ApiError, missing_argument
 from server.handlers.base import BaseHandler
 from server.sessions import check_origin, cookie_names
@@ -110,10 +112,13 @@ class LogoutHandler(SessionHandler):
     async def post(self) -> None:
         user = await self.authenticate()  # the session, with its CSRF check
         # Every session of the user issued until now ends, in every browser
-        # (a copied cookie included): at once here, on other shards when
-        # their cache of it expires (EVENTQ_AUTH_CACHE_SECS).
+        # (a copied cookie included): at once here, and on every other shard
+        # as soon as the notice reaches it (each forgets what it cached).
         await self.server.db.end_sessions(user.user_id)
         self.server.auth.forget_user(user.user_id)
+        await self.server.sink(
+            Notice(credentials_changed(user.user_id), [user.user_id], user.realm_id)
+        )
         names = [*cookie_names(user.user_id)]
         latest = self.get_cookie(cookie_names(None)[0])
         session = self.server.sessions.verify(latest, time.time()) if latest else None

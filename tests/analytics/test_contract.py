@@ -87,7 +87,7 @@ def write_every_kind(log_dir: Path) -> list[dict[str, Any]]:
         client_name="ZulipMobile",
     )  # fmt: skip
     web = queue_client("q-web", 8, 3, all_public_streams=True, client_name="website")
-    reasons: tuple[EndReason, ...] = ("expired", "deleted", "overflow", "evicted", "deactivated")
+    reasons: tuple[EndReason, ...] = typing.get_args(EndReason)
     ended = {
         reason: queue_client(f"q-{reason}", 9, 4, client_name="ZulipPython") for reason in reasons
     }

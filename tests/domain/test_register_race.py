@@ -35,8 +35,9 @@ from apply_events.engine import (
 )
 from apply_events.register import register
 from apply_events.state import StateContext, make_want
+from generation.accounts import ROLE_GUEST
 from generation.actions.base import ActionContext
-from generation.events.users import deactivated_user_id
+from generation.events.users import access_change
 from generation.notice import Notice
 from queues.client import QueueOptions
 from queues.registry import QueueRegistry
@@ -228,13 +229,16 @@ class Wire:
     def _offer(self, notice: Notice) -> None:
         assert notice.position is not None
         for position, ready in self.reader.offer(notice.position, notice, 0.0):
-            # As the server does: a deactivated user's queues end.
+            # As the server does (EventServer._access_changed): a deactivated
+            # user's queues end, and a new guest's all_public_streams ones.
             self.registry.deliver(
                 ready.event, ready.users, ready.realm_id, 0.0, origin=position, position=position
             )
-            deactivated = deactivated_user_id(ready.event)
-            if deactivated is not None:
-                self.registry.end_user(deactivated, "deactivated", 0.0)
+            change = access_change(ready.event)
+            if change is not None and change.deactivated:
+                self.registry.end_user(change.user_id, "deactivated", 0.0)
+            elif change is not None and change.role == ROLE_GUEST:
+                self.registry.end_user(change.user_id, "role_changed", 0.0, all_public_only=True)
 
 
 def test_register_state_plus_events_equals_a_fresh_fetch(domain):

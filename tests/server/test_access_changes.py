@@ -1,0 +1,157 @@
+"""A change of a user's access reaches every shard at once (issue 32): a new
+role, a logout and a new API key make every shard forget what it cached of
+the user, and a member made a guest loses the queues taking every public
+channel, on whichever shard holds them. Two shards, each caching
+credentials for ten minutes: nothing here waits for a cache to expire."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from generation import accounts
+from tests.shards import Cluster, connect, running
+from tests.support import SECRET, World, run_eventq, wait_for
+
+
+class People:
+    """A realm on shards a and b: an administrator owned by a, members owned by b."""
+
+    def __init__(self, world: World):
+        self.realm = world.realm()
+        self.admins = [world.user(self.realm, "administrator") for _ in range(4)]
+        self.members = [world.user(self.realm) for _ in range(12)]
+        self.realm_id = self.admins[0].realm_id
+
+
+@pytest.fixture(scope="module")
+def people(world: World) -> People:
+    return People(world)
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    database_url: str, amqp_url: str, people: People, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    made = Cluster(
+        database_url,
+        amqp_url,
+        tmp_path_factory.mktemp("cluster"),
+        {people.realm_id: ["a", "b"]},
+        env={"EVENTQ_AUTH_CACHE_SECS": "600"},
+    )
+    with running(made, nginx=False) as started:
+        yield started
+
+
+def _owned_by(cluster: Cluster, users: list[accounts.CreatedUser], shard: str) -> list:
+    return [u for u in users if cluster.map.shard_for(u.realm_id, u.user_id) == shard]
+
+
+def _status(url: str, user: accounts.CreatedUser, method: str = "GET", **data: str) -> int:
+    response = requests.request(
+        method, url, auth=(user.email, user.api_key), data=data or None, timeout=30
+    )
+    return response.status_code
+
+
+def test_a_member_made_a_guest_loses_every_public_channel_on_every_shard(
+    cluster: Cluster, people: People
+):
+    admin = _owned_by(cluster, people.admins, "a")[0]
+    member = _owned_by(cluster, people.members, "b")[0]
+    shard_a, shard_b = cluster.shards["a"], cluster.shards["b"]
+    # Registered through shard a, which authenticates them (and caches it)
+    # and forwards to b, their owner.
+    client = connect(cluster, member, "a")
+    try:
+        watching = client.register(all_public_streams=True, event_types=["message"])["queue_id"]
+        plain = client.register(event_types=["realm_user"])["queue_id"]
+        assert {q["queue_id"] for q in shard_b.user_queues(member.user_id)} == {watching, plain}
+        made_guest = requests.patch(
+            f"{shard_a.url}/api/v1/users/{member.user_id}",
+            data={"role": str(accounts.ROLES["guest"])},
+            auth=(admin.email, admin.api_key),
+            timeout=30,
+        )
+        assert made_guest.status_code == 200, made_guest.text
+        # Shard b, which holds the queues, ends the one a guest may not have.
+        wait_for(
+            lambda: [q["queue_id"] for q in shard_b.user_queues(member.user_id)] == [plain],
+            what="shard b to end the queue taking every public channel",
+        )
+        gone = client.get_events(queue_id=watching, last_event_id=-1, dont_block=True)
+        assert gone.json()["code"] == "BAD_EVENT_QUEUE_ID"
+        # The other queue goes on, and tells them of their new role.
+        told = wait_for(lambda: client.events(plain, -1), what="the realm_user event")
+        assert told[0]["person"] == {"user_id": member.user_id, "role": 600}
+        # Neither shard registers such a queue for them again: a forgot the
+        # member it had cached when it served the change, b when told.
+        for entry in ("a", "b"):
+            again = connect(cluster, member, entry)
+            try:
+
+                def refused(api=again) -> bool:
+                    response = api.request("POST", "register", all_public_streams=True)
+                    return response.status_code == 400
+
+                wait_for(refused, what=f"shard {entry} to refuse all_public_streams")
+            finally:
+                again.close()
+    finally:
+        client.close()
+
+
+def _login(url: str, user: accounts.CreatedUser) -> requests.Session:
+    browser = requests.Session()
+    response = browser.post(
+        f"{url}/json/login", data={"username": user.email, "api_key": user.api_key}, timeout=30
+    )
+    assert response.status_code == 200, response.text
+    return browser
+
+
+def test_a_logout_on_one_shard_is_refused_on_the_other_at_once(cluster: Cluster, people: People):
+    member = people.members[1]
+    shard_a, shard_b = cluster.shards["a"], cluster.shards["b"]
+    browser = _login(shard_a.url, member)
+    copied = requests.Session()  # the same session, kept aside
+    copied.cookies.set("eventq_session", browser.cookies["eventq_session"])
+    me = "/json/users/me"
+    for shard in (shard_a, shard_b):  # cached on both
+        assert copied.get(f"{shard.url}{me}", timeout=30).status_code == 200
+    out = browser.post(
+        f"{shard_a.url}/json/logout",
+        headers={"X-CSRFToken": browser.cookies["csrftoken"]},
+        timeout=30,
+    )
+    assert out.status_code == 200, out.text
+    assert copied.get(f"{shard_a.url}{me}", timeout=30).status_code == 401
+    wait_for(
+        lambda: copied.get(f"{shard_b.url}{me}", timeout=30).status_code == 401,
+        what="shard b to refuse the ended session (its cache keeps it ten minutes)",
+    )
+
+
+def test_a_rotated_key_is_refused_on_every_shard_at_once(cluster: Cluster, people: People):
+    member = people.members[2]
+    shard_a, shard_b = cluster.shards["a"], cluster.shards["b"]
+    for shard in (shard_a, shard_b):  # cached on both
+        assert _status(f"{shard.url}/api/v1/users/me", member) == 200
+    rotated = run_eventq(
+        "user", "rotate-key", "--realm", people.realm, "--email", member.email,
+        EVENTQ_DATABASE_URL=cluster.database_url,
+        EVENTQ_AMQP_URL=cluster.amqp_url,
+        EVENTQ_NOTIFY_QUEUE=cluster.notify_base,
+        EVENTQ_SHARDING=str(cluster.config_path),
+        EVENTQ_SHARED_SECRET=SECRET,
+    )  # fmt: skip
+    assert rotated.returncode == 0, rotated.stderr
+    assert "were not told" not in rotated.stderr
+    for shard in (shard_a, shard_b):
+        wait_for(
+            lambda url=shard.url: _status(f"{url}/api/v1/users/me", member) == 401,
+            what="the old key refused (the cache keeps it ten minutes)",
+        )
