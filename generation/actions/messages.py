@@ -23,7 +23,14 @@ from typing import Any, Literal
 
 from psycopg.rows import class_row
 
-from generation.actions.base import ActionContext, ActionError, Connection, UserRow, get_user
+from generation.actions.base import (
+    ROLE_GUEST,
+    ActionContext,
+    ActionError,
+    Connection,
+    UserRow,
+    get_user,
+)
 from generation.markdown import Person, Rendered, is_me_message, possible_mentions, render
 
 # Zulip's limits (MAX_MESSAGE_LENGTH, MAX_TOPIC_NAME_LENGTH); the schema checks them too.
@@ -224,6 +231,45 @@ async def _holder_ids(conn: Connection, message_ids: Sequence[int]) -> set[int]:
         (list(message_ids),),
     )
     return {row[0] for row in await cur.fetchall()}
+
+
+# The fields of an update_message event that carry the edited message's content.
+_CONTENT_KEYS = frozenset(
+    {"orig_content", "orig_rendered_content", "content", "rendered_content", "is_me_message"}
+)
+
+
+async def _outsiders(
+    conn: Connection, message: _Message, message_ids: Sequence[int], audience: set[int]
+) -> dict[int, list[int]]:
+    """Of `audience`, those who hold some of `message_ids` (messages of
+    `message`'s channel) but cannot see that channel now: not subscribed to
+    a private one (they left, or were removed), a guest not subscribed to a
+    public one, anyone once it is archived. For each, the ids they hold: an
+    event about the messages tells them of those only. None for a direct
+    message (its recipients hold it)."""
+    if message.stream_id is None or not audience:
+        return {}
+    cur = await conn.execute(
+        """
+        SELECT u.id, array_agg(um.message_id ORDER BY um.message_id)
+        FROM users u
+        JOIN user_messages um ON um.user_id = u.id AND um.message_id = ANY(%(ids)s)
+        JOIN streams s ON s.id = %(stream)s
+        LEFT JOIN subscriptions sub
+          ON sub.user_id = u.id AND sub.stream_id = s.id AND sub.active
+        WHERE u.id = ANY(%(audience)s)
+          AND (s.deactivated OR (sub.user_id IS NULL AND (s.invite_only OR u.role = %(guest)s)))
+        GROUP BY u.id
+        """,
+        {
+            "ids": list(message_ids),
+            "stream": message.stream_id,
+            "audience": sorted(audience),
+            "guest": ROLE_GUEST,
+        },
+    )
+    return {int(row[0]): [int(i) for i in row[1]] for row in await cur.fetchall()}
 
 
 async def _audience(conn: Connection, messages: Sequence[_Message]) -> set[int]:
@@ -721,13 +767,43 @@ async def do_update_message(
         flags = await _flags_of(conn, message.id)
         moved_messages = [dataclasses.replace(message, id=mid) for mid in moved]
         audience = await _audience(conn, moved_messages)
+        outsiders = await _outsiders(conn, message, moved, audience)
         # Zulip's rule for those without a row for the message (subscribers
         # who may have read it in the channel's history): treat it as read.
         outbox.send(
             actor.realm_id,
             event,
-            [{"id": uid, "flags": flags.get(uid, ["read"])} for uid in sorted(audience)],
+            [
+                {"id": uid, "flags": flags.get(uid, ["read"])}
+                for uid in sorted(audience - outsiders.keys())
+            ],
         )
+        # Those who cannot see the channel now (they left it) hear only of
+        # the messages they hold: the edit with their ids if they hold the
+        # edited one, else only the move of theirs, without its content.
+        # (Their own `message_ids` come with each one's data.)
+        theirs = {key: value for key, value in event.items() if key != "message_ids"}
+        holding = [
+            {"id": uid, "flags": flags.get(uid, ["read"]), "message_ids": held}
+            for uid, held in sorted(outsiders.items())
+            if message.id in held
+        ]
+        outbox.send(actor.realm_id, theirs, holding)
+        others = {uid: held for uid, held in outsiders.items() if message.id not in held}
+        if others and new_topic is not None:
+            move = {
+                key: value
+                for key, value in theirs.items()
+                if key not in _CONTENT_KEYS and key != "message_id"
+            }
+            users = []
+            for uid, held in sorted(others.items()):
+                own = await _flags_of(conn, held[0])
+                users.append(
+                    {"id": uid, "flags": own.get(uid, []), "message_id": held[0],
+                     "message_ids": held}
+                )  # fmt: skip
+            outbox.send(actor.realm_id, move, users)
 
 
 def _new_topic(actor: UserRow, realm: _Realm, message: _Message, topic: str | None) -> str | None:
@@ -781,7 +857,7 @@ async def do_delete_messages(ctx: ActionContext, actor_id: int, message_ids: Seq
                 else ("private", tuple(message.participant_ids or ()))
             )
             groups.setdefault(key, []).append(message)
-        events = []
+        events: list[tuple[dict[str, Any], list[Any]]] = []
         for group in groups.values():
             first = group[0]
             event: dict[str, Any] = {
@@ -792,7 +868,14 @@ async def do_delete_messages(ctx: ActionContext, actor_id: int, message_ids: Seq
             if first.stream_id is not None:
                 event["stream_id"] = first.stream_id
                 event["topic"] = first.topic
-            events.append((event, sorted(await _audience(conn, group))))
+            audience = await _audience(conn, group)
+            # Those who cannot see the channel now hear only of theirs.
+            outsiders = await _outsiders(conn, first, [m.id for m in group], audience)
+            events.append((event, sorted(audience - outsiders.keys())))
+            if outsiders:
+                theirs = {key: value for key, value in event.items() if key != "message_ids"}
+                held = [{"id": uid, "message_ids": ids} for uid, ids in sorted(outsiders.items())]
+                events.append((theirs, held))
         await conn.execute("DELETE FROM messages WHERE id = ANY(%s)", ([m.id for m in messages],))
         for event, users in events:
             outbox.send(actor.realm_id, event, users)

@@ -651,6 +651,53 @@ def test_a_subscriber_still_moves_a_private_topic(domain, mode, moved):
 
 
 @covers(UPDATE)
+def test_a_member_who_left_hears_only_of_the_messages_he_holds_when_another_moves_them(domain):
+    ids = a_private_topic_hamlet_lost(domain)
+    othello = domain.id("othello")
+    # A move from the message posted after he left: he holds two of the
+    # three; he learns of those, not of the third, nor that it was the one.
+    [event] = domain.verify(
+        lambda ctx: do_update_message(ctx, othello, ids[2], topic="moved",
+                                      propagate_mode="change_all"),
+    )  # fmt: skip
+    assert event["message_ids"] == ids[:2]
+    assert event["message_id"] in ids[:2]
+    assert "content" not in event
+    # A move with a new content of a message he holds: he gets both, for
+    # the messages he holds only.
+    [event] = domain.verify(
+        lambda ctx: do_update_message(ctx, domain.id("iago"), ids[0], topic="again",
+                                      propagate_mode="change_all"),
+    )  # fmt: skip
+    assert event["message_ids"] == ids[:2]
+    assert event["message_id"] == ids[0]
+    # The new content of a message he does not hold never reaches him.
+    [event] = domain.verify(
+        lambda ctx: do_update_message(ctx, othello, ids[2], content="the new plan", topic="x",
+                                      propagate_mode="change_all"),
+    )  # fmt: skip
+    assert event["message_ids"] == ids[:2]
+    assert "the new plan" not in str(event)
+    # A subscriber hears of them all.
+    [event] = domain.verify(
+        lambda ctx: do_update_message(ctx, othello, ids[2], topic="last",
+                                      propagate_mode="change_all"),
+        user="iago",
+    )  # fmt: skip
+    assert event["message_ids"] == ids
+
+
+@covers(DELETE)
+def test_a_member_who_left_hears_only_of_his_messages_deleted(domain):
+    ids = a_private_topic_hamlet_lost(domain)
+    [event] = domain.verify(
+        lambda ctx: do_delete_messages(ctx, domain.id("iago"), ids),
+        client_capabilities={"bulk_message_deletion": True},
+    )
+    assert event["message_ids"] == ids[:2]
+
+
+@covers(UPDATE)
 def test_a_member_moves_a_public_topic_without_being_subscribed(domain):
     # A public channel stays open to the members who left it (not to guests).
     before = send(domain, "othello", "Denmark", topic="walls")

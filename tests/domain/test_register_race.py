@@ -171,10 +171,15 @@ async def _one_register(
     queue.prune(state["last_event_id"])
     after = queue.contents()
     later = [p.client_event(i) for i, p in after]
-    # Exact by position: nothing the snapshot has, nothing twice.
-    applied = [p.origin for _, p in replay] + [p.origin for _, p in after]
-    twice = sorted({pos for pos in applied if applied.count(pos) > 1})
-    again = sorted(set(applied) & in_snapshot[0])
+    # Exact by position: nothing the snapshot has, nothing twice. (One
+    # notice may be several events: a client without bulk_message_deletion
+    # gets one per deleted message; the same event twice is what counts.)
+    applied = [
+        (p.origin, encode({k: v for k, v in p.client_event(i).items() if k != "id"}))
+        for i, p in [*replay, *after]
+    ]
+    twice = sorted({pos for pos, body in applied if applied.count((pos, body)) > 1})
+    again = sorted({pos for pos, _ in applied} & in_snapshot[0])
     if twice or again:
         return [f"applied twice: {twice}; applied though in the snapshot: {again}"]
     apply_events(state, later, want, ctx)
