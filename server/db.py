@@ -84,6 +84,24 @@ ORDER BY position LIMIT %(limit)s
 """
 
 
+# Of the message ids asked about, those a deletion logged in the realm in a
+# range of positions names (`Database.deleted_messages`).
+DELETED_MESSAGES = """
+SELECT DISTINCT (id #>> '{}')::bigint FROM (
+    SELECT convert_from(notice, 'UTF8')::jsonb -> 'event' AS event
+    FROM event_log
+    WHERE event_type = 'delete_message' AND realm_id = %(realm)s
+      AND position > %(after)s AND position <= %(upto)s
+) deletions,
+LATERAL jsonb_array_elements(
+    CASE WHEN jsonb_typeof(event -> 'message_ids') = 'array'
+         THEN event -> 'message_ids'
+         ELSE jsonb_build_array(event -> 'message_id') END
+) AS id
+WHERE jsonb_typeof(id) = 'number' AND (id #>> '{}')::numeric = ANY(%(ids)s)
+"""
+
+
 class Database:
     """Created closed; `open()` on the IO loop before use, `close()` at shutdown."""
 
@@ -302,20 +320,7 @@ class Database:
             return set()
         async with self.connection() as conn:
             cur = await conn.execute(
-                """
-                SELECT DISTINCT (id #>> '{}')::bigint FROM (
-                    SELECT convert_from(notice, 'UTF8')::jsonb -> 'event' AS event
-                    FROM event_log
-                    WHERE event_type = 'delete_message' AND realm_id = %(realm)s
-                      AND position > %(after)s AND position <= %(upto)s
-                ) deletions,
-                LATERAL jsonb_array_elements(
-                    CASE WHEN jsonb_typeof(event -> 'message_ids') = 'array'
-                         THEN event -> 'message_ids'
-                         ELSE jsonb_build_array(event -> 'message_id') END
-                ) AS id
-                WHERE jsonb_typeof(id) = 'number' AND (id #>> '{}')::numeric = ANY(%(ids)s)
-                """,
+                DELETED_MESSAGES,
                 {"realm": realm_id, "after": after, "upto": upto, "ids": message_ids},
             )
             return {int(r[0]) for r in await cur.fetchall()}

@@ -115,11 +115,13 @@ EVENT_LOG_REALM_INDEX = "event_log_realm_position"
 # resume_from's reads of one user's events (server/db.py `log_for_user`): the
 # rows naming them, the public channel messages of a realm (for
 # all_public_streams), and the rows written by a version that did not say
-# (parsed instead; none once those are pruned).
+# (parsed instead; none once those are pruned); and of a realm's deletions
+# (`deleted_messages`: a message deleted since is not replayed).
 EVENT_LOG_RECIPIENT_INDEXES = {
     "event_log_recipients": "USING gin (recipients)",
     "event_log_public_messages": "(realm_id, position) WHERE public_message",
     "event_log_unknown_recipients": "(realm_id, position) WHERE recipients IS NULL",
+    "event_log_deletions": "(realm_id, position) WHERE event_type = 'delete_message'",
 }
 
 

@@ -29,7 +29,7 @@ from generation.accounts import CreatedUser, create_user, hash_api_key
 from server import background, cli
 from server.background import BackgroundUpdate, Batch, Conn, Controller, DefaultController, Runner
 from server.config import Settings
-from server.db import LOG_FOR_USER
+from server.db import DELETED_MESSAGES, LOG_FOR_USER
 from server.retention import event_log_retention
 from server.updates import (
     EVENT_LOG_REALM_INDEX,
@@ -1074,6 +1074,10 @@ def test_the_recipient_indexes_are_built_concurrently_and_serve_resume_reads(own
                   "public": True, "limit": 1000}  # fmt: skip
         plan = "\n".join(
             row[0] for row in conn.execute(b"EXPLAIN " + LOG_FOR_USER.encode(), params)
+        )
+        deletions = {"realm": 1, "after": 100, "upto": 20000, "ids": [5, 6]}
+        plan += "\n".join(
+            row[0] for row in conn.execute(b"EXPLAIN " + DELETED_MESSAGES.encode(), deletions)
         )
     for name in EVENT_LOG_RECIPIENT_INDEXES:
         assert name in plan, plan
