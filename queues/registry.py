@@ -23,6 +23,10 @@ from queues.specialize import NoticePayloads, is_public_channel_message
 
 # Why a queue ended; passed to end hooks and, for some, shown to its client.
 EndReason = Literal["expired", "deleted", "overflow", "evicted", "deactivated", "role_changed"]
+# The reasons a queue's owner is told with its next GET's BAD_EVENT_QUEUE_ID
+# (`"reason"`): those the client did not cause by leaving, and may act on (a
+# client made a guest cannot have all_public_streams again).
+TOLD_REASONS: frozenset[EndReason] = frozenset({"overflow", "evicted", "role_changed"})
 
 # A user in a notice: an id, or a dict with "id" and that user's own data.
 NoticeUser = int | Mapping[str, Any]
@@ -96,7 +100,7 @@ class QueueRegistry:
         # ascending `last_active` order: a queue is here iff its waiter is None.
         # The expiry sweep then only looks at the oldest of each group.
         self._idle: dict[float, OrderedDict[str, ClientDescriptor]] = {}
-        # queue id -> (owner, reason) for queues ended by overflow or eviction.
+        # queue id -> (owner, reason) for queues ended for a TOLD_REASONS reason.
         self._tombstones: OrderedDict[str, tuple[int, EndReason]] = OrderedDict()
         # One QueueOptions object per distinct value (`_shared_options`).
         self._options: dict[QueueOptions, QueueOptions] = {}
@@ -224,7 +228,7 @@ class QueueRegistry:
             waiter.wake("overflow" if reason in ("overflow", "evicted") else "deleted")
         else:
             self._idle_remove(client)
-        if reason in ("overflow", "evicted"):
+        if reason in TOLD_REASONS:
             self._tombstones[client.queue_id] = (client.user_id, reason)
             while len(self._tombstones) > self.limits.max_tombstones:
                 self._tombstones.popitem(last=False)
@@ -541,7 +545,7 @@ class QueueRegistry:
                 and len(entry) == 3
                 and isinstance(entry[0], str)
                 and isinstance(entry[1], int)
-                and entry[2] in ("overflow", "evicted")
+                and entry[2] in TOLD_REASONS
                 and entry[0] not in self._clients
             ):
                 self._tombstones[entry[0]] = (entry[1], entry[2])

@@ -725,9 +725,11 @@ class EventServer:
 
     async def stream_floor(self, user_id: int) -> int | None:
         """The lowest stream position registers gave `user_id`, those of
-        this process's registers not yet written included."""
-        await self.floors.drain()
-        return await self.db.stream_floor(user_id)
+        this process's registers not yet written included (not waited for:
+        under a flood of registers the writer is never done)."""
+        written = await self.db.stream_floor(user_id)
+        floors = [f for f in (written, self.floors.unwritten(user_id)) if f is not None]
+        return min(floors, default=None)
 
     def restart_event(self) -> dict[str, Any]:
         return {

@@ -135,6 +135,16 @@ class Authenticator:
         self._forgotten_at: dict[int, int] = {}
         self.lookups = 0  # database lookups made, for stats and tests
 
+    def epoch(self) -> int:
+        """A mark to compare `forgotten(user_id)` with later."""
+        return self._forgets
+
+    def forgotten(self, user_id: int) -> int:
+        """The `epoch()` at which `user_id` was last forgotten (0: never):
+        above a mark taken before authenticating them, their access changed
+        since (a new role, a deactivation, a logout, a new key)."""
+        return self._forgotten_at.get(user_id, 0)
+
     def forget_user(self, user_id: int) -> None:
         """Drop a user's cached credentials (deactivated, logged out)."""
         self._forgets += 1

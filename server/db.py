@@ -56,11 +56,15 @@ class SessionRow:
 
 
 # One user's logged notices for resume_from (`Database.log_for_user`): three
-# reads, each by its own index (server/updates.py), merged: the rows naming
-# the user, the realm's public channel messages (all_public_streams), and
-# rows an earlier version wrote without recipients.
+# reads, each by its own index (server/updates.py) and each stopping at the
+# limit, merged: the rows naming the user, the realm's public channel
+# messages (all_public_streams; a message both is read twice and kept once),
+# and rows an earlier version wrote without recipients. The first `limit`
+# positions of the whole are among the first `limit` of each read: fewer
+# than `limit` rows means there are no more.
 LOG_FOR_USER = """
-(SELECT position, notice, false FROM event_log
+SELECT DISTINCT ON (position) position, notice, unknown FROM (
+(SELECT position, notice, false AS unknown FROM event_log
  WHERE recipients @> ARRAY[%(user)s::bigint]
    AND position > %(after)s AND position <= %(upto)s
    AND (realm_id = %(realm)s OR realm_id IS NULL)
@@ -70,7 +74,6 @@ UNION ALL
 (SELECT position, notice, false FROM event_log
  WHERE %(public)s AND public_message AND realm_id = %(realm)s
    AND position > %(after)s AND position <= %(upto)s
-   AND NOT recipients @> ARRAY[%(user)s::bigint]
    AND (%(types)s::text[] IS NULL OR event_type = ANY(%(types)s::text[]))
  ORDER BY position LIMIT %(limit)s)
 UNION ALL
@@ -80,25 +83,28 @@ UNION ALL
    AND (realm_id = %(realm)s OR realm_id IS NULL)
    AND (%(types)s::text[] IS NULL OR event_type = ANY(%(types)s::text[]))
  ORDER BY position LIMIT %(limit)s)
+) candidates
 ORDER BY position LIMIT %(limit)s
 """
 
 
 # Of the message ids asked about, those a deletion logged in the realm in a
-# range of positions names (`Database.deleted_messages`).
+# range of positions names (`Database.deleted_messages`). json, not jsonb: a
+# notice may hold an escaped NUL, which jsonb refuses; an id is compared as a number
+# (5.0 names message 5) before it is cast.
 DELETED_MESSAGES = """
-SELECT DISTINCT (id #>> '{}')::bigint FROM (
-    SELECT convert_from(notice, 'UTF8')::jsonb -> 'event' AS event
+SELECT DISTINCT (id #>> '{}')::numeric::bigint FROM (
+    SELECT convert_from(notice, 'UTF8')::json -> 'event' AS event
     FROM event_log
     WHERE event_type = 'delete_message' AND realm_id = %(realm)s
       AND position > %(after)s AND position <= %(upto)s
 ) deletions,
-LATERAL jsonb_array_elements(
-    CASE WHEN jsonb_typeof(event -> 'message_ids') = 'array'
+LATERAL json_array_elements(
+    CASE WHEN json_typeof(event -> 'message_ids') = 'array'
          THEN event -> 'message_ids'
-         ELSE jsonb_build_array(event -> 'message_id') END
+         ELSE json_build_array(event -> 'message_id') END
 ) AS id
-WHERE jsonb_typeof(id) = 'number' AND (id #>> '{}')::numeric = ANY(%(ids)s)
+WHERE json_typeof(id) = 'number' AND (id #>> '{}')::numeric = ANY(%(ids)s::numeric[])
 """
 
 
@@ -191,14 +197,6 @@ class Database:
         if found is None:
             return None
         return SessionRow(ApiKeyRow(*found[:9]), found[9], int(found[10]))
-
-    async def end_sessions(self, user_id: int) -> None:
-        """Every browser session of `user_id` issued until now ends."""
-        async with self.connection() as conn:
-            await conn.execute(
-                "UPDATE users SET sessions_generation = sessions_generation + 1 WHERE id = %s",
-                (user_id,),
-            )
 
     async def realm_users(self, subdomain: str) -> list[tuple[int, str, str, str]]:
         """The active users of an active realm: (id, email, full name, API key id)."""
@@ -375,7 +373,9 @@ class Database:
 
     async def record_stream_floors(self, floors: dict[int, int]) -> None:
         """Say that registers gave these users these positions: each user's
-        floor stays the lowest, unless the log is pruned past it."""
+        floor stays the lowest (a position pruned since is refused anyway, as
+        expired: another device's register must not raise the floor above
+        what an older one may still resume from)."""
         async with self.connection() as conn:
             await conn.execute(
                 """
@@ -384,11 +384,7 @@ class Database:
                     AS f(user_id, position)
                 JOIN users u ON u.id = f.user_id
                 ON CONFLICT (user_id) DO UPDATE SET
-                  position = CASE
-                    WHEN user_stream_floors.position
-                         < (SELECT coalesce(max(through), 0) FROM event_log_pruned)
-                    THEN excluded.position
-                    ELSE least(user_stream_floors.position, excluded.position) END,
+                  position = least(user_stream_floors.position, excluded.position),
                   updated_at = now()
                 """,
                 (list(floors), list(floors.values())),

@@ -84,6 +84,17 @@ def rate_limited(wait_secs: float) -> ApiError:
     )
 
 
+def access_changed() -> ApiError:
+    """The user's access changed (a new role, a logout, a new key) while their
+    queue was being made: the client registers again, and is judged anew."""
+    return ApiError(
+        "Your access changed while the queue was made; register again",
+        "ACCESS_CHANGED",
+        503,
+        headers={"Retry-After": "1"},
+    )
+
+
 def database_unavailable() -> ApiError:
     """The database could not answer in time; the client should retry."""
     return ApiError(

@@ -32,6 +32,8 @@ class StreamFloors:
     def __init__(self, db: Database):
         self.db = db
         self._pending: dict[int, int] = {}
+        # The batch being written.
+        self._writing: dict[int, int] = {}
         self._writer: asyncio.Task[None] | None = None
         self._warned = False
         self.written = 0
@@ -49,6 +51,11 @@ class StreamFloors:
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write())
 
+    def unwritten(self, user_id: int) -> int | None:
+        """The lowest floor recorded for `user_id` and not yet written."""
+        floors = [f.get(user_id) for f in (self._pending, self._writing)]
+        return min((f for f in floors if f is not None), default=None)
+
     async def drain(self) -> None:
         """Wait until every floor recorded so far is written (or failed)."""
         while self._writer is not None and not self._writer.done():
@@ -57,6 +64,7 @@ class StreamFloors:
     async def _write(self) -> None:
         while self._pending:
             floors, self._pending = self._pending, {}
+            self._writing = floors
             try:
                 await self.db.record_stream_floors(floors)
             except (DatabaseUnavailable, psycopg.Error) as exc:
@@ -69,6 +77,8 @@ class StreamFloors:
                     )
                     self._warned = True
                 self.dropped += len(floors)
-                continue
-            self._warned = False
-            self.written += len(floors)
+            else:
+                self._warned = False
+                self.written += len(floors)
+            finally:
+                self._writing = {}

@@ -123,7 +123,8 @@ def _responses(ok: str, errors: str = "ErrorResponse") -> JsonSchema:
             **error,
         },
         "503": {
-            "description": "Restarting, database unavailable or shards disagree; retry",
+            "description": "Restarting, database unavailable, shards disagree, or (register)"
+            " the user's access changed meanwhile (ACCESS_CHANGED); retry",
             **error,
         },
     }

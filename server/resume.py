@@ -5,26 +5,31 @@ read from the event log, when the log still has them.
 Three bounds (docs in the README's "Stream positions" and "Security"):
 
 - **Only a position the user was given.** `resume_from` must be at or above
-  the lowest stream position a register gave this user within the log's
-  retention (`user_stream_floors`), and not ahead of this server's stream;
-  anything else is RESUME_POSITION_UNKNOWN, and the client registers afresh.
-- **What the user may see now**, not when the event was sent: an event
-  about a message deleted since (a `delete_message` naming it is logged
-  after `resume_from`) is not replayed, nor a message, edit, reaction or
-  typing notice of a channel the user cannot see now (unsubscribed from a
-  private channel, a channel made private, archived, or a guest's
-  unsubscribed channel). Deletions are replayed; so is what tells the user
-  of a change (subscription and channel events).
-- **A bounded read.** The log is read by recipient in SQL (the rows naming
-  the user, a realm's public channel messages for `all_public_streams`, and
-  rows an earlier version wrote without saying, which are parsed to tell),
-  at most two queues' worth of rows; the rows are parsed on the loop a slice at a
-  time.
+  the lowest stream position a register ever gave this user
+  (`user_stream_floors`, server/floors.py), and not ahead of this server's
+  stream; anything else is RESUME_POSITION_UNKNOWN, and the client
+  registers afresh.
+- **What the user may see now**, not when the event was sent: no event is
+  replayed that names a message deleted since (a `delete_message` naming it
+  is logged after `resume_from`), or a channel the user cannot see now
+  (unsubscribed from a private channel, a channel made private, archived, a
+  guest's unsubscribed channel), or a message of such a channel. Deletions
+  are replayed, and so are the channel and subscription events that tell of
+  the change (`_ALWAYS`). What the domain's tables do not know (a
+  producer's own channels and messages) is judged as it was when sent.
+- **A bounded read.** The log is read once, by recipient in SQL (the rows
+  naming the user, a realm's public channel messages for
+  `all_public_streams`, and rows an earlier version wrote without saying,
+  which are parsed to tell), at most two queues' worth of rows; the rows
+  are parsed on the loop a slice at a time.
 
-The events are read before the queue exists and put into it in the same
-loop iteration as it is made, so none delivered live can come before them
-or be missed between: the log is read up to the stream position, and read
-again while the stream moved on during the read.
+The stream records what it hands to the queues while the log is read
+(`EventStream.recording`); the new queue is made, without an await, once
+the read is done, and given the replayed events (up to the position the
+read began at) then the recorded ones, as a live delivery would have:
+nothing missed, nothing twice, however busy the server. A change of the
+user's access meanwhile (a new role: the options may no longer be theirs)
+refuses the resume with ACCESS_CHANGED, and the client registers again.
 """
 
 from __future__ import annotations
@@ -33,8 +38,10 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+import psycopg
 
 from generation.errors import BadNotice
 from generation.events.users import is_control
@@ -43,6 +50,7 @@ from queues.client import NO_POSITIONS, ClientDescriptor, QueueOptions
 from queues.specialize import is_public_channel_message
 from server.db import LogRow
 from server.errors import ApiError
+from server.errors import access_changed as access_changed_error
 from server.interface import ServerApi
 from server.observe import Origin
 from server.stream import CATCH_UP_PAGE, notice_from_log
@@ -63,8 +71,10 @@ MAX_READ_QUEUES = 2
 # about a second in all.
 SLICE_SECS = 0.001
 
-# Events replayed whatever the user may see now: they take away.
-_ALWAYS = frozenset({"delete_message"})
+# Events replayed whatever the user may see now: they take away (deletions),
+# tell of the change itself (a channel's and the user's subscriptions'), or
+# are the user's own (flags).
+_ALWAYS = frozenset({"delete_message", "stream", "subscription", "update_message_flags"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -72,8 +82,9 @@ class ReplayFacts:
     """What is true now of the messages and channels that candidate events
     name: `deleted` messages (a deletion logged after the resume position),
     the `channel_of` messages the domain knows, the channels it `knows` and,
-    of those, the ones the user `sees`. A channel the domain does not know
-    (a producer's own) is judged as it was when its events were sent."""
+    of those, the ones the user `sees`. A channel or message the domain does
+    not know (a producer's own) is judged as it was when its events were
+    sent."""
 
     deleted: frozenset[int]
     channel_of: Mapping[int, int]
@@ -86,47 +97,44 @@ def _int(value: object) -> int | None:
 
 
 def message_ids(event: Mapping[str, Any]) -> list[int]:
-    """The messages an event is about: a message's id, an edit's or a
-    reaction's message_id (and an edit's moved message_ids)."""
-    kind = event.get("type")
-    ids: list[int] = []
-    if kind == "message":
-        message = event.get("message")
-        if isinstance(message, Mapping):
-            ids.append(_int(message.get("id")) or 0)
-    elif kind in ("update_message", "reaction"):
-        ids.append(_int(event.get("message_id")) or 0)
-        moved = event.get("message_ids")
-        if isinstance(moved, list):
-            ids.extend(_int(i) or 0 for i in moved)
-    return [i for i in ids if i > 0]
+    """The messages an event judged by what the user may see now is about:
+    a message event's message, and any event's `message_id` and
+    `message_ids` (edits, moves, reactions, submessages...)."""
+    if event.get("type") in _ALWAYS:
+        return []
+    ids: list[int | None] = [_int(event.get("message_id"))]
+    message = event.get("message")
+    if event.get("type") == "message" and isinstance(message, Mapping):
+        ids.append(_int(message.get("id")))
+    moved = event.get("message_ids")
+    if isinstance(moved, list):
+        ids.extend(_int(i) for i in moved)
+    return [i for i in ids if i is not None and i > 0]
 
 
-def channel_id(event: Mapping[str, Any]) -> int | None:
-    """The channel whose content an event carries: a channel message's, an
-    edit's, a channel typing notice's; None for anything else."""
-    kind = event.get("type")
-    if kind == "message":
-        message = event.get("message")
-        if isinstance(message, Mapping) and message.get("type") == "stream":
-            return _int(message.get("stream_id"))
-        return None
-    if kind in ("update_message", "typing"):
-        return _int(event.get("stream_id"))
-    return None
+def channel_ids(event: Mapping[str, Any]) -> list[int]:
+    """The channels whose content an event judged by what the user may see
+    now carries: a channel message's, and any event's `stream_id` and
+    `new_stream_id` (an edit's, a move's, a typing notice's...)."""
+    if event.get("type") in _ALWAYS:
+        return []
+    ids = [_int(event.get("stream_id")), _int(event.get("new_stream_id"))]
+    message = event.get("message")
+    if isinstance(message, Mapping) and message.get("type") == "stream":
+        ids.append(_int(message.get("stream_id")))
+    return [i for i in ids if i is not None]
 
 
 def replayable(event: Mapping[str, Any], facts: ReplayFacts) -> bool:
-    """Whether a logged event for the user goes into their resumed queue."""
-    if event.get("type") in _ALWAYS:
-        return True
+    """Whether a logged event for the user goes into their resumed queue:
+    none of its messages deleted since, and every channel it names, or its
+    messages are in, one the user may see now (or one the domain does not
+    know)."""
     ids = message_ids(event)
     if any(i in facts.deleted for i in ids):
         return False
-    channel = channel_id(event)
-    if channel is None and event.get("type") == "reaction" and ids:
-        channel = facts.channel_of.get(ids[0])
-    return channel is None or channel not in facts.knows or channel in facts.sees
+    channels = channel_ids(event) + [facts.channel_of[i] for i in ids if i in facts.channel_of]
+    return all(c not in facts.knows or c in facts.sees for c in channels)
 
 
 def _may_reach(notice: Notice, user_id: int, options: QueueOptions) -> bool:
@@ -169,7 +177,7 @@ async def _check_given(server: ServerApi, user_id: int, resume_from: int) -> Non
             if resume_from > position
             else "not a position this server gave you"
         )
-        log.warning("user %d: resume_from %d refused (%s)", user_id, resume_from, reason)
+        log.info("user %d: resume_from %d refused (%s)", user_id, resume_from, reason)
         raise ApiError(
             f"resume_from {resume_from} is {reason}; register without resume_from"
             " and fetch the state afresh",
@@ -204,13 +212,17 @@ async def _facts(
     channels: set[int] = set()
     for notice in notices:
         ids.update(message_ids(notice.event))
-        channel = channel_id(notice.event)
-        if channel is not None:
-            channels.add(channel)
+        channels.update(channel_ids(notice.event))
     if not ids and not channels:
         return ReplayFacts(frozenset(), {}, frozenset(), frozenset())
     db = server.db
-    deleted = await db.deleted_messages(realm_id, sorted(ids), after, upto)
+    try:
+        deleted = await db.deleted_messages(realm_id, sorted(ids), after, upto)
+    except psycopg.DataError as exc:
+        # A deletion logged in a form PostgreSQL cannot read: refuse this
+        # resume rather than replay a message that may be deleted.
+        log.error("a deletion in the event log since position %d is unreadable (%s)", after, exc)
+        raise _expired("The deletions logged since then cannot be read") from None
     channel_of = await db.message_channels(realm_id, sorted(ids - deleted))
     channels.update(channel_of.values())
     knows, sees = await db.channel_access(user_id, realm_id, sorted(channels))
@@ -218,15 +230,21 @@ async def _facts(
 
 
 async def resume_queue(
-    server: ServerApi, user_id: int, realm_id: int, options: QueueOptions, resume_from: int
+    server: ServerApi,
+    user_id: int,
+    realm_id: int,
+    options: QueueOptions,
+    resume_from: int,
+    access_changed: Callable[[], bool],
 ) -> tuple[ClientDescriptor, int]:
     """Make `user_id`'s queue holding every logged event for it above
     `resume_from` that it may see now; returns it and the stream position it
     is complete to. Raises `ApiError`: RESUME_POSITION_UNKNOWN for a
     position the user was not given, RESUME_EXPIRED when the log no longer
-    has the events or they are more than a queue holds or a read may take."""
+    has the events or they are more than a queue holds or a read may take,
+    ACCESS_CHANGED when `access_changed()` says the user's access changed
+    since they were authenticated (the options may no longer be theirs)."""
     await _check_given(server, user_id, resume_from)
-    await _check_kept(server, resume_from)
     limit = server.registry.limits.max_events
     max_read = MAX_READ_QUEUES * limit
     # A type with a NUL byte matches no logged event (PostgreSQL text has none).
@@ -236,11 +254,16 @@ async def resume_queue(
         else sorted(t for t in options.event_types if "\x00" not in t)
     )
     stream = server.stream
-    found: list[Notice] = []
-    read = 0
-    after = resume_from
-    while True:
+    # What reaches the queues while the log is read is what the new queue
+    # would miss: recorded, and given to it as a live delivery would have.
+    # One read, however busy the server: waiting for a moment when nothing
+    # arrives would never end at a thousand events a second.
+    with stream.recording() as arrived:
+        await _check_kept(server, resume_from)
         upto = stream.position
+        found: list[Notice] = []
+        read = 0
+        after = resume_from
         while True:
             rows = await server.db.log_for_user(
                 after, upto, realm_id, user_id, options.all_public_streams, types, CATCH_UP_PAGE
@@ -259,20 +282,22 @@ async def resume_queue(
             if len(rows) < CATCH_UP_PAGE:
                 break
             after = rows[-1][0]
-        after = upto
         facts = await _facts(server, user_id, realm_id, found, resume_from, upto)
         # Pruning may have run while the log was read.
         await _check_kept(server, resume_from)
-        if stream.position == upto:
-            break  # no await from here on: nothing is delivered meanwhile
-    registry = server.registry
-    now = server.clock()
-    client = registry.allocate(user_id, realm_id, options, now)
+        # No await from here on: nothing is delivered meanwhile.
+        if access_changed():
+            raise access_changed_error()
+        registry = server.registry
+        now = server.clock()
+        client = registry.allocate(user_id, realm_id, options, now)
     late = set(stream.reader.late())
     covered: list[int] = []
     withheld = 0
+    replayed: set[int] = set()
     for notice in found:
         assert notice.position is not None
+        replayed.add(notice.position)
         if notice.position in late:
             # Accepted late by the stream: if it arrives, it is already here
             # (or withheld here, and must stay so).
@@ -288,6 +313,18 @@ async def resume_queue(
             now,
             Origin(time.time(), None, notice.position),
         )
+    for notice in arrived:
+        if notice.position in replayed or is_control(notice.event):
+            continue  # a late event read from the log too; a servers' notice
+        if notice.realm_id in (realm_id, None) and _may_reach(notice, user_id, options):
+            registry.deliver_to(
+                client,
+                notice.event,
+                notice.users,
+                notice.realm_id,
+                now,
+                Origin(time.time(), None, notice.position),
+            )
     if client not in registry:
         raise _expired(f"The events since position {resume_from} are more than a queue holds")
     if withheld:
@@ -299,4 +336,4 @@ async def resume_queue(
             withheld,
         )
     client.covered = frozenset(covered) if covered else NO_POSITIONS
-    return client, upto
+    return client, stream.position

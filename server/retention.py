@@ -35,9 +35,10 @@ def fresh_secs(max_age_hours: float) -> float:
 
 async def log_cut(conn: Conn, max_age_hours: float, max_bytes: int) -> tuple[int, int]:
     """The position to prune the log through so that what is left is younger
-    than `max_age_hours` and about `max_bytes` (the size is estimated from the
-    span of positions and a sample of row sizes, so that no query reads the
-    whole log), and the position to prune above: the current pruned-through,
+    than `max_age_hours` and about `max_bytes` of notices and their
+    recipients (the size is estimated from the span of positions and a
+    sample of row sizes, so that no query reads the whole log; indexes come
+    on top), and the position to prune above: the current pruned-through,
     or lower when rows are left below it (a send that committed a position
     after a batch had deleted past it), so that a run deletes those too."""
     cur = await conn.execute(
@@ -47,8 +48,9 @@ async def log_cut(conn: Conn, max_age_hours: float, max_bytes: int) -> tuple[int
            WHERE created_at < now() - make_interval(secs => %s)),
           (SELECT coalesce(min(position), 0) FROM event_log),
           (SELECT coalesce(max(position), 0) FROM event_log),
-          (SELECT avg(octet_length(notice) + 64) FROM
-             (SELECT notice FROM event_log ORDER BY position DESC LIMIT 1000) newest),
+          (SELECT avg(octet_length(notice) + coalesce(pg_column_size(recipients), 0) + 64)
+           FROM (SELECT notice, recipients FROM event_log
+                 ORDER BY position DESC LIMIT 1000) newest),
           (SELECT through FROM event_log_pruned)
         """,
         (max_age_hours * 3600,),

@@ -23,7 +23,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import psycopg
 
@@ -72,6 +72,9 @@ class EventStream:
     ):
         self.db = db
         self._deliver = deliver
+        # Lists that `recording()` callers fill with every notice handed to
+        # the queues meanwhile (a resume reading the log, see server/resume.py).
+        self._recorders: list[list[Notice]] = []
         self.gap_timeout_secs = gap_timeout_secs
         self.clock = clock
         self.reader: StreamReader[Arrival] = StreamReader()
@@ -83,6 +86,18 @@ class EventStream:
         self._db_warned = False
         self._unanchored = False
         self.lookups = 0  # looks at the log to close a gap
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[list[Notice]]:
+        """A list of every notice handed to the queues, in that order, from
+        now until the block ends (what a queue made at its end would have
+        missed; see server/resume.py)."""
+        recorder: list[Notice] = []
+        self._recorders.append(recorder)
+        try:
+            yield recorder
+        finally:
+            self._recorders.remove(recorder)
 
     @property
     def position(self) -> int:
@@ -107,6 +122,8 @@ class EventStream:
         delivering it propagates; one delivering an event let through behind
         it is logged."""
         if notice.position is None:
+            for recorder in self._recorders:
+                recorder.append(notice)
             return self._deliver(notice, published_at)
         if self._unanchored:
             # The log could not be read at start: this position starts the stream.
@@ -126,6 +143,8 @@ class EventStream:
         self, released: list[tuple[int, Arrival]], own: int = 0, result: list[object] | None = None
     ) -> None:
         for position, (notice, published_at) in released:
+            for recorder in self._recorders:
+                recorder.append(notice)
             try:
                 outcome = self._deliver(notice, published_at)
             except Exception as exc:  # one bad event must not stop the ones behind it

@@ -12,9 +12,9 @@
 ALTER TABLE event_log ADD COLUMN recipients bigint[], ADD COLUMN public_message boolean;
 
 -- The lowest stream position this installation gave the user (a register's
--- answer) still in the log's retention: a resume_from below it is not a
--- position the user was given, and is refused. Written after each
--- register; a row below the log's pruned position is replaced by the next.
+-- answer): a resume_from below it is not a position the user was given, and
+-- is refused (one below the log's pruned position is refused as expired).
+-- Written after each register with state (server/floors.py).
 CREATE TABLE user_stream_floors (
     user_id    bigint PRIMARY KEY REFERENCES users (id) ON DELETE CASCADE,
     position   bigint NOT NULL,

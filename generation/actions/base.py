@@ -27,6 +27,7 @@ from psycopg.rows import class_row
 
 from generation import eventlog
 from generation.accounts import ROLES
+from generation.events.users import is_control
 from generation.notice import Notice, encode_notice, make_notice
 
 Connection = psycopg.AsyncConnection[Any]
@@ -63,9 +64,10 @@ class Outbox:
     def send(self, realm_id: int, event: Mapping[str, Any], users: Sequence[object]) -> None:
         """Queue an event for `users` (ids or {"id": ..., ...} dicts); raises
         `BadNotice` now if the notice is malformed. A notice to nobody is
-        dropped (there is no one to tell)."""
+        dropped (there is no one to tell), unless it is for the servers
+        themselves (`is_control`: it names no queue's user)."""
         notice = make_notice(event, users, realm_id)
-        if notice.users:
+        if notice.users or is_control(notice.event):
             self.notices.append(notice)
 
 

@@ -616,6 +616,9 @@ async def do_send_direct_message(
 # -- editing --------------------------------------------------------------------
 
 
+_FLAG_NAMES = ("read", "starred", "mentioned", "wildcard_mentioned")
+
+
 async def _flags_of(conn: Connection, message_id: int) -> dict[int, list[str]]:
     """Every recipient's flags on a message, in Zulip's order."""
     cur = await conn.execute(
@@ -625,11 +628,26 @@ async def _flags_of(conn: Connection, message_id: int) -> dict[int, list[str]]:
         """,
         (message_id,),
     )
-    flags: dict[int, list[str]] = {}
-    for user_id, *values in await cur.fetchall():
-        names = ("read", "starred", "mentioned", "wildcard_mentioned")
-        flags[user_id] = [name for name, value in zip(names, values, strict=True) if value]
-    return flags
+    return {
+        user_id: [name for name, value in zip(_FLAG_NAMES, values, strict=True) if value]
+        for user_id, *values in await cur.fetchall()
+    }
+
+
+async def _flags_on(conn: Connection, wanted: Mapping[int, int]) -> dict[int, list[str]]:
+    """Each user's flags on one message of theirs (`wanted`: user -> message)."""
+    cur = await conn.execute(
+        """
+        SELECT um.user_id, um.read, um.starred, um.mentioned, um.wildcard_mentioned
+        FROM unnest(%s::bigint[], %s::bigint[]) AS w(user_id, message_id)
+        JOIN user_messages um ON um.user_id = w.user_id AND um.message_id = w.message_id
+        """,
+        (list(wanted), list(wanted.values())),
+    )
+    return {
+        user_id: [name for name, value in zip(_FLAG_NAMES, values, strict=True) if value]
+        for user_id, *values in await cur.fetchall()
+    }
 
 
 async def _topic_message_ids(conn: Connection, message: _Message, propagate_mode: str) -> list[int]:
@@ -796,13 +814,11 @@ async def do_update_message(
                 for key, value in theirs.items()
                 if key not in _CONTENT_KEYS and key != "message_id"
             }
-            users = []
-            for uid, held in sorted(others.items()):
-                own = await _flags_of(conn, held[0])
-                users.append(
-                    {"id": uid, "flags": own.get(uid, []), "message_id": held[0],
-                     "message_ids": held}
-                )  # fmt: skip
+            own = await _flags_on(conn, {uid: held[0] for uid, held in others.items()})
+            users = [
+                {"id": uid, "flags": own.get(uid, []), "message_id": held[0], "message_ids": held}
+                for uid, held in sorted(others.items())
+            ]
             outbox.send(actor.realm_id, move, users)
 
 

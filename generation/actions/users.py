@@ -38,6 +38,7 @@ from generation.actions.streams import (
 from generation.events.users import (
     ROLE_GUEST,
     ROLE_OWNER,
+    credentials_changed,
     legacy_presence,
     person,
 )
@@ -391,6 +392,20 @@ async def do_change_user_role(
         # Into or out of the guest role: the streams the user can see change.
         await send_stream_access_for_role(ctx, user_id, was_guest=target.role == ROLE_GUEST)
     return True
+
+
+async def do_end_sessions(ctx: ActionContext, user_id: int, realm_id: int) -> None:
+    """End every browser session of a user issued until now (a logout): the
+    sessions' generation moves on, and every server is told to forget what
+    it cached of the user (`eventq.credentials_changed`, logged with the
+    change, so that a server the broker cannot reach reads it from the
+    log). It names no user: no queue receives it, whatever its version."""
+    async with ctx.transaction() as outbox:
+        await ctx.conn.execute(
+            "UPDATE users SET sessions_generation = sessions_generation + 1 WHERE id = %s",
+            (user_id,),
+        )
+        outbox.send(realm_id, credentials_changed(user_id), [])
 
 
 async def do_deactivate_user(

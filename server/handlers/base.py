@@ -345,7 +345,18 @@ class BaseHandler(tornado.web.RequestHandler):
         headers = {} if body_read else {"Connection": "close"}
         raise ApiError("Access denied", "BAD_REQUEST", 403, headers=headers)
 
+    # The auth cache's mark when this request began authenticating
+    # (`access_changed`).
+    auth_epoch = 0
+
+    def access_changed(self, user: AuthUser) -> bool:
+        """Whether `user`'s access changed (a new role, a logout, a new key,
+        a deactivation) since this request began authenticating them: what
+        it was authenticated with may be out of date."""
+        return self.server.auth.forgotten(user.user_id) > self.auth_epoch
+
     async def authenticate(self) -> AuthUser:
+        self.auth_epoch = self.server.auth.epoch()
         header = self.request.headers.get("Authorization")
         if self.json_api and header is None:
             user = await self._session_user()

@@ -15,7 +15,7 @@ from apply_events.register import register
 from apply_events.state import Event, State, StateContext, Want
 from queues.client import NO_POSITIONS
 from queues.errors import BadQueueId
-from server.errors import ApiError
+from server.errors import ApiError, access_changed
 from server.handlers.base import BaseHandler
 from server.observe import Origin
 from server.options import include_subscribers, register_options
@@ -62,7 +62,12 @@ class RegisterHandler(BaseHandler):
                     "BAD_REQUEST",
                 )
             client, position = await resume_queue(
-                server, user.user_id, user.realm_id, options, resume_from
+                server,
+                user.user_id,
+                user.realm_id,
+                options,
+                resume_from,
+                lambda: self.access_changed(user),
             )
             server.observe_registered(client, time.monotonic() - started)
             resumed: dict[str, Any] = {
@@ -96,6 +101,10 @@ class RegisterHandler(BaseHandler):
         complete = [0]
 
         def allocate() -> str:
+            if self.access_changed(user):
+                # Authenticated with a role, key or session that changed
+                # since: the options were judged by what is no longer so.
+                raise access_changed()
             since[0] = server.stream.position
             return registry.allocate(user.user_id, user.realm_id, options, server.clock()).queue_id
 

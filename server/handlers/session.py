@@ -9,8 +9,8 @@ import base64
 import logging
 import time
 
-from generation.events.users import credentials_changed
-from generation.notice import Notice
+from generation.actions.base import ActionContext
+from generation.actions.users import do_end_sessions
 from server.errors import ApiError, missing_argument
 from server.handlers.base import BaseHandler
 from server.sessions import check_origin, cookie_names
@@ -114,11 +114,12 @@ class LogoutHandler(SessionHandler):
         # Every session of the user issued until now ends, in every browser
         # (a copied cookie included): at once here, and on every other shard
         # as soon as the notice reaches it (each forgets what it cached).
-        await self.server.db.end_sessions(user.user_id)
+        async with self.server.db.connection() as conn:
+            await do_end_sessions(
+                ActionContext(conn, self.server.sink), user.user_id, user.realm_id
+            )
+        # Here at once, whatever the notice waits behind in the stream.
         self.server.auth.forget_user(user.user_id)
-        await self.server.sink(
-            Notice(credentials_changed(user.user_id), [user.user_id], user.realm_id)
-        )
         names = [*cookie_names(user.user_id)]
         latest = self.get_cookie(cookie_names(None)[0])
         session = self.server.sessions.verify(latest, time.time()) if latest else None

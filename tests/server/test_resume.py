@@ -455,3 +455,115 @@ def test_a_resume_reads_the_users_rows_only_and_at_most_a_bounded_number(start_s
     body = response.json()
     assert body["code"] == "RESUME_EXPIRED"
     assert "More than 200 logged events to read" in body["msg"]
+
+
+def test_a_resume_while_events_keep_coming_misses_none_and_repeats_none(server, api, world):
+    import threading
+
+    from generation.send import close_for_thread, send_event
+
+    alice = api(world.realm())
+    queue_id = alice.register(event_types=["seq"])["queue_id"]
+    config = server.producer()
+    resumed = threading.Event()
+    sent: list[int] = []
+
+    def send(n: int) -> None:
+        send_event(alice.user.realm_id, {"type": "seq", "n": n}, [alice.user.user_id],
+                   config=config)  # fmt: skip
+        sent.append(n)
+
+    def keep_sending() -> None:
+        # Until the resume has answered, then 20 more: the log grows all the
+        # time the resume reads it, and its queue must take what came meanwhile.
+        try:
+            while not resumed.is_set() and len(sent) < 20_000:
+                send(len(sent))
+            for _ in range(20):
+                send(len(sent))
+        finally:
+            close_for_thread()
+
+    sender = threading.Thread(target=keep_sending)
+    sender.start()
+    try:
+        # Her last answer's position: every event up to it she has applied.
+        applied, position = _collect(alice, queue_id, 20)
+        assert alice.request("DELETE", "events", queue_id=queue_id).status_code == 200
+        answer = alice.register(event_types=["seq"], resume_from=position)
+    finally:
+        resumed.set()
+        sender.join(120)
+    assert not sender.is_alive()
+    got: list[int] = []
+
+    def all_in() -> bool:
+        got.extend(e["n"] for e in alice.events(answer["queue_id"], len(got) - 1))
+        return bool(got) and got[-1] == sent[-1]
+
+    wait_for(all_in, what="every event sent after her position")
+    first = max(e["n"] for e in applied) + 1
+    assert got == list(range(first, sent[-1] + 1)), "nothing missing, nothing twice"
+
+
+def test_a_users_floor_stays_the_lowest_they_were_given_whatever_was_pruned(own_database):
+    import asyncio
+
+    from server.db import Database
+
+    user = World(own_database).user()
+
+    async def floors() -> list[int | None]:
+        db = Database(own_database)
+        await db.open()
+        try:
+            seen = [await db.stream_floor(user.user_id)]
+            await db.record_stream_floors({user.user_id: 100})  # a laptop, yesterday
+            with psycopg.connect(own_database, autocommit=True) as conn:
+                conn.execute("UPDATE event_log_pruned SET through = 500")
+            # A phone registers this morning: the laptop's tab may still
+            # resume from 600, given to it last night and still kept.
+            await db.record_stream_floors({user.user_id: 900})
+            seen.append(await db.stream_floor(user.user_id))
+            return seen
+        finally:
+            await db.close()
+
+    assert asyncio.run(floors()) == [None, 100]
+
+
+def test_what_a_resume_replays_is_judged_by_every_message_and_channel_an_event_names():
+    from server.resume import ReplayFacts, replayable
+
+    # Channel 1 the user sees, 2 they do not, 3 the domain does not know (a
+    # producer's own); message 10 was deleted since, 11 is in channel 2.
+    facts = ReplayFacts(
+        deleted=frozenset({10}),
+        channel_of={11: 2, 12: 1},
+        knows=frozenset({1, 2}),
+        sees=frozenset({1}),
+    )
+    kept = [
+        {"type": "message", "message": {"id": 12, "type": "stream", "stream_id": 1}},
+        {"type": "message", "message": {"id": 13, "type": "stream", "stream_id": 3}},
+        {"type": "update_message", "message_id": 12, "message_ids": [12], "stream_id": 1},
+        {"type": "submessage", "message_id": 12, "content": "{}"},
+        {"type": "task_done", "task": 7},
+        # Deletions and the news of a change are replayed whatever is true now.
+        {"type": "delete_message", "message_ids": [10, 11], "stream_id": 2},
+        {"type": "stream", "op": "update", "stream_id": 2, "property": "invite_only"},
+        {"type": "subscription", "op": "remove", "subscriptions": [{"stream_id": 2}]},
+        {"type": "update_message_flags", "op": "add", "flag": "read", "messages": [11]},
+    ]
+    withheld = [
+        {"type": "message", "message": {"id": 10, "type": "private"}},
+        {"type": "message", "message": {"id": 11, "type": "stream", "stream_id": 2}},
+        {"type": "reaction", "op": "add", "message_id": 11},
+        {"type": "submessage", "message_id": 11, "content": "{}"},
+        {"type": "update_message", "message_id": 12, "message_ids": [12], "stream_id": 1,
+         "new_stream_id": 2},
+        {"type": "typing", "op": "start", "stream_id": 2},
+        {"type": "update_message", "message_id": 12, "message_ids": [10, 12]},
+    ]  # fmt: skip
+    assert [replayable(e, facts) for e in kept] == [True] * len(kept)
+    assert [replayable(e, facts) for e in withheld] == [False] * len(withheld)
