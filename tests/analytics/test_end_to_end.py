@@ -383,7 +383,7 @@ def test_real_traffic_through_the_job_and_report(start_server, api, world, tmp_p
         f"poll outcomes: {shares}",
         f"BAD_EVENT_QUEUE_ID: {bad_queue} ({pct(bad_queue / polls)} of polls)  "
         f"registers: {registers}",
-        "queue ends: expired 1, deleted 1, overflow 1, evicted 0, deactivated 0  "
+        "queue ends: expired 1, deleted 1, overflow 1, evicted 0, deactivated 0, role_changed 0  "
         f"unacknowledged events: {lost}",
         *(
             f"{name}: p50 {ms(row['p50'])}  p95 {ms(row['p95'])}  p99 {ms(row['p99'])}"

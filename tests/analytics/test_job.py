@@ -125,7 +125,7 @@ def test_incremental_full_and_cli_runs_agree_byte_for_byte(spark, tmp_path):
     assert "hours: 3  records: 44  deliveries: 20  polls: 20" in out
     assert "events 30.0 %, heartbeat 65.0 %, displaced 0.0 %" in out
     assert "BAD_EVENT_QUEUE_ID: 1 (5.0 % of polls)  registers: 2" in out
-    ends = "expired 1, deleted 0, overflow 1, evicted 0, deactivated 0"
+    ends = "expired 1, deleted 0, overflow 1, evicted 0, deactivated 0, role_changed 0"
     assert f"queue ends: {ends}  unacknowledged events: 10" in out
     latencies = [v for values in ENQUEUED.values() for v in values]
     p50, p95, p99 = (percentile_ms(latencies, q) for q in (500, 950, 990))

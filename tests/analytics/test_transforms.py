@@ -253,18 +253,20 @@ def test_queue_lifecycle_counts_ends_by_reason_and_lost_events(spark):
         ],
     )
     expected = spark.createDataFrame(
-        [(DATE, 3, 2, 3, 1, 0, 1, 0, 0, 14, 1)],
+        [(DATE, 3, 2, 3, 1, 0, 1, 0, 0, 0, 14, 1)],
         "date string, hour int, registers long, ended long, expired long, deleted long, "
-        "overflow long, evicted long, deactivated long, events_unacked long, dead_letters long",
+        "overflow long, evicted long, deactivated long, role_changed long, events_unacked long, "
+        "dead_letters long",
     )
     hourly = transforms.queue_lifecycle(frame)
     assertDataFrameEqual(hourly, expected)
     assertDataFrameEqual(
         transforms.merge_queue_lifecycle(hourly.unionByName(hourly)),
         spark.createDataFrame(
-            [(4, 6, 2, 0, 2, 0, 0, 28, 2)],
+            [(4, 6, 2, 0, 2, 0, 0, 0, 28, 2)],
             "registers long, ended long, expired long, deleted long, overflow long, "
-            "evicted long, deactivated long, events_unacked long, dead_letters long",
+            "evicted long, deactivated long, role_changed long, events_unacked long, "
+            "dead_letters long",
         ),
     )
 
