@@ -126,6 +126,7 @@ class ClientDescriptor:
     __slots__ = (
         "covered",
         "created_at",
+        "ended_at_position",
         "event_queue",
         "last_active",
         "options",
@@ -158,6 +159,10 @@ class ClientDescriptor:
         # Event log positions above the stream position at creation whose
         # effect is in the state register fetched: not delivered again.
         self.covered: frozenset[int] = NO_POSITIONS
+        # The stream position when the queue ended (server.handlers.poll's
+        # note_end): the queue holds no event above it, so a request parked on it
+        # is answered with this position, not the stream's newer one.
+        self.ended_at_position: int | None = None
 
     def accepts(self, event_type: str, event: Mapping[str, Any]) -> bool:
         """Whether this queue takes an event of `event_type` (before any narrow).

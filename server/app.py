@@ -44,6 +44,7 @@ from server.consumer import NoticeConsumer
 from server.db import Database, DatabaseUnavailable
 from server.deliverylog import DeliveryLog
 from server.floors import StreamFloors
+from server.handlers.poll import note_end
 from server.http1 import FastHTTPServer
 from server.httpserver import EventHTTPServer, Refusals
 from server.journal import QueueJournal
@@ -789,6 +790,7 @@ class EventServer:
             )
 
     def _on_queue_end(self, client: ClientDescriptor, reason: EndReason, last: bool) -> None:
+        note_end(self, client)
         self.journal.ended(client.queue_id)
         if self.observers:
             lifetime = self.clock() - client.created_at

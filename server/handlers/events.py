@@ -12,6 +12,7 @@ from server.errors import ApiError, bad_queue_id, from_queue_error
 from server.handlers.base import BaseHandler
 from server.handlers.poll import (
     MAX_QUEUE_ID,
+    answer_position,
     begin_poll,
     poll_failed,
     poll_outcome,
@@ -94,7 +95,7 @@ class EventsHandler(BaseHandler):
         queue_id: str | None = None,
         extra: dict[str, bool] | None = None,
     ) -> None:
-        body = events_body(items, queue_id, extra, self.server.stream.position)
+        body = events_body(items, queue_id, extra, answer_position(self.server, client))
         self.write_body(body)
         self.server.observe_response(client, items, len(body), outcome, waited_secs)
 

@@ -139,6 +139,20 @@ def woken_answer(
     return items, "deleted" if reason == "deleted" else poll_outcome(items)
 
 
+def note_end(server: ServerApi, client: ClientDescriptor) -> None:
+    """Remember the stream position `client`'s queue ended at (the server
+    calls this from its queue end hook)."""
+    client.ended_at_position = server.stream.position
+
+
+def answer_position(server: ServerApi, client: ClientDescriptor) -> int:
+    """The stream position an events answer gives: the queue holds every
+    event up to it for the client. A queue that ended (a request parked on it
+    answered after a DELETE) got nothing after its end, whatever came since."""
+    ended = client.ended_at_position
+    return server.stream.position if ended is None else ended
+
+
 def begin_poll(
     server: ServerApi, user: AuthUser, queue_id: str, last_event_id: int | None
 ) -> ClientDescriptor:
@@ -405,7 +419,7 @@ class LeanPoll(tornado.httputil.HTTPMessageDelegate):
     ) -> None:
         """As `handlers.events.EventsHandler` answers: the queue id only in
         the answer to a request that was parked."""
-        body = events_body(items, queue_id, extra, self.server.stream.position)
+        body = events_body(items, queue_id, extra, answer_position(self.server, client))
         self._write(200, body, None)
         self.server.observe_response(client, items, len(body), outcome, waited_secs)
 

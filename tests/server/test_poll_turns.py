@@ -19,7 +19,7 @@ from queues.client import ClientDescriptor
 from queues.event_queue import Item
 from queues.registry import QueueRegistry
 from server.auth import AuthUser
-from server.handlers.poll import LeanPoll
+from server.handlers.poll import LeanPoll, note_end
 from server.longpoll import AnswerSlices, Heartbeats
 from tests.queues.helpers import make_registry, options
 
@@ -260,5 +260,35 @@ def test_a_heartbeat_wake_up_before_its_turn_answers_its_events():
         assert [body for _, body in conn.answers] == [
             {"result": "success", "msg": "", "events": [{"id": 0, "type": "test", "n": 1}]}
         ]
+
+    _run(scenario)
+
+
+def test_a_queue_ended_under_a_parked_poll_answers_the_position_it_ended_at():
+    """Events logged after the queue ended never reach it: its last answer
+    must not claim them (a client resuming from that position would skip
+    them)."""
+
+    async def scenario() -> None:
+        server = _Server()
+        server.stream.position = 5
+        server.registry.end_hooks.append(lambda client, reason, last: note_end(server, client))  # type: ignore[arg-type]
+        queue_id = _queue(server)
+        _, conn = _poll(server, queue_id, -1)
+        await _turns()
+        server.registry.delete(queue_id, USER.user_id, server.clock())
+        server.stream.position = 7  # two more events logged before the poll's turn
+        await _turns()
+        [(status, body)] = conn.answers
+        assert (status, body["events"], body["stream_position"]) == (200, [], 5)
+        # A live queue's answer gives the stream's position.
+        other = _queue(server)
+        _, conn = _poll(server, other, -1)
+        await _turns()
+        server.deliver({"type": "test"})
+        server.stream.position = 8
+        await _turns()
+        [(_, body)] = conn.answers
+        assert (len(body["events"]), body["stream_position"]) == (1, 8)
 
     _run(scenario)
