@@ -295,6 +295,10 @@ class Database:
         an earlier version did not record (`unknown`: parse to tell); only
         the types in `event_types` when given."""
         async with self.connection() as conn:
+            # Never prepared: a prepared statement's generic plan, made without
+            # the values, reads the range by position (the primary key) for a
+            # user the recipients index finds in a few rows: the whole 1 GiB
+            # log for a guest (tests/benchmarks/resume.py --explain shows both).
             cur = await conn.execute(
                 LOG_FOR_USER,
                 {
@@ -306,6 +310,7 @@ class Database:
                     "types": event_types,
                     "limit": limit,
                 },
+                prepare=False,
             )
             return [(int(r[0]), bytes(r[1]), bool(r[2])) for r in await cur.fetchall()]
 
