@@ -177,6 +177,67 @@ def test_register_quick_measures_every_phase_on_the_realm_it_built(database_url)
 
 
 @pytest.mark.timeout(RUN_LIMIT_SECS + CLEANUP_SECS + 30)
+def test_resume_quick_measures_every_phase(database_url):
+    figures = run_quick("resume.py")
+    config = figures["config"]
+    assert config["quick"]
+    assert figures["completed"]
+    assert figures["problems"] == []
+    logged = figures["world"]["log"]
+    # About --log-bytes: the row count comes from a sample's mean size.
+    assert abs(logged["notice_bytes"] - config["log_bytes"]) < config["log_bytes"] * 0.05
+    assert logged["total_relation_bytes"] > 0
+    # Every kind of row was compared with the writers' wire form.
+    assert logged["kinds_checked"] == ["delete_message/", "message/private", "message/stream"]
+    assert {
+        "event_log_realm_position",
+        "event_log_recipients",
+        "event_log_public_messages",
+        "event_log_unknown_recipients",
+    } <= set(logged["indexes"])
+    assert 0 < logged["guest_rows"] < config["queue_max_events"]
+    phases = {phase["key"]: phase for phase in figures["phases"].values()}
+    assert {key: phase["answer"] for key, phase in phases.items()} == {
+        "a": "resumed",
+        "b": "RESUME_POSITION_UNKNOWN",
+        "c": "resumed",
+        "d": "RESUME_EXPIRED",
+        "e": "resumed",
+        "f": "state",
+        "g": "resumed",
+        "ax": "resumed",
+    }
+    for key, phase in phases.items():
+        assert phase["correct"], (key, phase["wrong"])
+        assert phase["requests"] == config["repeat"] * phase["concurrency"], key
+        assert len(phase["latencies_ms"]) == phase["requests"], key
+        assert 0 < phase["p50_ms"] <= phase["p99_ms"] <= phase["max_ms"], key
+        assert phase["first_ms"] > 0, key
+        assert phase["server_cpu_ms_per_request"] >= 0, key
+        assert phase["postgres_cpu_ms_per_request"] >= 0, key
+        assert phase["loop_lag"]["window_max_ms"] >= phase["loop_lag"]["p99_ms"] >= 0, key
+    assert phases["ax"]["concurrency"] == config["concurrency"]
+    # The resumed queues held exactly their events (checked by the script).
+    for key in ("a", "c", "e", "g", "ax"):
+        assert phases[key]["events_expected"] > 0, key
+    assert phases["g"]["events_expected"] <= config["queue_max_events"]
+    assert phases["a"]["events_expected"] == logged["guest_rows"] - 1  # one deleted since
+    assert figures["idle"]["loop_lag"]["window_max_ms"] >= 0
+    assert set(figures["ratios"]) == {"p50", "p99", "server_cpu", "postgres_cpu"}
+    assert figures["ratios"]["p50"] > 0
+    bar = figures["bar"]
+    assert bar["limit_ms"] == 5.0
+    assert bar["met"] == (bar["value_ms"] <= bar["limit_ms"])
+    for name, plan in figures["plans"].items():
+        assert plan["custom_ms"] is not None, name
+        assert plan["prepared_ms"] is not None, name
+        # The server plans its read of a user's log with the values each time.
+        assert plan["prepared_by_server"] == name.startswith("deleted_messages"), name
+    assert not database_exists(database_url, figures["database"])
+    assert not Path(figures["workdir"]).exists()
+
+
+@pytest.mark.timeout(RUN_LIMIT_SECS + CLEANUP_SECS + 30)
 def test_soak_quick_churns_collects_queues_and_loses_nothing(database_url):
     figures = run_quick("soak.py")
     config, run, summary = figures["config"], figures["run"], figures["summary"]
