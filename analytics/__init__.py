@@ -1,4 +1,4 @@
-"""Spark jobs over eventq's delivery logs (design.md, flow 4 "Analytics").
+"""Spark jobs over eventq's delivery logs (docs/architecture.md, "Analytics").
 
 `python -m analytics run --logs DIR --out DIR` reads the Parquet delivery log
 that every shard writes under `<logs>/deliveries/date=YYYY-MM-DD/hour=HH/`,

@@ -17,7 +17,7 @@ from pyspark.sql.types import (
 )
 
 # The newest format version this reader understands. A reader accepts the
-# previous version too (design.md, "Contracts"); v1 is the first, so the jobs
+# previous version too (docs/architecture.md, "Contracts"); v1 is the first, so the jobs
 # keep rows with 1 <= v <= MAX_VERSION. Raise it here, and only here, when the
 # server's writer moves to v2 and the transforms have learned its columns.
 MIN_VERSION = 1

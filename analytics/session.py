@@ -1,7 +1,7 @@
 """The SparkSession the jobs run in.
 
 Without a master URL (and outside spark-submit) the jobs run embedded
-(`local[*]`) with settings for a short job on a small machine; measurements.md:
+(`local[*]`) with settings for a short job on a small machine:
 on 2 cores, 4 shuffle partitions, no UI and a 4 GiB driver took the five
 reference queries from 18.3 s to 15.0 s, and LOCAL_CONFIG's further settings
 (with ANSI mode off then, since left on: off, a sum overflows silently)
@@ -40,7 +40,7 @@ LOCAL_CONFIG = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     # Room for the aggregations over tens of millions of records without
-    # spilling; a 2-core machine of the CI kind has 24 GiB (measurements.md).
+    # spilling; a 2-core machine of the CI kind has 24 GiB.
     "spark.driver.memory": "4g",
     # The throughput collector, with a young generation large enough for a
     # query's short-lived rows: a short batch job has no pause target to meet.

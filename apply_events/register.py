@@ -1,5 +1,6 @@
-"""The register algorithm (reference 6.1 steps 5-10), written against injected
-callables so that it runs the same in the server and in tests.
+"""The register algorithm (Zulip's `do_events_register` from the queue's creation
+on), written against injected callables so that it runs the same in the
+server and in tests.
 
 1. create the queue, so that no event after this point can be missed;
 2. fetch the initial state, non-atomically, while events may arrive;

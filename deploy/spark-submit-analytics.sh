@@ -17,7 +17,7 @@
 # Example:
 #   deploy/spark-submit-analytics.sh --master spark://head:7077 --executor-memory 4g \
 #       --conf spark.log.level=WARN \
-#       -- run --logs /shared/eventq/logs --out /shared/eventq/analytics --incremental
+#       -- run --logs /mnt/cluster/eventq/logs --out /mnt/cluster/eventq/analytics --incremental
 #
 # What it does:
 # - spark-submit: $SPARK_HOME/bin/spark-submit when SPARK_HOME is set, else the first on PATH,

@@ -23,7 +23,8 @@ A TOML file under the operator's control (`EVENTQ_SHARDING` names it):
     server_name = "events.example.com"
 
 Shards, producers and the generated nginx site read the same file, so they
-agree on where every user's queues are (reference 5: `shards[user_id % n]`).
+agree on where every user's queues are (`shards[user_id % n]`, Zulip's rule for
+a realm on several Tornado processes).
 `load` refuses a file that is inconsistent and says what is wrong.
 """
 

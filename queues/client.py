@@ -11,7 +11,8 @@ from queues.event_queue import EventQueue
 from queues.narrow import Narrow, parse_narrow
 from queues.payload import Encoder
 
-# Client capabilities a queue can hold (reference 1.2, 1.3). Only some change
+# Client capabilities a queue can hold (register's `client_capabilities`, or the
+# flags of an implicit GET /events). Only some change
 # what Tornado sends; the rest are kept so that register and later features see
 # what the client declared.
 CAPABILITIES = frozenset(
@@ -177,7 +178,7 @@ class ClientDescriptor:
             return "stream_typing_notifications" in self.options.capabilities
         if event_type in _LEGACY_SETTINGS_EVENTS:
             # Clients with the user_settings object get `user_settings` events
-            # instead (reference 2.5 rule 5).
+            # instead (Zulip's rule for those legacy events).
             return "user_settings_object" not in self.options.capabilities
         return True
 

@@ -111,7 +111,7 @@ class EventQueue:
         """Before a flag change, fix in place the unread collapsed changes of
         the same flag in the other direction. Otherwise "read X", "unread X",
         "read Y" would fold the two reads together after the unread, and the
-        client would end with X read: Zulip's known flaw (reference 2.6),
+        client would end with X read: a flaw Zulip's own source admits,
         which we do not reproduce. Changes of other flags or kinds keep
         collapsing across it."""
         operation = event.get("operation", event.get("op"))

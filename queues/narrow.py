@@ -1,11 +1,11 @@
 """`narrow`: a filter on the message events a queue receives.
 
 A narrow only ever removes events from what the user would get anyway; it never
-widens delivery to messages the user was not sent (design.md: deliberate
-improvement over Zulip, whose realm index let narrowed queues see public
+widens delivery to messages the user was not sent (docs/architecture.md,
+"Deliberate differences from Zulip": Zulip's realm index let narrowed queues see public
 channels the user had not subscribed to).
 
-Supported terms (reference 2.5, Zulip's narrow predicate): `channel`/`stream`,
+Supported terms (Zulip's narrow predicate, `zerver/lib/narrow_predicate.py`): `channel`/`stream`,
 `topic`, `exact-topic` (case-sensitive), `sender`, `is:dm`/`is:private`, `is:starred`, `is:unread`,
 `is:mentioned`/`is:alerted`, `is:resolved`. All terms must match.
 """

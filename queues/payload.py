@@ -28,7 +28,7 @@ PER_EVENT_OVERHEAD = 64
 def collapse_key(event: Event) -> str | None:
     """The "full type" under which consecutive unread events merge, or None.
 
-    Only `update_message_flags` events collapse (reference 2.6): their full
+    Only `update_message_flags` events collapse (as in Zulip): their full
     type is `flags/<op>/<flag>` (`all_flags/...` when `all` is true, which never
     collapses); every `flags/` kind collapses except `flags/remove/read`,
     because a client must see each "mark unread" to keep its counts right.

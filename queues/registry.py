@@ -48,7 +48,7 @@ SHARED_OPTIONS = 1024
 class QueueLimits:
     """Bounds that keep one process's memory finite. See README "Limits"."""
 
-    # 10 minutes (design.md): long enough to ride out a network change or a
+    # 10 minutes (Zulip's default): long enough to ride out a network change or a
     # laptop lid, short enough that dead browser tabs do not hold memory.
     default_lifespan_secs: float = 600.0
     # 7 days: Zulip's cap for a requested `queue_lifespan_secs`.

@@ -12,7 +12,7 @@ The message event contract (what a producer sends for a message):
 `message` is the client message dict, optionally with `rendered_content` (the
 HTML) beside the raw `content`. Clients receive
 `{"type": "message", "message": ..., "flags": [...]}`, plus `local_message_id`
-on the sender's own queue (reference 3.3).
+on the sender's own queue (as Zulip's `process_message_event` builds them).
 """
 
 from __future__ import annotations
@@ -143,7 +143,8 @@ class NoticePayloads:
 
 
 def _client_variant(event_type: str, client: ClientDescriptor) -> str | None:
-    """Which form of an event of this type the client takes (reference 2.5),
+    """Which form of an event of this type the client takes (Zulip's per-client
+    rewrites),
     or None when every client takes the same."""
     if event_type == "presence":
         return "slim" if client.options.slim_presence else "legacy"

@@ -1,4 +1,4 @@
-"""Stream positions as one reader sees them (design.md, "stream positions";
+"""Stream positions as one reader sees them (docs/architecture.md, "Delivery";
 Synapse's streams and its `MultiWriterIdGenerator`).
 
 Every logged event has a position from one sequence. Writers commit out of

@@ -1,7 +1,7 @@
 """The server process: its state, its startup and its shutdown.
 
 `EventServer` holds the queue registry, the database pool and the timers, and
-is what every handler reaches through `self.server`. Lifecycle (style item 11):
+is what every handler reaches through `self.server`. Lifecycle, symmetric:
 `start()` loads saved queues, opens the pool and listens; `stop()` refuses new
 work, answers parked requests, waits for requests in progress, saves the
 queues and closes the pool.

@@ -1,8 +1,9 @@
 """HTTP Basic authentication with `email:api_key`, cached briefly.
 
-Errors follow reference 1.6. A long-poll every 45-55 s per client must not cost
-a query each, so a successful authentication is remembered for
-`auth_cache_secs`; concurrent misses for the same credentials share one query.
+Errors are Zulip's (401 with `WWW-Authenticate`, `INVALID_API_KEY`). A
+long-poll every 45-55 s per client must not cost a query each, so a
+successful authentication is remembered for `auth_cache_secs`; concurrent
+misses for the same credentials share one query.
 """
 
 from __future__ import annotations

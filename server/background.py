@@ -1,6 +1,6 @@
 """Background updates: long database work done in small batches, paced by a
 controller, resumable after a crash (Synapse's background updates and their
-controller, `shared/reference/seeds/synapse-background-update-controller.txt`).
+controller, in Synapse's `synapse/storage/background_updates.py`).
 
 An update is code registered under a name (`BackgroundUpdate`; the standard
 ones are in server/updates.py) and a row in `background_updates` that says it

@@ -1,7 +1,7 @@
 """Configuration from environment variables, with working local defaults.
 
-Every timing of design.md's numbers table has its own variable (fractional
-values allowed) so that tests and operators can shorten it.
+Every timing of docs/architecture.md's "Numbers and their reasons" has its own
+variable (fractional values allowed) so that tests and operators can shorten it.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ class Settings:
     heartbeat_secs: float = 45.0
     heartbeat_jitter_secs: float = 10.0
     # Idle garbage collection: 600 s default lifespan, 7 days at most, swept
-    # every 60 s (design.md).
+    # every 60 s (docs/architecture.md, "Numbers and their reasons").
     queue_idle_timeout_secs: float = 600.0
     queue_max_lifespan_secs: float = 7 * 24 * 3600.0
     gc_interval_secs: float = 60.0

@@ -1,7 +1,7 @@
 """The delivery log's writer: the observer that records what the server
 delivers (one record per event delivered to a queue, plus the lifecycle
 records: poll outcome, register, queue end, dead letter) for the analytics
-jobs (design.md flow 4), and the thread that writes them. The format and the
+jobs (docs/architecture.md, "Analytics"), and the thread that writes them. The format and the
 files are `server/logfiles.py`.
 
 Guarantees:

@@ -1,7 +1,8 @@
 """API errors and the one place that maps failures to HTTP status and `code`.
 
 Error bodies follow Zulip's: `{"result": "error", "msg": ..., "code": ...}`
-plus any data fields (reference 1.3-1.6).
+plus any data fields, such as `queue_id` with `BAD_EVENT_QUEUE_ID`
+(https://zulip.com/api/rest-error-handling).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Requests for a user whose queues are on another shard (design.md, Scaling
-out; reference 5).
+"""Requests for a user whose queues are on another shard (docs/architecture.md,
+"Sharding"; Zulip hands requests between its Tornado shards the same way).
 
 Any shard accepts any request. Register, `GET` and `DELETE /events` of a user
 owned elsewhere are handed to the owner:

@@ -1,6 +1,6 @@
 """The nginx site in front of the shards, generated from the sharding config
-(`eventq sharding nginx`), after Zulip's tornado upstreams and
-`zulip-include-frontend/app` (reference 1.1 and 5).
+(`eventq sharding nginx`), after the tornado upstreams and
+`zulip-include-frontend/app` of Zulip's puppet nginx configuration.
 
 - An upstream per shard, with keepalive; a realm that names hosts gets an
   upstream over its shards; everything else goes to any shard, one user's

@@ -1,7 +1,9 @@
 """Queue options from request parameters: register's and implicit GET's.
 
 `POST /register` and `GET /events` without `queue_id` take overlapping but
-differently named parameters with different defaults (reference 1.2, 1.3).
+differently named parameters with different defaults, as in Zulip (for
+example `queue_lifespan_secs` and `lifespan_secs`; `client_gravatar` is on by
+default for register only).
 """
 
 from __future__ import annotations

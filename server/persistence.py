@@ -1,6 +1,6 @@
 """Saving queues across restarts: atomically written, versioned snapshot files.
 
-File names follow Zulip's (reference 4): `event_queues.json` and, after it was
+File names are those of Zulip's Tornado: `event_queues.json` and, after it was
 read, `event_queues.json.last`; with a shard name S, `event_queues.S.json` and
 `event_queues.S.last.json`. Called off the IO loop (an executor thread).
 """

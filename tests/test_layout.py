@@ -1,4 +1,5 @@
-"""The direction of imports (design.md, "Layout and dependency direction")."""
+"""The direction of imports (docs/architecture.md, "Packages and the direction of
+imports")."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ ALLOWED = {
         "tornado", "pika", "psycopg", "psycopg_pool", "orjson",
         "pyarrow", "prometheus_client", "uvloop",
     },
-    # design.md: stdlib, pyspark, plotting; nothing of ours. Plus pyarrow,
+    # stdlib, pyspark, plotting; nothing of ours (the log format is checked by a
+    # contract test, not imported). Plus pyarrow,
     # the format Spark hands results to the driver in (DataFrame.toArrow):
     # the small tables are built and written from the driver with it.
     "analytics": {"analytics", "pyspark", "pyarrow", "matplotlib"},

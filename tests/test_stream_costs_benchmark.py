@@ -1,6 +1,6 @@
 """tests/benchmarks/stream_costs.py in its --quick mode, run as the other
 benchmarks' quick tests run theirs (`tests.support.run_quick_benchmark`):
-every phase of issue 15's costs must finish and report every figure, every
+every phase of what stream positions cost must finish and report every figure, every
 event sent must be read (phase 1) or found in its queues after each restart
 (phase 4) exactly once, and the run must leave nothing behind (database,
 vhost, working directory). No timing is checked; a quick run's figures mean

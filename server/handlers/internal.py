@@ -5,7 +5,7 @@ A caller from anywhere else (behind our nginx: the address it forwards in
 X-Real-IP) is refused from its request head, before its body is read
 (`BaseHandler.prepare`): 403 "Access denied", and the connection closes.
 Then the secret, which is in the body: missing, 400; wrong, 403 "Access
-denied" (reference 1.5). The secret is compared in constant time and never
+denied", as Zulip's internal endpoints answer. The secret is compared in constant time and never
 logged.
 """
 

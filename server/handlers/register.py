@@ -1,5 +1,5 @@
 """`POST /api/v1/register` (and `/json/register`): a queue plus the initial
-state consistent with it (design.md flow 3; the algorithm is
+state consistent with it (docs/architecture.md, "Register"; the algorithm is
 `apply_events.register`)."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class RegisterHandler(BaseHandler):
         options = register_options(params, user, registry, self.client_name(params))
         fetch_event_types = params.string_list("fetch_event_types")
         # Which sections to fetch and which events to replay: fetch_event_types,
-        # else event_types, else everything (reference 6.1 step 2).
+        # else event_types, else everything (as Zulip's register chooses).
         wanted = (
             frozenset(fetch_event_types) if fetch_event_types is not None else options.event_types
         )

@@ -1,5 +1,5 @@
 """`GET /api/v1/server_settings`: unauthenticated facts the `zulip` client
-reads first (reference 8)."""
+reads first (its constructor calls this and needs `zulip_version`)."""
 
 from __future__ import annotations
 

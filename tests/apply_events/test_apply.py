@@ -1,4 +1,5 @@
-"""apply_events: bringing fetched state up to date, purely (reference 6.2)."""
+"""apply_events: bringing fetched state up to date, purely; an applier must be
+right when its change is already in the state."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The register algorithm (reference 6.1, scenarios 54-55), run against a real
+"""The register algorithm (Zulip's order, and its replay of events that reached
+the queue meanwhile), run against a real
 pure QueueRegistry and fake fetch callables that can inject events mid-fetch."""
 
 from __future__ import annotations

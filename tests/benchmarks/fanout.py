@@ -111,7 +111,8 @@ TICKS = os.sysconf("SC_CLK_TCK")
 # window (a user's 100 clients re-polling flat out make some 10^5 requests):
 # the limiter's bookkeeping is paid on every request, its refusals never.
 RATE_LIMIT = 1_000_000_000
-# The bars of issue 14: eventq against nchan measured in the same run.
+# The bars: eventq against nchan, a C server doing the same job, measured in
+# the same run so that the machine's speed cancels out.
 CPU_BAR = 3.0  # server CPU per delivered event <= 3x nchan's
 LAST_CLIENT_BAR = 3.0  # time to the last client <= 3x nchan's
 THROUGHPUT_BAR = 3.0  # delivered events/s >= 1/3 of nchan's
@@ -2120,7 +2121,7 @@ def eventq_env(workdir: Path, http_server: str | None = None) -> dict[str, str]:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="eventq beside nginx + nchan on this machine: fan-out latency, throughput,"
-        " memory and CPU, each figure for both with their ratio, and issue 14's bars.",
+        " memory and CPU, each figure for both with their ratio, and the bars.",
     )
     floats = lambda text: [float(part) for part in text.split(",")]  # noqa: E731
     ints = lambda text: [int(part) for part in text.split(",")]  # noqa: E731

@@ -1,4 +1,4 @@
-"""What stream positions cost (issue 15), on the path a user pays for, each
+"""What stream positions cost, on the path a user pays for, each
 figure beside its comparison in the same run.
 
 Run from the repository root:
@@ -26,7 +26,8 @@ EVENTQ_EVENT_LOG=0 is measured).
    the event - time.time() just before its `send_event` call. After an
    uncounted --warmup with the event log on, --rounds runs with it on and
    with it off, taking turns, each mode's samples pooled: both, their ratio,
-   each process's CPU, and issue 15's bar: p99 <= 10 ms with the log on.
+   each process's CPU, and the bar: p99 <= 10 ms with the log on (the log
+   must not make delivery slow).
 2. register: register.py's phases on this realm (`run_phase`: registers with
    the `zulip` client's parameters, each by another user): one at a time,
    --concurrency at once, and one at a time while --register-rate notices/s
@@ -36,7 +37,7 @@ EVENTQ_EVENT_LOG=0 is measured).
    `fetch_event_types=[]`, pipelined). Restarted (so that its loop-lag window
    holds nothing but this), it is left alone for --lag-window s, checkpointing;
    then `/api/internal/stats`: the last checkpoint's time and longest slice
-   on the IO loop (issue 15's bar: <= 5 ms), and the loop lag p99 over the
+   on the IO loop (bar: <= 5 ms, a pause clients do not notice), and the loop lag p99 over the
    window; compared with the same server and queues restarted with
    checkpoints off, and with the graceful save of the same queues.
 4. recovery: --recovery-events notices sent while the server cannot see

@@ -3,8 +3,8 @@ installed with its analytics extra into a fresh virtual environment outside the
 checkout, then the README's operator's guide run with it, step by step.
 
 Every other test runs the editable checkout, which cannot see a file missing
-from the wheel or a path into the checkout (issue 13: `eventq db migrate` from
-a wheel found no migrations). Here nothing of the checkout is on the path: the
+from the wheel or a path into the checkout (as when `eventq db migrate` from
+a wheel once found no migrations). Here nothing of the checkout is on the path: the
 commands run from the installed venv, from a directory outside the checkout,
 with the environment the systemd units give them (their EnvironmentFile and
 Environment lines, their ExecStart commands with the installation's paths

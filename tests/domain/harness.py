@@ -1,4 +1,5 @@
-"""`verify_action` (design.md flow 3; reference 6.3), and the world it runs in.
+"""`verify_action` (docs/architecture.md, "Register"; Zulip's test of the same
+name in zerver/tests/test_events.py), and the world it runs in.
 
 For one action and one client configuration: fetch the state, run the action,
 capture the events that reach the client's queue (through the real registry,
@@ -38,7 +39,7 @@ from queues.registry import QueueRegistry
 
 Action = Callable[[ActionContext], Awaitable[Any]]
 
-# Every capability a modern client declares (reference 6.3's defaults).
+# Every capability a modern client declares (the defaults of Zulip's verify_action).
 MODERN = frozenset(CAPABILITIES - {"user_list_incomplete", "simplified_presence_events"})
 
 # kinds declared by every @covers test, filled at import

@@ -1,6 +1,7 @@
 """EventQueue: ids, acknowledgement (prune), flag collapsing, saved form.
 
-Reference 2.2, 2.6 and scenarios 4-8 of section 7.2, with current semantics.
+Zulip's queue mechanics as its test_event_queue.py checks them, with the
+semantics of its current code (`restart` events no longer collapse).
 """
 
 from __future__ import annotations

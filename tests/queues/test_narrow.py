@@ -1,5 +1,5 @@
 """narrow: parsing a client's narrow and filtering message events with it
-(reference 2.5), alone and through the registry's delivery."""
+(Zulip's narrow predicate), alone and through the registry's delivery."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Registry snapshots: what a graceful restart saves and reloads (reference 4).
+"""Registry snapshots: what a graceful restart saves and reloads.
 
 A snapshot must bring back every queue with its ids, acknowledgement point,
 options, unread collapsed events and idle age; a bad one loads nothing.

@@ -1,5 +1,6 @@
 """specialize: per-client forms of one notice's event, each built once
-(reference 3.3), and the all_public_streams eligibility rule."""
+(as Zulip's `process_message_event` builds them), and the all_public_streams
+eligibility rule."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ def test_in_order_arrivals_are_handed_on_at_once():
 
 
 def test_synapse_table_example():
-    """The single-writer table of synapse-streams.txt: the stream starts at 1;
+    """The single-writer example of Synapse's stream ids: the stream starts at 1;
     2 and 3 are reserved, 3 completes first, then 2; 4, 5, 6 are reserved and
     5 completes before 4, then 6."""
     reader: StreamReader[str] = StreamReader(1)

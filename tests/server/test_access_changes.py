@@ -1,4 +1,4 @@
-"""A change of a user's access reaches every shard at once (issue 32): a new
+"""A change of a user's access reaches every shard at once (README, "Security"): a new
 role, a logout and a new API key make every shard forget what it cached of
 the user, and a member made a guest loses the queues taking every public
 channel, on whichever shard holds them. Two shards, each caching

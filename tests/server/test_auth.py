@@ -1,4 +1,4 @@
-"""HTTP Basic authentication (reference 1.6) and the auth cache."""
+"""HTTP Basic authentication with Zulip's answers, and the auth cache."""
 
 from __future__ import annotations
 

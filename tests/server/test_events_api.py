@@ -1,5 +1,5 @@
-"""GET and DELETE /events over HTTP against the real server (reference 1.3,
-1.4, 2.7 and scenarios 1, 2, 59-62)."""
+"""GET and DELETE /events over HTTP against the real server, with Zulip's
+answers (as its test_tornado.py and test_event_system.py check them)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """Faults under a steady event load, with clients checking every event id
-(issue 7): the broker restarted or its connections cut, PostgreSQL restarted
-during registers, the server stopped (SIGTERM) or killed (SIGKILL), clients
-that stop reading. Each scenario prints what was sent, delivered, duplicated
-and lost per client (`pytest -s`), and what the clients saw; nothing may be
-lost by a client whose queue survived."""
+(delivery must survive the failures of a real deployment): the broker
+restarted or its connections cut, PostgreSQL restarted during registers, the
+server stopped (SIGTERM) or killed (SIGKILL), clients that stop reading.
+Each scenario prints what was sent, delivered, duplicated and lost per client
+(`pytest -s`), and what the clients saw; nothing may be lost by a client
+whose queue survived."""
 
 from __future__ import annotations
 

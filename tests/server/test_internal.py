@@ -1,5 +1,6 @@
 """Internal endpoints: the shared secret, from this machine (or the sharding
-config's internal networks) only (reference 1.5, scenario 58)."""
+config's internal networks) only, with Zulip's answers (400 without the
+secret, 403 "Access denied")."""
 
 from __future__ import annotations
 

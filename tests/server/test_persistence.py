@@ -1,4 +1,4 @@
-"""Saved-queue file names and atomic writes (reference 4, scenario 10)."""
+"""Saved-queue file names (Zulip's, one process or several) and atomic writes."""
 
 from __future__ import annotations
 

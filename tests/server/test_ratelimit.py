@@ -1,6 +1,6 @@
 """Per-user rate limiting (Zulip's api_by_user: 200 requests per 60 s): 429
 RATE_LIMIT_HIT with Retry-After, other users unaffected, requests allowed
-again as the window slides (issue 7)."""
+again as the window slides: one user's flood must not cost the others."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""POST /register over HTTP (reference 1.2, 6.1 and scenarios 52-57)."""
+"""POST /register over HTTP: Zulip's parameters, order and answers."""
 
 from __future__ import annotations
 

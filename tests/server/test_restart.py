@@ -1,4 +1,4 @@
-"""Queues survive restarts of a real server process (reference 4, 2.10)."""
+"""Queues survive restarts of a real server process, with Zulip's `restart` event."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """schemathesis against the running server, driven by its OpenAPI document
-(issue 7): generated requests to every documented operation (the events API,
+(a client's mistake must be a documented error, never a 5xx or a change):
+generated requests to every documented operation (the events API,
 and every domain endpoint from its route), and every check
 but one: no 5xx, every response (status, headers, body) as documented,
 schema-violating requests refused; and ours, that a request answered with an

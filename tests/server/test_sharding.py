@@ -1,6 +1,6 @@
 """Two shard processes and a real nginx, on loopback ports: every request
-reaches the shard that owns the user, whichever entry point the client used
-(issue 6)."""
+reaches the shard that owns the user, whichever entry point the client used,
+so that no client sees the topology."""
 
 from __future__ import annotations
 

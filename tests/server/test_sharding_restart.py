@@ -1,5 +1,5 @@
 """One shard restarted while events flow: the other keeps serving, and no
-client of either loses or repeats an event (issue 6)."""
+client of either loses or repeats an event: a rolling restart is invisible."""
 
 from __future__ import annotations
 
