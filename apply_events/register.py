@@ -3,7 +3,8 @@ on), written against injected callables so that it runs the same in the
 server and in tests.
 
 1. create the queue, so that no event after this point can be missed;
-2. fetch the initial state, non-atomically, while events may arrive;
+2. fetch the initial state while events may arrive (the server reads it in
+   one snapshot, `engine.fetch_at_snapshot`; the algorithm does not need it);
 3. take every event that reached the queue since its creation;
 4. apply those whose type was asked for to the fetched state;
 5. post-process it into the form clients read;
