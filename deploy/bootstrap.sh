@@ -336,6 +336,31 @@ ensure_node() {  # eventq.js's unit tests run with Node's test runner
     say "node: installed ($(node --version))"
 }
 
+# eventq.js's types are checked, and eventq.d.ts generated, by TypeScript's
+# tsc (tests/js): the version eventq-client's package-lock.json pins, in its
+# node_modules (gitignored). After ensure_node. Without the registry it only
+# warns: the rest of the suite can run, and the type tests say what is missing.
+ensure_client_typescript() {
+    local client="$EVENTQ_REPO/server/static/eventq-client" want have
+    # shellcheck disable=SC2016  # node's expressions, not the shell's
+    want="$(node -p 'require(process.argv[1]).packages["node_modules/typescript"].version' \
+        "$client/package-lock.json")" || die "typescript: cannot read $client/package-lock.json"
+    # shellcheck disable=SC2016
+    have="$(node -p 'require(process.argv[1]).version' \
+        "$client/node_modules/typescript/package.json" 2>/dev/null)" || have=""
+    if [[ $have == "$want" ]]; then
+        say "typescript: installed ($have, server/static/eventq-client/node_modules)"
+        return
+    fi
+    command -v npm >/dev/null || apt_install npm  # Debian's nodejs comes without it
+    command -v npm >/dev/null || die "npm: not installed"
+    say "typescript: npm ci in server/static/eventq-client ($want)"
+    if ! npm ci --prefix "$client" --no-audit --no-fund --fetch-retries=1 >/dev/null; then
+        say "typescript: warning: npm ci failed (is the npm registry reachable?);" \
+            "the type tests of tests/js fail until \`npm ci --prefix server/static/eventq-client\` succeeds"
+    fi
+}
+
 # --- Python -----------------------------------------------------------------
 
 python_ok() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }

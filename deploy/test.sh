@@ -11,5 +11,6 @@ ensure_nchan
 ensure_systemd_analyze
 ensure_chromium
 ensure_node
+ensure_client_typescript
 cd "$EVENTQ_REPO"
 exec .venv/bin/pytest "$@"

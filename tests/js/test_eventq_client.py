@@ -1,11 +1,14 @@
 """server/static/eventq-client, the page client: its own unit tests (Node's
-test runner, with a fake fetch and fake timers), and the client under Node
+test runner, with a fake fetch and fake timers), its JSDoc types checked by
+TypeScript's tsc and eventq.d.ts generated from them, and the client under Node
 against the real server, losing its queue and resuming."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import queue
+import re
 import shutil
 import subprocess
 import threading
@@ -63,6 +66,67 @@ def test_eventq_client_unit_tests_pass() -> None:
     # Node reports "# pass N" / "# fail N": a run that found no test passes too.
     assert "\n# fail 0" in output, output
     assert "\n# pass 0\n" not in output, f"node --test ran no test:\n{output}"
+
+
+def tsc(*args: str) -> subprocess.CompletedProcess[str]:
+    """tsc of the TypeScript that package-lock.json pins, run in the client's
+    directory (where its tsconfig.json is). `bash deploy/test.sh` installs it
+    (`npm ci --prefix server/static/eventq-client`)."""
+    lock = json.loads((CLIENT / "package-lock.json").read_text())
+    want = lock["packages"]["node_modules/typescript"]["version"]
+    installed = CLIENT / "node_modules" / "typescript"
+    have = None
+    if (installed / "package.json").exists():
+        have = json.loads((installed / "package.json").read_text())["version"]
+    if have != want:
+        pytest.fail(
+            f"TypeScript {want} is not installed in {CLIENT / 'node_modules'} (found {have}):"
+            " `bash deploy/test.sh` installs it, or `npm ci --prefix server/static/eventq-client`"
+        )
+    return subprocess.run(
+        [node_binary(), str(installed / "bin" / "tsc"), *args],
+        cwd=CLIENT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_SECS,
+        check=False,
+    )
+
+
+def test_eventq_client_types_check() -> None:
+    """eventq.js's JSDoc types hold (tsconfig.json: checkJs, strict)."""
+    run = tsc("-p", "tsconfig.json", "--noEmit")
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, f"tsc --checkJs found errors in eventq.js:\n{output}"
+
+
+def test_eventq_d_ts_is_generated_from_the_jsdoc(tmp_path: Path) -> None:
+    """The committed eventq.d.ts is what tsc generates from eventq.js's JSDoc,
+    so the declarations users see cannot drift from the code."""
+    run = tsc("-p", "tsconfig.json", "--outDir", str(tmp_path))
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, f"tsc failed:\n{output}"
+    generated = (tmp_path / "eventq.d.ts").read_text()
+    # A JSDoc type tsc cannot parse becomes `any` without an error (a union
+    # with a leading "|" on its own line does): only these few are meant.
+    code = re.sub(r"/\*.*?\*/", "", generated, flags=re.DOTALL)
+    unmeant = [line.strip() for line in code.splitlines() if re.search(r"\bany\b", line)]
+    unmeant = [line for line in unmeant if not re.search(r"\((event|handle): any\)", line)]
+    assert not unmeant, f"`any` in the generated eventq.d.ts: {unmeant}"
+    committed = (CLIENT / "eventq.d.ts").read_text()
+    if generated != committed:
+        diff = "".join(
+            difflib.unified_diff(
+                committed.splitlines(keepends=True),
+                generated.splitlines(keepends=True),
+                "eventq.d.ts (committed)",
+                "eventq.d.ts (generated)",
+            )
+        )
+        pytest.fail(
+            "eventq.d.ts is not what tsc generates from eventq.js's JSDoc; edit eventq.js"
+            " and run `npm run types` in server/static/eventq-client:\n" + diff
+        )
 
 
 # Runs the client with an API key; prints one JSON line per thing it is told

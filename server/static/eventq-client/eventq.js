@@ -1,3 +1,6 @@
+/*! eventq-client. eventq.d.ts is generated from eventq.js's JSDoc by `npm run
+ * types` (tsc), and a test fails when they differ: edit eventq.js, not it. */
+
 // eventq-client: a dependency-free ES module that keeps a page (or a Node 18
 // or later script) subscribed to an eventq or Zulip server's event queue.
 //
@@ -6,7 +9,9 @@
 // exponential backoff, and when the queue is lost registers again, resuming
 // from the last stream position when the server can (eventq's `resume_from`),
 // so that the page only reloads its state when it really must. The contract of
-// every public name is in eventq.d.ts; README.md shows the usage.
+// every public name is in its JSDoc, checked by `tsc --checkJs` (the types are
+// at the end of this file); eventq.d.ts is generated from it (`npm run
+// types`) and must not be edited by hand. README.md shows the usage.
 
 /** Backoff of transient failures: full jitter (delay = random() x min(cap,
  * base x factor^n), n = failures before this one), so that clients cut off
@@ -15,7 +20,8 @@
  * What a Retry-After asks is waited on top of the jitter, and at most
  * retryAfterCapMs of it: 60 s for the same reason (a proxy that says a day,
  * or an HTTP date from a clock that is wrong, would leave the page behind
- * for as long). */
+ * for as long).
+ * @type {Readonly<BackoffPolicy>} */
 export const DEFAULT_BACKOFF = Object.freeze({
   baseMs: 1000,
   factor: 2,
@@ -24,21 +30,25 @@ export const DEFAULT_BACKOFF = Object.freeze({
 });
 
 /** Used when register's answer has no `event_queue_longpoll_timeout_seconds`:
- * Zulip's value, comfortably above the server's 45-55 s heartbeat. */
+ * Zulip's value, comfortably above the server's 45-55 s heartbeat.
+ * @type {number} */
 export const DEFAULT_POLL_TIMEOUT_MS = 90_000;
 // What a register with resume_from answers when the client must fetch its
 // state afresh instead.
+/** @type {Set<string | null>} */
 const RESUME_REFUSED = new Set(["RESUME_EXPIRED", "RESUME_POSITION_UNKNOWN"]);
 
 /** Register reads the whole initial state; 30 s is generous for that and
- * short enough for a silently dropped connection to be retried. */
+ * short enough for a silently dropped connection to be retried.
+ * @type {number} */
 export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 
 /** How long a replacement queue waits for the events listeners still
  * applying the last answer (their end decides the position it resumes
  * from) before it registers without them. 30 s, as long as register itself
  * may take: a listener busy for longer has most likely forgotten to settle
- * its promise, and the page would otherwise never be updated again. */
+ * its promise, and the page would otherwise never be updated again.
+ * @type {number} */
 export const DEFAULT_APPLY_WAIT_MS = 30_000;
 
 const CSRF_HEADER = "X-CSRFToken";
@@ -66,18 +76,47 @@ const REGISTER_OPTIONS = Object.freeze({
  * answer; `status`, `code`, `body`), "protocol" (a success status without a
  * success body), "no_queue" (register succeeded without a queue_id, as
  * Zulip answers a logged-out spectator), "stopped" (stop() or close() before
- * start() finished), "internal" (a bug of this module). */
+ * start() finished), "internal" (a bug of this module). Its `name` is
+ * "EventqError". */
 export class EventqError extends Error {
+  /**
+   * @param {string} message
+   * @param {{
+   *   kind: ErrorKind,
+   *   status?: number | null,
+   *   code?: string | null,
+   *   body?: Record<string, unknown> | null,
+   *   retryAfterMs?: number | null,
+   *   cause?: unknown,
+   * }} [details]
+   */
   constructor(
     message,
-    { kind, status = null, code = null, body = null, retryAfterMs = null, cause } = {},
+    {
+      kind,
+      status = null,
+      code = null,
+      body = null,
+      retryAfterMs = null,
+      cause,
+    } = /** @type {any} */ ({}),
   ) {
     super(message, cause === undefined ? undefined : { cause });
+    // "EventqError" (declared by Error, as string).
     this.name = "EventqError";
+    /** @readonly */
     this.kind = kind;
+    /** The HTTP status, for "http" and "protocol"; else null.
+     * @readonly */
     this.status = status;
+    /** The server's error `code` ("BAD_EVENT_QUEUE_ID", "RATE_LIMIT_HIT", ...); else null.
+     * @readonly */
     this.code = code;
+    /** The parsed JSON body of the answer, when it had one.
+     * @readonly */
     this.body = body;
+    /** How long the server asked to wait (Retry-After, or the body's retry-after), in ms.
+     * @readonly */
     this.retryAfterMs = retryAfterMs;
   }
 
@@ -91,7 +130,9 @@ export class EventqError extends Error {
       case "protocol":
         return true;
       case "http":
-        return this.status === 408 || this.status === 429 || this.status >= 500;
+        return (
+          this.status === 408 || this.status === 429 || /** @type {number} */ (this.status) >= 500
+        );
       default:
         return false;
     }
@@ -102,12 +143,14 @@ export class EventqError extends Error {
 // pagehide or a newer queue has replaced; caught where that run began.
 const SUPERSEDED = Symbol("superseded");
 
+/** @param {unknown} value */
 function encodeValue(value) {
   return typeof value === "string" ? value : JSON.stringify(value);
 }
 
 /** Zulip's wire form: strings as they are, everything else JSON-encoded,
- * null and undefined left out. */
+ * null and undefined left out.
+ * @param {Record<string, unknown>} params */
 function formOf(params) {
   const form = new URLSearchParams();
   for (const [name, value] of Object.entries(params)) {
@@ -116,6 +159,11 @@ function formOf(params) {
   return form;
 }
 
+/**
+ * @param {string} cookies
+ * @param {string} name
+ * @returns {string | null}
+ */
 function readCookie(cookies, name) {
   for (const part of cookies.split(";")) {
     const at = part.indexOf("=");
@@ -131,6 +179,7 @@ function readCookie(cookies, name) {
   return null;
 }
 
+/** @param {string} text */
 function base64Utf8(text) {
   let binary = "";
   for (const byte of new TextEncoder().encode(text)) binary += String.fromCharCode(byte);
@@ -140,7 +189,11 @@ function base64Utf8(text) {
 /** Milliseconds the server asked the client to wait: the `Retry-After`
  * header (seconds or an HTTP date), else Zulip's `retry-after` body field
  * (seconds; the one a cross-origin page can read when the header is not
- * exposed), else null. */
+ * exposed), else null.
+ * @param {ResponseLike["headers"] | undefined} headers
+ * @param {Record<string, unknown> | null} body
+ * @param {() => number} now
+ * @returns {number | null} */
 function retryAfterOf(headers, body, now) {
   const header = headers?.get?.("Retry-After");
   if (header != null && header.trim() !== "") {
@@ -155,30 +208,55 @@ function retryAfterOf(headers, body, now) {
     : null;
 }
 
+/** @param {unknown} error */
 function reportToConsole(error) {
   console.error("eventq-client:", error);
 }
 
+/** Keeps one event queue of one user: registers it, long-polls it with
+ * exactly one request in flight, acknowledges what it received, backs off on
+ * transient failures and replaces the queue when the server lost it. */
 export class EventqClient {
   // Options, resolved once; the injectable ones default to the platform's.
+  /** @type {string} */
   #baseUrl;
+  /** @type {Auth} */
   #auth; // "session" or { email, apiKey }
+  /** @type {Record<string, unknown>} */
   #registerParams; // register's parameters, already in Zulip's names
+  /** @type {BackoffPolicy} */
   #backoff;
+  /** @type {number | null} */
   #pollTimeoutOption; // null: take register's event_queue_longpoll_timeout_seconds
+  /** @type {number} */
   #requestTimeoutMs;
+  /** @type {number} */
   #applyWaitMs;
+  /** @type {FetchLike} */
   #fetch;
+  /** @type {NonNullable<EventqClientOptions["setTimeout"]>} */
   #setTimeout;
+  /** @type {NonNullable<EventqClientOptions["clearTimeout"]>} */
   #clearTimeout;
+  /** @type {() => number} */
   #random;
+  /** @type {() => number} */
   #now;
+  /** @type {() => string} */
   #cookies;
+  /** @type {string} */
   #csrfCookieName;
+  /** @type {number | null} */
   #user;
+  /** @type {PageEventTarget | null} */
   #window; // where pagehide/pageshow come from; null outside a page
+  /** @type {(error: unknown) => void} */
   #reportError;
 
+  /** @type {Record<
+   *   "events" | "reset" | "error" | "retry" | "status",
+   *   Set<(...args: any[]) => any>
+   * >} */
   #listeners = {
     events: new Set(),
     reset: new Set(),
@@ -189,6 +267,7 @@ export class EventqClient {
 
   // The queue this client polls; null before register, after close() or a
   // pagehide (which delete it) and while a lost queue is replaced.
+  /** @type {string | null} */
   #queueId = null;
   // The highest event id received on #queueId (heartbeats included): what
   // the next poll acknowledges. -1 means none; it never goes down for a queue.
@@ -199,6 +278,7 @@ export class EventqClient {
   // moves only when the page's state gets there: never to the
   // stream_position of a resumed register, whose events are still in the
   // new queue (see #resumedTo).
+  /** @type {number | null} */
   #streamPosition = null;
   // After a resumed register, until the new queue's first answer is given
   // to the page: that register's stream_position (null when it had none or
@@ -207,11 +287,13 @@ export class EventqClient {
   // had acknowledged, and nothing is acknowledged before it), so once it is
   // applied the page is at its stream_position, which is at least this
   // one; this one is used when the answer has none.
+  /** @type {number | null} */
   #resumedTo = null;
   // Settles when the page's listeners have applied the answer being
   // delivered (null when none is, or when a replacement stopped waiting for
   // it): a replacement queue resumes from the position that answer brings,
   // so it is registered only after, or after #applyWaitMs.
+  /** @type {Promise<void> | null} */
   #applying = null;
   #pollTimeoutMs = DEFAULT_POLL_TIMEOUT_MS;
   // Whether #queueId has answered a poll: a queue lost before answering once
@@ -226,23 +308,34 @@ export class EventqClient {
   #generation = 0;
   // The one request in flight (null when none): { cancel }, which #halt
   // calls.
+  /** @type {{ cancel: () => void } | null} */
   #inFlight = null;
   // Registers left to finish without a run (#discard), each until the
   // queue it made, if any, is deleted: close() waits for them.
+  /** @type {Set<Promise<void>>} */
   #discarding = new Set();
   // Ends the wait in progress (#within) early; null when not waiting.
+  /** @type {(() => void) | null} */
   #wakeUp = null;
   // Transient failures since the last successful poll; the next delay's n.
   #failures = 0;
+  /** @type {Status} */
   #status = "idle";
   #started = false;
   #stopped = false; // stop() or close() was called, or a fatal error came
   #closed = false;
   // start()'s promise until its initial register answers (or fails).
+  /** @type {{
+   *   resolve: (state: RegisterResponse) => void,
+   *   reject: (error: EventqError) => void,
+   * } | null} */
   #pendingStart = null;
+  /** @type {(() => void) | null} */
   #onPageHide = null;
+  /** @type {((event: any) => void) | null} */
   #onPageShow = null;
 
+  /** @param {EventqClientOptions} [options] */
   constructor(options = {}) {
     this.#baseUrl = String(options.baseUrl ?? "").replace(/\/+$/, "");
     const auth = options.auth ?? "session";
@@ -257,9 +350,11 @@ export class EventqClient {
     }
     this.#auth = auth;
 
-    const params = {};
+    const params = /** @type {Record<string, unknown>} */ ({});
     for (const [option, name] of Object.entries(REGISTER_OPTIONS)) {
-      if (options[option] !== undefined) params[name] = options[option];
+      if (/** @type {Record<string, unknown>} */ (options)[option] !== undefined) {
+        params[name] = /** @type {Record<string, unknown>} */ (options)[option];
+      }
     }
     Object.assign(params, options.registerParams ?? {});
     if ("resume_from" in params || "queue_id" in params) {
@@ -303,44 +398,69 @@ export class EventqClient {
 
   // -- state ------------------------------------------------------------------
 
+  /** The queue being polled; null before register, while a lost queue is
+   * replaced, and after close() or a pagehide. */
   get queueId() {
     return this.#queueId;
   }
 
+  /** The highest event id received on the queue (heartbeats included): what
+   * the next poll acknowledges; -1 before any. */
   get lastEventId() {
     return this.#lastEventId;
   }
 
+  /** The newest stream position the page's state has reached (once its
+   * listeners returned); what a re-register resumes from. After a resume it
+   * stays the position resumed from until the new queue's first answer has
+   * been applied. null when the server sends none (Zulip). */
   get streamPosition() {
     return this.#streamPosition;
   }
 
+  /** Where the client is (see Status). */
   get status() {
     return this.#status;
   }
 
   // -- listeners --------------------------------------------------------------
 
+  /** Each on* method adds a listener and returns a function that removes it.
+   * @param {EventsListener} listener
+   * @returns {() => void} */
   onEvents(listener) {
     return this.#listen("events", listener);
   }
 
+  /** @param {ResetListener} listener
+   * @returns {() => void} */
   onReset(listener) {
     return this.#listen("reset", listener);
   }
 
+  /** A fatal error: the client has stopped (status "failed").
+   * @param {ErrorListener} listener
+   * @returns {() => void} */
   onError(listener) {
     return this.#listen("error", listener);
   }
 
+  /** @param {RetryListener} listener
+   * @returns {() => void} */
   onRetry(listener) {
     return this.#listen("retry", listener);
   }
 
+  /** @param {StatusListener} listener
+   * @returns {() => void} */
   onStatus(listener) {
     return this.#listen("status", listener);
   }
 
+  /**
+   * @param {"events" | "reset" | "error" | "retry" | "status"} kind
+   * @param {(...args: any[]) => any} listener
+   */
   #listen(kind, listener) {
     if (typeof listener !== "function") throw new TypeError(`${kind} listener must be a function`);
     const set = this.#listeners[kind];
@@ -351,6 +471,11 @@ export class EventqClient {
   // Calls every listener of `kind`; a listener that throws or rejects is
   // reported and does not stop the others nor the client. Resolves once the
   // listeners' returned promises (if any) have settled.
+  /**
+   * @param {"events" | "reset" | "error" | "retry" | "status"} kind
+   * @param {...unknown} args
+   * @returns {Promise<unknown> | null}
+   */
   #emit(kind, ...args) {
     const pending = [];
     for (const listener of [...this.#listeners[kind]]) {
@@ -366,12 +491,18 @@ export class EventqClient {
     return pending.length === 0 ? null : Promise.all(pending);
   }
 
+  /**
+   * @param {number} gen
+   * @param {"events" | "reset" | "error" | "retry" | "status"} kind
+   * @param {...unknown} args
+   */
   async #emitAndWait(gen, kind, ...args) {
     const pending = this.#emit(kind, ...args);
     if (pending !== null) await pending;
     this.#check(gen);
   }
 
+  /** @param {Status} status */
   #setStatus(status) {
     if (this.#status !== status) {
       this.#status = status;
@@ -381,6 +512,12 @@ export class EventqClient {
 
   // -- lifecycle --------------------------------------------------------------
 
+  /** Registers the queue (retrying transient failures) and starts polling.
+   * Resolves with register's answer, the initial state, before any event
+   * reaches a listener. Rejects with an EventqError on a fatal answer (also
+   * told to onError) or when stop()/close() comes first (kind "stopped").
+   * Call it once.
+   * @returns {Promise<RegisterResponse>} */
   start() {
     if (this.#started || this.#stopped) {
       return Promise.reject(new Error("EventqClient.start() may be called once, before stop()"));
@@ -395,6 +532,7 @@ export class EventqClient {
       win.addEventListener("pagehide", this.#onPageHide);
       win.addEventListener("pageshow", this.#onPageShow);
     }
+    /** @type {Promise<RegisterResponse>} */
     const promise = new Promise((resolve, reject) => {
       this.#pendingStart = { resolve, reject };
     });
@@ -402,6 +540,13 @@ export class EventqClient {
     return promise;
   }
 
+  /** Stops polling at once: the poll in flight is aborted and its answer,
+   * should it still come, is ignored. The queue stays on the server (it
+   * expires after its lifespan); close() deletes it. A register in flight
+   * is left to finish (the server may have made its queue already) and the
+   * queue it answers with is deleted (DELETE events, keepalive); so is one
+   * in flight at a pagehide. A stopped client does not start again: make a
+   * new one. */
   stop() {
     if (this.#stopped) return;
     this.#stopped = true;
@@ -412,6 +557,12 @@ export class EventqClient {
     );
   }
 
+  /** stop(), then deletes the queue (DELETE events, keepalive) and removes
+   * the page listeners. Resolves when the delete is answered or failed (and
+   * that of the queue a register in flight made), each within the request
+   * timeout; never rejects. Safe to call more than once, or before
+   * start().
+   * @returns {Promise<void>} */
   close() {
     this.stop();
     if (!this.#closed) {
@@ -419,7 +570,7 @@ export class EventqClient {
       const win = this.#window;
       if (this.#onPageHide && win && typeof win.removeEventListener === "function") {
         win.removeEventListener("pagehide", this.#onPageHide);
-        win.removeEventListener("pageshow", this.#onPageShow);
+        win.removeEventListener("pageshow", /** @type {(event: any) => void} */ (this.#onPageShow));
       }
     }
     return Promise.all([this.#deleteQueue(), ...this.#discarding]).then(() => undefined);
@@ -454,6 +605,7 @@ export class EventqClient {
     this.#run(this.#generation);
   }
 
+  /** @param {number} gen */
   async #run(gen) {
     try {
       if (this.#queueId === null) {
@@ -476,14 +628,19 @@ export class EventqClient {
     }
   }
 
+  /**
+   * @param {EventqError | null} error
+   * @param {RegisterResponse} [state]
+   */
   #settleStart(error, state) {
     const pending = this.#pendingStart;
     if (pending === null) return;
     this.#pendingStart = null;
-    if (error === null) pending.resolve(state);
+    if (error === null) pending.resolve(/** @type {RegisterResponse} */ (state));
     else pending.reject(error);
   }
 
+  /** @param {EventqError} error */
   #fail(error) {
     this.#stopped = true;
     this.#halt();
@@ -494,14 +651,17 @@ export class EventqClient {
     else if (!hadStart) this.#reportError(error);
   }
 
+  /** @param {number} gen */
   #check(gen) {
     if (gen !== this.#generation) throw SUPERSEDED;
   }
 
   // -- the protocol -----------------------------------------------------------
 
+  /** @param {number} gen */
   async #pollLoop(gen) {
     for (;;) {
+      /** @type {Record<string, unknown>} */
       const params = { queue_id: this.#queueId, last_event_id: this.#lastEventId };
       // After a failure, ask for an immediate answer: it tells the page at
       // once that the server is back, and resets the backoff (as Zulip's web
@@ -527,6 +687,10 @@ export class EventqClient {
     }
   }
 
+  /**
+   * @param {number} gen
+   * @param {any} body
+   */
   async #deliver(gen, body) {
     const known = this.#lastEventId;
     let newest = known;
@@ -551,7 +715,14 @@ export class EventqClient {
     // the run was replaced meanwhile (the replacement waits for it).
     const pending =
       events.length > 0
-        ? this.#emit("events", events, { queueId: this.#queueId, streamPosition: position })
+        ? this.#emit(
+            "events",
+            events,
+            /** @satisfies {EventsInfo} */ ({
+              queueId: /** @type {string} */ (this.#queueId),
+              streamPosition: position,
+            }),
+          )
         : null;
     if (pending === null) {
       if (position !== null) this.#streamPosition = position;
@@ -572,6 +743,10 @@ export class EventqClient {
   // The queue is gone (or was deleted on pagehide): register a new one,
   // resuming from the stream position when one is known, and tell the page
   // whether its state still holds.
+  /**
+   * @param {number} gen
+   * @param {ResetInfo["reason"]} reason
+   */
   async #replaceQueue(gen, reason) {
     const applying = this.#applying;
     if (applying !== null) {
@@ -593,19 +768,28 @@ export class EventqClient {
     const state = await this.#register(gen, resumeFrom);
     const resumed = resumeFrom !== null && state.resumed_from !== undefined;
     this.#adopt(state, resumed);
-    await this.#emitAndWait(gen, "reset", {
-      reloadState: !resumed,
-      reason,
-      state: resumed ? null : state,
-      queueId: this.#queueId,
-      streamPosition: this.#streamPosition,
-      resumedFrom: resumed ? resumeFrom : null,
-    });
+    await this.#emitAndWait(
+      gen,
+      "reset",
+      /** @satisfies {ResetInfo} */ ({
+        reloadState: !resumed,
+        reason,
+        state: resumed ? null : state,
+        // #adopt set it (tsc still sees the null above).
+        queueId: /** @type {string} */ (/** @type {unknown} */ (this.#queueId)),
+        streamPosition: this.#streamPosition,
+        resumedFrom: resumed ? resumeFrom : null,
+      }),
+    );
   }
 
   // Takes register's answer. A state is complete to its stream_position, so
   // the page is there once it has the state; a resumed queue instead holds
   // the events up to it, still to be delivered (#resumedTo).
+  /**
+   * @param {RegisterResponse} state
+   * @param {boolean} resumed
+   */
   #adopt(state, resumed) {
     this.#queueId = state.queue_id;
     this.#lastEventId = typeof state.last_event_id === "number" ? state.last_event_id : -1;
@@ -623,6 +807,11 @@ export class EventqClient {
   // backoff; a resume the server cannot or will not do (RESUME_EXPIRED: the
   // log no longer has the events; RESUME_POSITION_UNKNOWN: not a position it
   // gave this user) falls back at once to a register with state.
+  /**
+   * @param {number} gen
+   * @param {number | null} resumeFrom
+   * @returns {Promise<RegisterResponse>}
+   */
   async #register(gen, resumeFrom) {
     this.#setStatus("connecting");
     for (;;) {
@@ -661,6 +850,10 @@ export class EventqClient {
   // the larger of the two: behind our nginx every 502 and 504 carries
   // Retry-After: 1, and so does SERVER_SHUTTING_DOWN, so clients that all
   // waited just that would all come back in the same millisecond.
+  /**
+   * @param {number} gen
+   * @param {EventqError} error
+   */
   async #wait(gen, error) {
     const { baseMs, factor, capMs, retryAfterCapMs } = this.#backoff;
     const attempt = this.#failures;
@@ -670,15 +863,21 @@ export class EventqClient {
     const delayMs =
       askedMs + Math.floor(this.#random() * Math.min(capMs, baseMs * factor ** attempt));
     this.#setStatus("retrying");
-    this.#emit("retry", { error, attempt: attempt + 1, delayMs });
+    this.#emit("retry", /** @satisfies {RetryInfo} */ ({ error, attempt: attempt + 1, delayMs }));
     await this.#within(delayMs);
     this.#check(gen);
   }
 
   // Resolves true when `promise` settles within `ms`, false when the time
   // runs out first or #halt ends the wait (the caller's #check then throws).
+  /**
+   * @param {number} ms
+   * @param {Promise<unknown> | null} [promise]
+   * @returns {Promise<boolean>}
+   */
   #within(ms, promise = null) {
     return new Promise((resolve) => {
+      /** @param {boolean} settled */
       const finish = (settled) => {
         this.#clearTimeout(timer);
         if (this.#wakeUp === wakeUp) this.#wakeUp = null;
@@ -693,12 +892,19 @@ export class EventqClient {
 
   // -- HTTP -------------------------------------------------------------------
 
+  /** @param {string} path */
   #url(path) {
     return `${this.#baseUrl}${this.#auth === "session" ? "/json/" : "/api/v1/"}${path}`;
   }
 
+  /**
+   * @param {string} method
+   * @param {Record<string, unknown>} params
+   */
   #init(method, params) {
+    /** @type {Record<string, string>} */
     const headers = {};
+    /** @type {RequestInit} */
     const init = { method, headers, cache: "no-store" };
     if (this.#auth === "session") {
       init.credentials = "same-origin";
@@ -723,6 +929,17 @@ export class EventqClient {
   // SUPERSEDED when the run was replaced meanwhile, whatever the answer.
   // #halt aborts it, except a register: the server may have made its queue
   // already, so that one is left to finish and its queue deleted (#discard).
+  /**
+   * @param {number} gen
+   * @param {string} method
+   * @param {string} path
+   * @param {Record<string, unknown>} params
+   * @param {number} timeoutMs
+   * @returns {Promise<
+   *   | { ok: true, body: any, error?: undefined }
+   *   | { ok: false, error: EventqError, body?: undefined }
+   * >}
+   */
   async #send(gen, method, path, params, timeoutMs) {
     this.#check(gen);
     assertIdle(this.#inFlight);
@@ -744,7 +961,9 @@ export class EventqClient {
     // Ends the wait for the answer: at an abort, even where fetch ignores
     // the signal (a polyfill; the answer, if it ever comes, then has no one
     // to deliver it to), or when #halt leaves a register to finish alone.
+    /** @type {(reason: unknown) => void} */
     let leave;
+    /** @type {Promise<never>} */
     const left = new Promise((_resolve, reject) => {
       leave = reject;
     });
@@ -764,6 +983,7 @@ export class EventqClient {
         // Still bounded by its timeout, even where fetch ignores the abort
         // (close() waits for this): the queue of a register that never
         // answers expires on the server.
+        /** @type {Promise<never>} */
         const abandoned = new Promise((_resolve, reject) => {
           controller.signal.addEventListener("abort", () => reject(new Error("aborted")), {
             once: true,
@@ -773,7 +993,9 @@ export class EventqClient {
       },
     };
     this.#inFlight = request;
+    /** @type {ResponseLike} */
     let response;
+    /** @type {string} */
     let text;
     try {
       ({ response, text } = await Promise.race([answer, left]));
@@ -793,6 +1015,7 @@ export class EventqClient {
   // A register this client no longer waits for (stop(), close() or a
   // pagehide came while it was in flight): the queue it answers with, if
   // any, is deleted. close() waits for this.
+  /** @param {Promise<{ response: ResponseLike, text: string }>} answer */
   #discard(answer) {
     const done = answer
       .then(({ response, text }) => {
@@ -805,6 +1028,16 @@ export class EventqClient {
     done.then(() => this.#discarding.delete(done));
   }
 
+  /**
+   * @param {string} method
+   * @param {string} path
+   * @param {ResponseLike} response
+   * @param {string} text
+   * @returns {(
+   *   | { ok: true, body: any, error?: undefined }
+   *   | { ok: false, error: EventqError, body?: undefined }
+   * )}
+   */
   #outcome(method, path, response, text) {
     let body = null;
     try {
@@ -844,6 +1077,7 @@ export class EventqClient {
   // fetch is issued synchronously (a pagehide listener must not await). The
   // promise resolves when it is answered or failed, and never rejects: the
   // queue expires on its own if this does not reach the server.
+  /** @returns {Promise<void>} */
   #deleteQueue() {
     const queueId = this.#queueId;
     if (queueId === null) return Promise.resolve();
@@ -854,12 +1088,18 @@ export class EventqClient {
   // Resolves once the DELETE is answered or has failed, or after the request
   // timeout (then aborted), whichever comes first: close() waits for it, so
   // it is bounded even where fetch ignores the abort. Never rejects.
+  /**
+   * @param {string} queueId
+   * @returns {Promise<void>}
+   */
   #sendDelete(queueId) {
     const init = this.#init("DELETE", { queue_id: queueId });
     init.keepalive = true;
     const controller = new AbortController();
     init.signal = controller.signal;
+    /** @type {unknown} */
     let timer;
+    /** @type {Promise<void>} */
     const timedOut = new Promise((resolve) => {
       timer = this.#setTimeout(() => {
         controller.abort();
@@ -880,6 +1120,213 @@ export class EventqClient {
   }
 }
 
+/** @param {unknown} inFlight */
 function assertIdle(inFlight) {
   if (inFlight !== null) throw new Error("eventq-client: a second request while one is in flight");
 }
+
+// -- types --------------------------------------------------------------------
+// The public types, from which (with the JSDoc above) eventq.d.ts is
+// generated. They stand here, after the code, because tsc would otherwise
+// also copy them, as they are, before the first declaration that follows.
+
+/** How requests authenticate.
+ * - `"session"`: the page's login session. Paths under `/json/`, the session
+ *   cookie sent by the browser (`credentials: "same-origin"`), and every
+ *   non-GET request carries `X-CSRFToken` with the `csrftoken` cookie.
+ * - `{ email, apiKey }`: paths under `/api/v1/`, HTTP Basic credentials.
+ * @typedef {"session" | { email: string, apiKey: string }} Auth */
+
+/** An event as the server sends it: an `id` (per queue, increasing) and a `type`.
+ * @typedef {{ id: number, type: string, [field: string]: unknown }} EventqEvent */
+
+/** Register's answer: the queue and, unless resumed, the initial state.
+ * eventq adds `stream_position` (every logged event at or below it is in
+ * this state) and, when the queue was resumed (then there is no state),
+ * `resumed_from`.
+ * @typedef {{
+ *   result: "success",
+ *   msg?: string,
+ *   queue_id: string,
+ *   last_event_id: number,
+ *   stream_position?: number,
+ *   resumed_from?: number,
+ *   event_queue_longpoll_timeout_seconds?: number,
+ *   zulip_version?: string,
+ *   zulip_feature_level?: number,
+ *   [key: string]: unknown,
+ * }} RegisterResponse */
+
+/** Where the client is.
+ * - `idle`: constructed, not started.
+ * - `connecting`: registering a queue.
+ * - `connected`: the last request succeeded (a poll may be parked).
+ * - `retrying`: waiting out a backoff after a transient failure.
+ * - `suspended`: the page was hidden (pagehide); its queue was deleted and is
+ *   replaced if the page is shown again from the back/forward cache.
+ * - `stopped`: stop() or close() was called.
+ * - `failed`: a fatal error ended it (see onError).
+ * @typedef {"idle" | "connecting" | "connected" | "retrying" | "suspended" | "stopped" | "failed"} Status */
+
+/** What kind of failure an EventqError is.
+ * - `network`: fetch rejected.
+ * - `timeout`: no answer within the poll or request timeout.
+ * - `http`: an error answer: see status, code, body.
+ * - `protocol`: a 2xx answer without a JSON success body (a proxy's page).
+ * - `no_queue`: register succeeded without a queue_id (a logged-out spectator).
+ * - `stopped`: stop() or close() before start() finished.
+ * - `internal`: a bug of eventq-client.
+ * @typedef {"network" | "timeout" | "http" | "protocol" | "no_queue" | "stopped" | "internal"} ErrorKind */
+
+/** The second argument of an events listener.
+ * @typedef {object} EventsInfo
+ * @property {string} queueId The queue the events came from.
+ * @property {number | null} streamPosition
+ *   The position the page's state has reached once it applied these events (null
+ *   from a server that sends none).
+ */
+
+/** Told after the client replaced its queue (not after the first register).
+ * @typedef {object} ResetInfo
+ * @property {boolean} reloadState
+ *   false: the new queue was resumed from the last stream position and holds
+ *   every event the page missed; keep the state and go on applying events. true:
+ *   the page's state is stale; replace it with `state` (or reload).
+ * @property {"queue_lost" | "page_restored"} reason
+ *   "queue_lost": the server answered BAD_EVENT_QUEUE_ID (the queue expired, was
+ *   evicted or overflowed, or the server lost it). "page_restored": the page
+ *   came back from the back/forward cache.
+ * @property {RegisterResponse | null} state
+ *   The new initial state when reloadState is true; else null.
+ * @property {string} queueId The new queue.
+ * @property {number | null} streamPosition
+ *   The position the page's state is at: the new state's when reloadState is
+ *   true; else still the one resumed from (the events after it are in the new
+ *   queue, and the position moves on once the first answer of the new queue has
+ *   been applied).
+ * @property {number | null} resumedFrom
+ *   The position resumed from when reloadState is false; else null.
+ */
+
+/** Told before each backoff wait.
+ * @typedef {object} RetryInfo
+ * @property {EventqError} error
+ * @property {number} attempt 1 for the first failure since the last successful poll.
+ * @property {number} delayMs
+ *   How long the client waits before trying again (see BackoffPolicy).
+ */
+
+/** Full-jitter exponential backoff: the n-th consecutive failure (n from 0)
+ * waits `random() * min(capMs, baseMs * factor ** n)`, plus what the
+ * server's Retry-After asked, up to `retryAfterCapMs`. The jitter is added
+ * to the Retry-After, not replaced by it, so that clients told the same
+ * Retry-After (every 502 of a proxy, a server shutting down) do not all
+ * come back at the same moment.
+ * @typedef {object} BackoffPolicy
+ * @property {number} baseMs
+ * @property {number} factor
+ * @property {number} capMs
+ * @property {number} retryAfterCapMs
+ *   The most of a Retry-After that is waited (a longer one counts as this): a
+ *   proxy asking for a day, or an HTTP date from a wrong clock, would otherwise
+ *   leave the page behind for as long.
+ */
+
+/** A listener may return a promise: the client waits for it before the next
+ * poll (events) or before polling the new queue (reset). A listener that
+ * throws or rejects is reported (see `reportError`) and the client goes on.
+ * When a queue must be replaced while events listeners are still applying an
+ * answer, the new queue waits for them at most `applyWaitMs`; past that the
+ * wait is reported, the answer counts as not applied and its events come
+ * again on the new queue.
+ * @typedef {(events: EventqEvent[], info: EventsInfo) => void | Promise<void>} EventsListener */
+/** @typedef {(reset: ResetInfo) => void | Promise<void>} ResetListener */
+/** @typedef {(error: EventqError) => void} ErrorListener */
+/** @typedef {(retry: RetryInfo) => void} RetryListener */
+/** @typedef {(status: Status) => void} StatusListener */
+
+/** Minimal shape of what the client's fetch answers (a Response), so that
+ * tests can inject fakes.
+ * @typedef {{
+ *   status: number,
+ *   headers: { get(name: string): string | null },
+ *   text(): Promise<string>,
+ * }} ResponseLike */
+/** What the client calls as fetch (default: the global fetch).
+ * @typedef {(url: string, init: RequestInit) => Promise<ResponseLike>} FetchLike */
+/** Where pagehide and pageshow come from (default: `window`).
+ * @typedef {{
+ *   addEventListener(type: string, listener: (event: any) => void): void,
+ *   removeEventListener(type: string, listener: (event: any) => void): void,
+ * }} PageEventTarget */
+
+/** The options of `new EventqClient(options)`.
+ *
+ * Register's parameters (Zulip's, sent form-encoded, non-strings as JSON):
+ * eventTypes, fetchEventTypes, narrow, allPublicStreams, clientCapabilities,
+ * applyMarkdown, clientGravatar, slimPresence, includeSubscribers,
+ * queueLifespanSecs, presenceHistoryLimitDays, and registerParams.
+ * Listeners: onEvents, onReset, onError, onRetry and onStatus (the same as
+ * calling the on* methods). Injectable platform (defaults: the globals), for
+ * tests and unusual hosts: fetch, setTimeout, clearTimeout, random, now,
+ * cookies, window and reportError.
+ * @typedef {object} EventqClientOptions
+ * @property {string} [baseUrl]
+ *   Origin (and path prefix) of the server; default "" (the page's origin).
+ * @property {Auth} [auth] Default "session".
+ * @property {string[]} [eventTypes]
+ *   Event types the queue delivers (event_types); default all.
+ * @property {string[]} [fetchEventTypes]
+ *   State sections to fetch (fetch_event_types); default eventTypes. Not sent on
+ *   a resume.
+ * @property {[string, string][]} [narrow]
+ *   narrow: [operator, operand] pairs, e.g. [["stream", "design"]].
+ * @property {boolean} [allPublicStreams]
+ * @property {Record<string, boolean>} [clientCapabilities]
+ * @property {boolean} [applyMarkdown]
+ * @property {boolean} [clientGravatar]
+ * @property {boolean} [slimPresence]
+ * @property {boolean | "partial"} [includeSubscribers]
+ * @property {number} [queueLifespanSecs]
+ * @property {number} [presenceHistoryLimitDays]
+ * @property {Record<string, unknown>} [registerParams]
+ *   Any other register parameter, by its wire name (e.g. { client: "my-page" }).
+ * @property {EventsListener} [onEvents]
+ * @property {ResetListener} [onReset]
+ * @property {ErrorListener} [onError]
+ * @property {RetryListener} [onRetry]
+ * @property {StatusListener} [onStatus]
+ * @property {Partial<BackoffPolicy>} [backoff]
+ *   Default DEFAULT_BACKOFF (1 s, x2, 60 s; Retry-After up to 60 s); missing
+ *   fields keep it.
+ * @property {number} [pollTimeoutMs]
+ *   A poll unanswered this long is abandoned and retried; default register's
+ *   event_queue_longpoll_timeout_seconds, else 90 s.
+ * @property {number} [requestTimeoutMs]
+ *   Timeout of a register request; default 30 s.
+ * @property {number} [applyWaitMs]
+ *   How long a replacement queue waits for events listeners still applying the
+ *   previous answer (see EventsListener); default 30 s.
+ * @property {number} [user]
+ *   Session mode: the user (id) whose session to use when the browser holds
+ *   several (one per tab, as eventq's demo does). Sent as `X-Eventq-User`; the
+ *   CSRF cookie is then `csrftoken_<user>`. Default: the latest login.
+ * @property {string} [csrfCookieName]
+ *   Name of the CSRF cookie in session mode; default "csrftoken"
+ *   (`csrftoken_<user>` with `user`).
+ * @property {FetchLike} [fetch]
+ * @property {(callback: () => void, ms: number) => unknown} [setTimeout]
+ * @property {(handle: any) => void} [clearTimeout]
+ * @property {() => number} [random] A number in [0, 1); default Math.random.
+ * @property {() => number} [now]
+ *   Milliseconds since the epoch (to read an HTTP-date Retry-After); default
+ *   Date.now.
+ * @property {() => string} [cookies]
+ *   The cookie string (session mode); default document.cookie.
+ * @property {PageEventTarget | null} [window]
+ *   Where pagehide/pageshow come from; default `window` when there is one. null:
+ *   none.
+ * @property {(error: unknown) => void} [reportError]
+ *   Where listener errors (and fatal errors nobody listens to) go; default the
+ *   global reportError, else console.error.
+ */
