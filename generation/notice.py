@@ -103,8 +103,7 @@ def make_notice(
     return Notice(dict(event), clean, realm_id)
 
 
-def parse_notice(raw: bytes | str) -> Notice:
-    """Decode and validate a notice from its wire form."""
+def _decode(raw: bytes | str) -> dict[str, Any]:
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -113,13 +112,48 @@ def parse_notice(raw: bytes | str) -> Notice:
         raise BadNotice("notice is not an object")
     if "event" not in data or "users" not in data:
         raise BadNotice("notice needs 'event' and 'users'")
-    notice = make_notice(data["event"], data["users"], data.get("realm_id"))
+    return data
+
+
+def _with_position(notice: Notice, data: Mapping[str, Any]) -> Notice:
     position = data.get("position")
     if position is None:
         return notice
     if not _is_int(position) or position <= 0:
         raise BadNotice("position is not a positive integer")
     return dataclasses.replace(notice, position=position)
+
+
+def parse_notice(raw: bytes | str) -> Notice:
+    """Decode and validate a notice from its wire form."""
+    data = _decode(raw)
+    return _with_position(make_notice(data["event"], data["users"], data.get("realm_id")), data)
+
+
+def parse_notice_for(raw: bytes | str, user_id: int, position: int | None = None) -> Notice:
+    """`parse_notice` as one user's queue needs it: `users` holds only that
+    user's entry, or nothing when the notice does not name them. The event
+    and that entry are validated as `parse_notice` does; the other entries
+    are not looked at (a channel message names hundreds of users: validating
+    and copying them all is most of the cost of reading the log for one).
+    `position`: the log's, for a notice read from it."""
+    data = _decode(raw)
+    users = data["users"]
+    if isinstance(users, str | bytes) or not isinstance(users, Sequence):
+        raise BadNotice("users is not a list")
+    own: list[object] = []
+    for user in users:
+        if (
+            user == user_id
+            if isinstance(user, int)
+            else (isinstance(user, Mapping) and user.get("id") == user_id)
+        ):
+            own.append(user)
+            break
+    notice = make_notice(data["event"], own, data.get("realm_id"))
+    if position is None:
+        return _with_position(notice, data)
+    return Notice(notice.event, notice.users, notice.realm_id, position)
 
 
 def encode_notice(notice: Notice) -> bytes:

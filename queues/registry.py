@@ -157,19 +157,39 @@ class QueueRegistry:
         parked request is evicted first; if every one has a request parked,
         raises `TooManyQueues`.
         """
+        self._make_room(user_id, now)
+        client = self.detached(user_id, realm_id, options, now)
+        self._insert(client)
+        return client
+
+    def detached(
+        self, user_id: int, realm_id: int, options: QueueOptions, now: float
+    ) -> ClientDescriptor:
+        """An empty queue for `user_id` that no delivery reaches until it is
+        `adopt`ed: a resume fills it with what the log holds (`payload_for`,
+        `fill`) a slice at a time, between which the loop serves others."""
+        queue_id = self._new_queue_id()
+        assert queue_id not in self._clients, queue_id
+        options = self._shared_options(options)
+        return ClientDescriptor(queue_id, user_id, realm_id, options, now, EventQueue(self.encode))
+
+    def adopt(self, client: ClientDescriptor, now: float) -> None:
+        """Add a `detached` queue: deliveries reach it from now on. The
+        per-user limit applies as in `allocate` (`TooManyQueues`)."""
+        assert client.queue_id not in self._clients, client.queue_id
+        self._make_room(client.user_id, now)
+        client.last_active = now
+        self._insert(client)
+
+    def _make_room(self, user_id: int, now: float) -> None:
+        """At the per-user limit, evict the user's least recently active queue
+        without a parked request; raise `TooManyQueues` if every one has one."""
         existing = self._by_user.get(user_id)
         if existing is not None and len(existing) >= self.limits.max_queues_per_user:
             idle = [c for c in existing.values() if c.waiter is None]
             if not idle:
                 raise TooManyQueues(self.limits.max_queues_per_user)
             self.end(min(idle, key=lambda c: c.last_active), "evicted", now)
-        queue_id = self._new_queue_id()
-        assert queue_id not in self._clients, queue_id
-        client = ClientDescriptor(
-            queue_id, user_id, realm_id, options, now, EventQueue(self.encode)
-        )
-        self._insert(client)
-        return client
 
     def _insert(self, client: ClientDescriptor) -> None:
         client.options = self._shared_options(client.options)
@@ -431,8 +451,26 @@ class QueueRegistry:
         over a bound is ended."""
         if client.queue_id not in self._clients:
             return False
-        if realm_id is not None and client.realm_id != realm_id:
+        payload = self.payload_for(client, event, users, realm_id, origin)
+        if payload is None:
             return False
+        overflowed: list[ClientDescriptor] = []
+        self._push(client, payload, now, overflowed)
+        self._end_overflowed(overflowed, now)
+        return True
+
+    def payload_for(
+        self,
+        client: ClientDescriptor,
+        event: Event,
+        users: Sequence[NoticeUser],
+        realm_id: int | None,
+        origin: object = None,
+    ) -> Payload | tuple[Payload, ...] | None:
+        """What `deliver` would put into `client`'s queue for `event`, if
+        anything; nothing is pushed."""
+        if realm_id is not None and client.realm_id != realm_id:
+            return None
         data: Mapping[str, Any] | None = None
         for user in users:
             if isinstance(user, int):
@@ -448,16 +486,19 @@ class QueueRegistry:
                 and realm_id is not None
                 and is_public_channel_message(event)
             ):
-                return False
+                return None
         if not client.accepts(event["type"], event):
-            return False
-        payload = NoticePayloads(event, self.encode, origin).for_client(client, data)
-        if payload is None:
-            return False
-        overflowed: list[ClientDescriptor] = []
-        self._push(client, payload, now, overflowed)
-        self._end_overflowed(overflowed, now)
-        return True
+            return None
+        return NoticePayloads(event, self.encode, origin).for_client(client, data)
+
+    def fill(self, client: ClientDescriptor, payload: Payload | tuple[Payload, ...]) -> bool:
+        """Append to a `detached` queue; False once it is over a bound (it
+        holds more than a queue may)."""
+        assert client.queue_id not in self._clients, client.queue_id
+        queue = client.event_queue
+        for part in (payload,) if isinstance(payload, Payload) else payload:
+            queue.push(part)
+        return len(queue) <= self.limits.max_events and queue.bytes <= self.limits.max_bytes
 
     def wake_for_heartbeat(self, client: ClientDescriptor, now: float) -> None:
         """Answer the parked request with a heartbeat. A heartbeat takes no id

@@ -38,14 +38,14 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psycopg
 
 from generation.errors import BadNotice
 from generation.events.users import is_control
-from generation.notice import Notice
+from generation.notice import Notice, parse_notice_for
 from queues.client import NO_POSITIONS, ClientDescriptor, QueueOptions
 from queues.specialize import is_public_channel_message
 from server.db import LogRow
@@ -53,7 +53,7 @@ from server.errors import ApiError
 from server.errors import access_changed as access_changed_error
 from server.interface import ServerApi
 from server.observe import Origin
-from server.stream import CATCH_UP_PAGE, notice_from_log
+from server.stream import CATCH_UP_PAGE
 
 log = logging.getLogger("eventq.register")
 
@@ -185,34 +185,40 @@ async def _check_given(server: ServerApi, user_id: int, resume_from: int) -> Non
         )
 
 
-async def _parse(rows: list[LogRow], user_id: int, options: QueueOptions) -> list[Notice]:
-    """The notices of `rows` for the queue, parsed a slice at a time."""
-    found: list[Notice] = []
+@dataclasses.dataclass(slots=True)
+class _Found:
+    """The notices read for the queue so far, each holding only the user's
+    own entry (`parse_notice_for`), and the messages and channels they name."""
+
+    notices: list[Notice] = dataclasses.field(default_factory=list)
+    message_ids: set[int] = dataclasses.field(default_factory=set)
+    channel_ids: set[int] = dataclasses.field(default_factory=set)
+
+
+async def _parse(rows: list[LogRow], user_id: int, options: QueueOptions, found: _Found) -> None:
+    """Add the notices of `rows` for the queue to `found`, a slice at a time."""
     began = time.perf_counter()
     for position, body, unknown in rows:
         if time.perf_counter() - began > SLICE_SECS:
             await asyncio.sleep(0)
             began = time.perf_counter()
         try:
-            notice = notice_from_log(position, body)
+            notice = parse_notice_for(body, user_id, position)
         except BadNotice as exc:
             log.error("event log position %d is unreadable (%s); skipped", position, exc)
             continue
         if is_control(notice.event):
             continue  # for the servers, never for a queue
         if not unknown or _may_reach(notice, user_id, options):
-            found.append(notice)
-    return found
+            found.notices.append(notice)
+            found.message_ids.update(message_ids(notice.event))
+            found.channel_ids.update(channel_ids(notice.event))
 
 
 async def _facts(
-    server: ServerApi, user_id: int, realm_id: int, notices: Iterable[Notice], after: int, upto: int
+    server: ServerApi, user_id: int, realm_id: int, found: _Found, after: int, upto: int
 ) -> ReplayFacts:
-    ids: set[int] = set()
-    channels: set[int] = set()
-    for notice in notices:
-        ids.update(message_ids(notice.event))
-        channels.update(channel_ids(notice.event))
+    ids, channels = found.message_ids, set(found.channel_ids)
     if not ids and not channels:
         return ReplayFacts(frozenset(), {}, frozenset(), frozenset())
     db = server.db
@@ -227,6 +233,41 @@ async def _facts(
     channels.update(channel_of.values())
     knows, sees = await db.channel_access(user_id, realm_id, sorted(channels))
     return ReplayFacts(frozenset(deleted), channel_of, frozenset(knows), frozenset(sees))
+
+
+def _put(server: ServerApi, client: ClientDescriptor, notice: Notice, resume_from: int) -> None:
+    """Into the detached queue, as a delivery would put it (if at all)."""
+    payload = server.registry.payload_for(
+        client,
+        notice.event,
+        notice.users,
+        notice.realm_id,
+        Origin(time.time(), None, notice.position),
+    )
+    if payload is not None and not server.registry.fill(client, payload):
+        raise _expired(f"The events since position {resume_from} are more than a queue holds")
+
+
+async def _fill(
+    server: ServerApi,
+    client: ClientDescriptor,
+    found: list[Notice],
+    facts: ReplayFacts,
+    resume_from: int,
+) -> int:
+    """Put the replayable `found` notices into the detached queue, a slice at
+    a time; returns how many were withheld."""
+    withheld = 0
+    began = time.perf_counter()
+    for notice in found:
+        if time.perf_counter() - began > SLICE_SECS:
+            await asyncio.sleep(0)
+            began = time.perf_counter()
+        if replayable(notice.event, facts):
+            _put(server, client, notice, resume_from)
+        else:
+            withheld += 1
+    return withheld
 
 
 async def resume_queue(
@@ -261,7 +302,7 @@ async def resume_queue(
     with stream.recording() as arrived:
         await _check_kept(server, resume_from)
         upto = stream.position
-        found: list[Notice] = []
+        found = _Found()
         read = 0
         after = resume_from
         while True:
@@ -273,8 +314,8 @@ async def resume_queue(
                 raise _expired(
                     f"More than {max_read} logged events to read since position {resume_from}"
                 )
-            found.extend(await _parse(rows, user_id, options))
-            if len(found) > limit:
+            await _parse(rows, user_id, options, found)
+            if len(found.notices) > limit:
                 raise _expired(
                     f"More than {limit} events since position {resume_from}: more than a"
                     " queue holds"
@@ -285,48 +326,25 @@ async def resume_queue(
         facts = await _facts(server, user_id, realm_id, found, resume_from, upto)
         # Pruning may have run while the log was read.
         await _check_kept(server, resume_from)
+        registry = server.registry
+        # Filled outside the registry a slice at a time (10,000 events take
+        # a few hundred milliseconds), then adopted: deliveries meanwhile are
+        # recorded, and go in after the replayed ones.
+        client = registry.detached(user_id, realm_id, options, server.clock())
+        withheld = await _fill(server, client, found.notices, facts, resume_from)
         # No await from here on: nothing is delivered meanwhile.
         if access_changed():
             raise access_changed_error()
-        registry = server.registry
         now = server.clock()
-        client = registry.allocate(user_id, realm_id, options, now)
-    late = set(stream.reader.late())
-    covered: list[int] = []
-    withheld = 0
-    replayed: set[int] = set()
-    for notice in found:
-        assert notice.position is not None
-        replayed.add(notice.position)
-        if notice.position in late:
-            # Accepted late by the stream: if it arrives, it is already here
-            # (or withheld here, and must stay so).
-            covered.append(notice.position)
-        if not replayable(notice.event, facts):
-            withheld += 1
-            continue
-        registry.deliver_to(
-            client,
-            notice.event,
-            notice.users,
-            notice.realm_id,
-            now,
-            Origin(time.time(), None, notice.position),
-        )
-    for notice in arrived:
-        if notice.position in replayed or is_control(notice.event):
-            continue  # a late event read from the log too; a servers' notice
-        if notice.realm_id in (realm_id, None) and _may_reach(notice, user_id, options):
-            registry.deliver_to(
-                client,
-                notice.event,
-                notice.users,
-                notice.realm_id,
-                now,
-                Origin(time.time(), None, notice.position),
-            )
-    if client not in registry:
-        raise _expired(f"The events since position {resume_from} are more than a queue holds")
+        replayed = {notice.position for notice in found.notices}
+        for notice in arrived:
+            if notice.position in replayed or is_control(notice.event):
+                continue  # a late event read from the log too; a servers' notice
+            if notice.realm_id in (realm_id, None) and _may_reach(notice, user_id, options):
+                _put(server, client, notice, resume_from)
+        registry.adopt(client, now)
+    late = stream.reader.late()
+    covered = [position for position in late if position in replayed]
     if withheld:
         log.info(
             "queue %s of user %d: %d logged events not replayed (deleted since, or of a"

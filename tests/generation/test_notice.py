@@ -3,6 +3,7 @@ message a producer gets for each way of getting it wrong."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from generation.errors import BadNotice
@@ -12,6 +13,7 @@ from generation.notice import (
     encode_notice,
     make_notice,
     parse_notice,
+    parse_notice_for,
 )
 
 MESSAGE_EVENT = {"type": "message", "message": {"id": 1, "content": "hi"}}
@@ -199,3 +201,29 @@ def test_user_data_may_not_override_the_event(user, shadowed):
 def test_user_data_adds_keys_the_event_does_not_have():
     notice = make_notice({"type": "update_message"}, [{"id": 1, "flags": ["read"], "extra": 2}])
     assert notice.users == [{"id": 1, "flags": ["read"], "extra": 2}]
+
+
+def test_parse_notice_for_keeps_only_the_users_own_entry_and_validates_it():
+    notice = {
+        "event": {"type": "message", "message": {"id": 5}},
+        "users": [1, {"id": 2, "flags": ["read"]}, {"id": 2, "flags": []}, 3],
+        "realm_id": 9,
+    }
+    raw = orjson.dumps(notice)
+    full = parse_notice(raw)
+    assert parse_notice_for(raw, 2, 40) == Notice(
+        full.event, [{"id": 2, "flags": ["read"]}], 9, 40
+    )  # the first entry of a user wins, as in parse_notice
+    assert parse_notice_for(raw, 3).users == [3]
+    assert parse_notice_for(raw, 4).users == []  # not named: the event alone
+    # The user's own entry is validated; the others are not looked at.
+    bad = orjson.dumps(notice | {"users": [{"id": 2, "flags": "read"}, {"id": "x"}]})
+    with pytest.raises(BadNotice, match="flags is not a list"):
+        parse_notice_for(bad, 2)
+    assert parse_notice_for(bad, 4).users == []
+    with pytest.raises(BadNotice, match="flags is not a list"):
+        parse_notice(bad)  # the whole notice: any bad entry refuses it
+    assert parse_notice_for(orjson.dumps(notice | {"users": [{"id": "x"}, 4]}), 4).users == [4]
+    # The event is validated as always.
+    with pytest.raises(BadNotice, match="'type'"):
+        parse_notice_for(orjson.dumps({"event": {}, "users": [2]}), 2)

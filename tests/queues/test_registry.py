@@ -848,3 +848,43 @@ def test_queue_limit_with_every_queue_parked_raises_too_many_queues():
     assert info.value.limit == 2
     assert len(registry.user_queues(1)) == 2
     assert log.calls == []
+
+
+# -- a queue filled before it is adopted (a resume) ------------------------------
+
+
+def test_a_detached_queue_gets_no_delivery_until_adopted_and_keeps_its_order():
+    registry, log = _registry_with_log(max_queues_per_user=1, max_events=3)
+    other = registry.allocate(7, REALM, options(), 1.0)
+    client = registry.detached(7, REALM, options(), 2.0)
+    assert len(registry) == 1
+    assert client not in registry
+    # A live delivery meanwhile reaches the adopted queues only.
+    registry.deliver({"type": "live", "n": 0}, [7], REALM, 3.0)
+    assert client.event_queue.empty()
+    for n in (1, 2):
+        payload = registry.payload_for(client, {"type": "old", "n": n}, [7], REALM)
+        assert payload is not None
+        assert registry.fill(client, payload)
+    # Not a recipient, another realm: nothing to put.
+    assert registry.payload_for(client, {"type": "old"}, [8], REALM) is None
+    assert registry.payload_for(client, {"type": "old"}, [7], REALM + 1) is None
+    # Adopting evicts at the per-user limit, as allocating does.
+    registry.adopt(client, 4.0)
+    assert log.calls == [(other.queue_id, "evicted", True)]  # as allocate: then it comes
+    assert registry.get(client.queue_id, 7) is client
+    assert client.last_active == 4.0
+    registry.deliver({"type": "live", "n": 3}, [7], REALM, 5.0)
+    assert [p.event["n"] for _, p in client.event_queue.contents()] == [1, 2, 3]
+
+
+def test_filling_a_detached_queue_past_its_bound_says_so():
+    registry = make_registry(max_events=2)
+    client = registry.detached(7, REALM, options(), 1.0)
+    fills = []
+    for n in range(3):
+        payload = registry.payload_for(client, {"type": "old", "n": n}, [7], REALM)
+        assert payload is not None
+        fills.append(registry.fill(client, payload))
+    assert fills == [True, True, False]
+    assert len(registry) == 0
