@@ -160,7 +160,7 @@ class ClientDescriptor:
         # Event log positions above the stream position at creation whose
         # effect is in the state register fetched: not delivered again.
         self.covered: frozenset[int] = NO_POSITIONS
-        # The stream position when the queue ended (server.handlers.poll's
+        # The stream position when the queue ended (server.handlers.longpoll_flow's
         # note_end): the queue holds no event above it, so a request parked on it
         # is answered with this position, not the stream's newer one.
         self.ended_at_position: int | None = None

@@ -1,4 +1,5 @@
-"""A parked long-poll request, its heartbeat's deadline and its answer's turn."""
+"""What parked long-poll requests share: their heartbeats' deadlines and their
+answers' turns. A parked poll itself is `handlers.longpoll_flow.ParkedPoll`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Literal
 
 from queues.client import ClientDescriptor, Waiter, WakeReason
 
@@ -152,67 +152,3 @@ class AnswerSlices:
                 asyncio.get_running_loop().call_soon(self._run)
             else:
                 self._scheduled = False
-
-
-# What a parked GET learns when it resumes: why the queue woke it, or that
-# its own connection went away.
-Outcome = WakeReason | Literal["disconnected"]
-
-
-class ParkedRequest:
-    """The `queues.client.Waiter` of one GET served by `handlers.events`.
-    Created, parked and awaited on the IO loop; woken by the registry (its
-    answer waits its turn in `slices`) or by its connection closing. Waking
-    only resolves `outcome`: the handler builds the response when it
-    resumes, so events that arrive meanwhile go out in the same response."""
-
-    __slots__ = ("_unpark", "_woken", "heartbeat", "heartbeats", "outcome", "slices")
-
-    def __init__(self, slices: AnswerSlices, heartbeats: Heartbeats) -> None:
-        self.outcome: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        self.slices = slices
-        self.heartbeats = heartbeats
-        # The pending heartbeat's tick; cancelled as soon as the request is answered.
-        self.heartbeat: int | None = None
-        # For a request whose turn is taken (`take_turn`): how to take it off
-        # its queue, and what woke it before its turn, if anything did.
-        self._unpark: Callable[[], object] | None = None
-        self._woken: WakeReason | None = None
-
-    def take_turn(self, unpark: Callable[[], object]) -> None:
-        """Its queue holds events already: resolve in its turn among the
-        woken requests ("events", or what woke it meanwhile), `unpark`
-        taking it off the queue if nothing did."""
-        self._unpark = unpark
-        self.slices.add(self._turn, "events")
-
-    def wake(self, reason: WakeReason) -> None:
-        self._cancel_heartbeat()
-        if self._unpark is not None:
-            self._woken = reason  # its turn is taken already
-        else:
-            self.slices.add(self._resolve, reason)
-
-    def _turn(self, reason: WakeReason) -> None:
-        if self.outcome.done():
-            return  # disconnected
-        woken = self._woken
-        if woken is None:
-            assert self._unpark is not None
-            self._unpark()
-            woken = reason
-        self._resolve(woken)
-
-    def disconnected(self) -> None:
-        self._resolve("disconnected")
-
-    def _cancel_heartbeat(self) -> None:
-        tick = self.heartbeat
-        if tick is not None:
-            self.heartbeat = None
-            self.heartbeats.cancel(tick, self)
-
-    def _resolve(self, outcome: Outcome) -> None:
-        self._cancel_heartbeat()
-        if not self.outcome.done():
-            self.outcome.set_result(outcome)

@@ -30,6 +30,7 @@ from server.forward import (
     accel_redirect,
     forward,
 )
+from server.handlers.headers import DEFAULTS, shutting_down
 from server.interface import ServerApi
 from server.params import Params
 from server.responses import success_body
@@ -157,9 +158,8 @@ class BaseHandler(tornado.web.RequestHandler):
         self._counted = False
 
     def set_default_headers(self) -> None:
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Vary", "Accept-Language, Cookie")
-        self.set_header("Cache-Control", "no-store")
+        for name, value in DEFAULTS:
+            self.set_header(name, value)
 
     def body_limit(self) -> int:
         settings = self.server.settings
@@ -170,14 +170,7 @@ class BaseHandler(tornado.web.RequestHandler):
         self._counted = True
         if self.server.stopping:
             # The server is going away: the connection is not to be reused.
-            # (A refusal's headers go in its ApiError: send_error clears
-            # those set before it.)
-            raise ApiError(
-                "The server is restarting; try again shortly",
-                "SERVER_SHUTTING_DOWN",
-                503,
-                headers={"Retry-After": "1", "Connection": "close"},
-            )
+            raise shutting_down()
         if self.internal and not self.caller_is_internal():
             # Before the Content-Length checks: an outsider learns nothing
             # of the limits, and its body (up to 64 MiB) is never read.

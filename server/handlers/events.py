@@ -1,28 +1,30 @@
-"""`GET` and `DELETE /api/v1/events` (and `/json/events`): the long poll."""
+"""`GET` and `DELETE /api/v1/events` (and `/json/events`): the long poll,
+for the requests the lean `poll.LeanPoll` does not take (sessions, new
+queues, anything unusual). What a poll does is `longpoll_flow`'s, which
+both run; here is how this path reads a request and writes its answer."""
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Mapping
 
 from queues.client import ClientDescriptor
 from queues.errors import QueueError
 from queues.event_queue import Item
 from server.auth import AuthUser
-from server.errors import ApiError, bad_queue_id, from_queue_error
+from server.errors import ApiError
 from server.handlers.base import BaseHandler
-from server.handlers.poll import (
+from server.handlers.headers import ANY_ORIGIN
+from server.handlers.longpoll_flow import (
     MAX_QUEUE_ID,
+    ParkedRequest,
     answer_position,
     begin_poll,
-    poll_failed,
     poll_outcome,
-    woken_answer,
+    poll_refused,
+    refuse_if_stopping,
 )
-from server.longpoll import ParkedRequest
 from server.options import implicit_options
 from server.responses import events_body
-
-log = logging.getLogger("eventq.events")
 
 _ALLOW = "OPTIONS, GET, DELETE"
 
@@ -30,15 +32,14 @@ _ALLOW = "OPTIONS, GET, DELETE"
 class EventsHandler(BaseHandler):
     SUPPORTED_METHODS = ("GET", "DELETE", "OPTIONS")
 
-    _parked: tuple[ClientDescriptor, ParkedRequest] | None = None
+    _parked: ParkedRequest | None = None
     _connection_closed = False
 
     def set_default_headers(self) -> None:
         super().set_default_headers()
-        # Runs before `initialize`, so decide by path. As Zulip's nginx does
-        # for /api/v1/events: API clients running in browsers.
+        # Runs before `initialize`, so decide by path.
         if self.request.path.startswith("/api/"):
-            self.set_header("Access-Control-Allow-Origin", "*")
+            self.set_header(*ANY_ORIGIN)
 
     def options(self) -> None:
         self.set_header("Allow", _ALLOW)
@@ -54,16 +55,13 @@ class EventsHandler(BaseHandler):
         try:
             await self._get(user)
         except (ApiError, QueueError) as exc:
-            code = exc.code if isinstance(exc, ApiError) else from_queue_error(exc).code
-            poll_failed(self.server, user, self.request.query_arguments, code)
+            poll_refused(self.server, user, self.request.query_arguments, exc)
             raise
 
     async def _get(self, user: AuthUser) -> None:
         params = self.params()
         server = self.server
         registry = server.registry
-        # Longer than any id we issue is still just an unknown queue: the
-        # client must re-register, not retry (as it would on BAD_REQUEST).
         queue_id = params.string("queue_id", max_length=MAX_QUEUE_ID)
         dont_block = params.boolean("dont_block", False)
         # Validated even where unused (a new queue): a malformed value is a
@@ -78,8 +76,7 @@ class EventsHandler(BaseHandler):
             self._respond(client, [], "empty", 0.0, client.queue_id)
             server.journal_queue(client)
             return
-        client = begin_poll(server, user, queue_id, last_event_id)
-        server.poll_paths["full"] += 1
+        client = begin_poll(server, user, queue_id, last_event_id, "full")
         if dont_block:
             items = client.event_queue.contents()
             self._respond(client, items, poll_outcome(items), 0.0)
@@ -93,57 +90,30 @@ class EventsHandler(BaseHandler):
         outcome: str,
         waited_secs: float,
         queue_id: str | None = None,
-        extra: dict[str, bool] | None = None,
+        extra: Mapping[str, bool] | None = None,
     ) -> None:
         body = events_body(items, queue_id, extra, answer_position(self.server, client))
         self.write_body(body)
         self.server.observe_response(client, items, len(body), outcome, waited_secs)
 
     async def _long_poll(self, client: ClientDescriptor) -> None:
-        server = self.server
         if self._connection_closed:
             return  # went away while we authenticated: nothing to park
-        if server.stopping:
-            # Shutdown began while this request was being authenticated.
-            self.set_header("Connection", "close")
-            raise ApiError(
-                "The server is restarting; try again shortly",
-                "SERVER_SHUTTING_DOWN",
-                503,
-                headers={"Retry-After": "1"},
-            )
-        waiter = ParkedRequest(server.answer_slices, server.heartbeats)
-        parked_at = server.clock()
-        registry = server.registry
-        registry.park(client, waiter, parked_at)
-        # Events waiting: answered in its turn among the woken requests
-        # (as handlers.poll.LeanPoll does), without the queue id.
-        ready = not client.event_queue.empty()
-        if ready:
-            waiter.take_turn(lambda: registry.unpark(client, waiter, server.clock()))
-        else:
-            waiter.heartbeat = server.heartbeats.start(waiter, client)
-        self._parked = (client, waiter)
+        refuse_if_stopping(self.server)
+        waiter = ParkedRequest(self.server)
+        waiter.park(client)
+        self._parked = waiter
         outcome = await waiter.outcome
         self._parked = None
         if outcome == "disconnected":
             return
-        if outcome == "overflow":
-            raise bad_queue_id(client.queue_id, "overflow")
-        waited = server.clock() - parked_at
-        if outcome == "displaced":
-            self._respond(client, [], "displaced", waited, client.queue_id, {"displaced": True})
-            return
-        items, kind = woken_answer(server, client, outcome)
-        self._respond(client, items, kind, waited, None if ready else client.queue_id)
+        items, kind, waited, queue_id, extra = waiter.answer_for(outcome)
+        self._respond(client, items, kind, waited, queue_id, extra)
 
     def on_connection_close(self) -> None:
         self._connection_closed = True
-        parked = self._parked
-        if parked is not None:
-            client, waiter = parked
-            if self.server.registry.unpark(client, waiter, self.server.clock()):
-                log.debug("client disconnected from queue %s", client.queue_id)
+        waiter = self._parked
+        if waiter is not None:
             waiter.disconnected()
         super().on_connection_close()
 
