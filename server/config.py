@@ -176,6 +176,11 @@ class Settings:
     # heartbeat, so a live server never times a client out.
     longpoll_timeout_secs: float = 90.0
     queue_max_events: int = _LIMITS.max_events
+    # Events one `resume_from` may replay (at most a queue's worth): past it
+    # the client registers afresh, which costs less (tests/benchmarks/resume.py:
+    # a register with the whole state costs the server about what replaying
+    # 500-700 events does, 9,000 events twenty times that).
+    resume_max_events: int = 1000
     queue_max_bytes: int = _LIMITS.max_bytes
     max_queues_per_user: int = _LIMITS.max_queues_per_user
     # Requests to the public API are small (the largest is a register with a
@@ -350,6 +355,7 @@ class Settings:
             else None,
             longpoll_timeout_secs=longpoll,
             queue_max_events=_integer(env, "EVENTQ_QUEUE_MAX_EVENTS", cls.queue_max_events),
+            resume_max_events=_integer(env, "EVENTQ_RESUME_MAX_EVENTS", cls.resume_max_events),
             queue_max_bytes=_integer(env, "EVENTQ_QUEUE_MAX_BYTES", cls.queue_max_bytes),
             max_queues_per_user=_integer(
                 env, "EVENTQ_MAX_QUEUES_PER_USER", cls.max_queues_per_user

@@ -20,8 +20,10 @@ Three bounds (docs in the README's "Stream positions" and "Security"):
 - **A bounded read.** The log is read once, by recipient in SQL (the rows
   naming the user, a realm's public channel messages for
   `all_public_streams`, and rows an earlier version wrote without saying,
-  which are parsed to tell), at most two queues' worth of rows; the rows
-  are parsed on the loop a slice at a time.
+  which are parsed to tell), at most twice the events a resume may replay
+  (`EVENTQ_RESUME_MAX_EVENTS`, 1,000); the rows are parsed, and the new
+  queue filled, on the loop a slice at a time. A client further behind
+  registers afresh: the whole state costs less than such a replay.
 
 The stream records what it hands to the queues while the log is read
 (`EventStream.recording`); the new queue is made, without an await, once
@@ -60,11 +62,12 @@ log = logging.getLogger("eventq.register")
 RESUME_EXPIRED = "RESUME_EXPIRED"
 RESUME_POSITION_UNKNOWN = "RESUME_POSITION_UNKNOWN"
 
-# Rows read from the log for one resume at most, in queues' worth
-# (EVENTQ_QUEUE_MAX_EVENTS, 10,000 by default): the user's own events are at
-# most one, the rest are rows of an earlier version's writers that turn out
-# not to be theirs. Past it the client registers afresh (RESUME_EXPIRED),
-# which costs one state fetch, not a read of the log.
+# Rows read from the log for one resume at most, in resumes' worth (the
+# events one may replay: EVENTQ_RESUME_MAX_EVENTS, 1,000 by default, at most
+# a queue's worth): the user's own events are at most one, the rest are rows
+# of an earlier version's writers that turn out not to be theirs. Past it the
+# client registers afresh (RESUME_EXPIRED), which costs one state fetch, not
+# a read of the log.
 MAX_READ_QUEUES = 2
 # Rows are parsed (orjson, a notice's whole user list) for at most this long
 # before the loop serves others: 10,000 notices of 1,000 users each take
@@ -282,11 +285,11 @@ async def resume_queue(
     `resume_from` that it may see now; returns it and the stream position it
     is complete to. Raises `ApiError`: RESUME_POSITION_UNKNOWN for a
     position the user was not given, RESUME_EXPIRED when the log no longer
-    has the events or they are more than a queue holds or a read may take,
+    has the events or they are more than a resume replays or a read may take,
     ACCESS_CHANGED when `access_changed()` says the user's access changed
     since they were authenticated (the options may no longer be theirs)."""
     await _check_given(server, user_id, resume_from)
-    limit = server.registry.limits.max_events
+    limit = min(server.settings.resume_max_events, server.registry.limits.max_events)
     max_read = MAX_READ_QUEUES * limit
     # A type with a NUL byte matches no logged event (PostgreSQL text has none).
     types = (
@@ -318,7 +321,7 @@ async def resume_queue(
             if len(found.notices) > limit:
                 raise _expired(
                     f"More than {limit} events since position {resume_from}: more than a"
-                    " queue holds"
+                    " resume replays"
                 )
             if len(rows) < CATCH_UP_PAGE:
                 break

@@ -195,7 +195,7 @@ def test_resume_quick_measures_every_phase(database_url):
         "event_log_public_messages",
         "event_log_unknown_recipients",
     } <= set(logged["indexes"])
-    assert 0 < logged["guest_rows"] < config["queue_max_events"]
+    assert 0 < logged["guest_rows"] < config["resume_max_events"]
     phases = {phase["key"]: phase for phase in figures["phases"].values()}
     assert {key: phase["answer"] for key, phase in phases.items()} == {
         "a": "resumed",
@@ -220,7 +220,7 @@ def test_resume_quick_measures_every_phase(database_url):
     # The resumed queues held exactly their events (checked by the script).
     for key in ("a", "c", "e", "g", "ax"):
         assert phases[key]["events_expected"] > 0, key
-    assert phases["g"]["events_expected"] <= config["queue_max_events"]
+    assert phases["g"]["events_expected"] <= config["resume_max_events"]
     assert phases["a"]["events_expected"] == logged["guest_rows"] - 1  # one deleted since
     assert figures["idle"]["loop_lag"]["window_max_ms"] >= 0
     assert set(figures["ratios"]) == {"p50", "p99", "server_cpu", "postgres_cpu"}

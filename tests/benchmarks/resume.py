@@ -33,11 +33,12 @@ parameters (every event type, apply_markdown, client_gravatar):
 a. the guest resumes from the log's first position (its ~100 rows in the log);
 b. the guest sends resume_from=0: refused, RESUME_POSITION_UNKNOWN;
 c. an active member resumes from a recent position (the newest 1 % of the log);
-d. the same member resumes from the log's first position: more than a queue
-   holds, RESUME_EXPIRED after the bounded read;
+d. the same member resumes from the log's first position: more than a resume
+   replays (--resume-max-events, the server's EVENTQ_RESUME_MAX_EVENTS, at
+   most a queue's worth), RESUME_EXPIRED after the bounded read;
 e. another member with all_public_streams=true resumes from the recent position;
 f. the comparison: the member of c registers afresh with the whole state;
-g. the member of c resumes from where 90 % of a queue's events follow (the
+g. the member of c resumes from where 90 % of a resume's events follow (the
    most a resume that succeeds puts in a queue at once);
 a x N. phase a with --concurrency clients at once (--repeat each).
 
@@ -63,7 +64,7 @@ server's `LOG_FOR_USER` and `deleted_messages` queries for the phases' users
 prepares a query after 5 executions, unless the server passes prepare=False,
 as it does for `LOG_FOR_USER`). Whatever happens (error, Ctrl-C,
 SIGTERM) the server is stopped and the database dropped (unless --keep-db).
-`--quick`: a log of 4 MB, 40 users, 3 requests a phase, queues of 40 events,
+`--quick`: a log of 4 MB, 40 users, 3 requests a phase, queues and resumes of 40 events,
 in seconds (tests/test_benchmarks.py runs it).
 """
 
@@ -125,6 +126,7 @@ LOOP_LAG_BAR_MS = 5.0  # a resume may cost the IO loop at most this
 LAG_WINDOW_SECS = 60.0
 LAG_POLL_SECS = 10.0
 QUEUE_MAX_EVENTS = 10_000  # the server's default (EVENTQ_QUEUE_MAX_EVENTS)
+RESUME_MAX_EVENTS = 1_000  # the server's default (EVENTQ_RESUME_MAX_EVENTS)
 MAX_QUEUES_PER_USER = 100  # the server's default (EVENTQ_MAX_QUEUES_PER_USER)
 # The message ids of the log, clear of the domain's own messages.
 MESSAGE_ID_BASE = 1_000_000
@@ -133,7 +135,7 @@ SENDER_VARIANTS = 10
 # Members of the guest's private channel besides the guest.
 GUEST_CHANNEL_MEMBERS = 10
 RECENT_SHARE = 0.01  # phases c and e resume from the newest 1 % of the log
-NEAR_FULL = 0.9  # phase g resumes to this share of a queue's events
+NEAR_FULL = 0.9  # phase g resumes to this share of the events a resume replays
 QUICK = {
     "users": 40,
     "streams": 20,
@@ -142,6 +144,7 @@ QUICK = {
     "repeat": 3,
     "concurrency": 2,
     "queue_max_events": 40,
+    "resume_max_events": 40,
     "settle": 0.0,
     "idle_secs": 0.5,
 }
@@ -1235,6 +1238,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--queue-max-events", type=int, default=QUEUE_MAX_EVENTS)
+    parser.add_argument("--resume-max-events", type=int, default=RESUME_MAX_EVENTS)
     parser.add_argument(
         "--settle",
         type=float,
@@ -1296,11 +1300,11 @@ def choose_users(database: Database, world: World, args: argparse.Namespace) -> 
             "public_recent": expected_events(conn, public.user_id, recent, world.last, True),
         }
         # Phase g: the position after which the member has NEAR_FULL of a
-        # queue's worth of rows (the most a resume that succeeds delivers).
+        # resume's worth of rows (the most a resume that succeeds delivers).
         row = conn.execute(
             "SELECT position FROM event_log WHERE recipients @> ARRAY[%s::bigint]"
             " ORDER BY position DESC OFFSET %s LIMIT 1",
-            (member.user_id, round(args.queue_max_events * NEAR_FULL)),
+            (member.user_id, round(resume_limit(args) * NEAR_FULL)),
         ).fetchone()
         assert row is not None
         choice["near_full"] = int(row[0])
@@ -1318,13 +1322,18 @@ def choose_users(database: Database, world: World, args: argparse.Namespace) -> 
             f"the guest's rows in the log ({len(guest_rows)}) are not those written for them"
             f" ({len(choice['guest'])})"
         )
-    if member_rows <= args.queue_max_events or len(guest_rows) >= args.queue_max_events:
+    if member_rows <= resume_limit(args) or len(guest_rows) >= resume_limit(args):
         raise BenchError(
-            f"phase d needs the member in more rows than a queue holds ({member_rows} <="
-            f" {args.queue_max_events}) and phase a the guest in fewer ({len(guest_rows)})"
+            f"phase d needs the member in more rows than a resume replays ({member_rows} <="
+            f" {resume_limit(args)}) and phase a the guest in fewer ({len(guest_rows)})"
         )
     world.log["guest_rows"] = guest_logged
     return choice
+
+
+def resume_limit(args: argparse.Namespace) -> int:
+    """The most events a resume replays on the benchmark's server."""
+    return int(min(args.resume_max_events, args.queue_max_events))
 
 
 def phases_of(world: World, choice: dict[str, Any], args: argparse.Namespace) -> list[Phase]:
@@ -1372,7 +1381,7 @@ def phases_of(world: World, choice: dict[str, Any], args: argparse.Namespace) ->
         Phase("f", "f. member of c, register with state", member, dict(ZULIP_FORM), "state"),
         Phase(
             "g",
-            f"g. member, {NEAR_FULL:.0%} of a queue's worth",
+            f"g. member, {NEAR_FULL:.0%} of a resume's worth",
             member,
             {**ZULIP_FORM, "resume_from": str(choice["near_full"])},
             "events",
@@ -1466,6 +1475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             SECRET,
             {
                 "EVENTQ_QUEUE_MAX_EVENTS": str(args.queue_max_events),
+                "EVENTQ_RESUME_MAX_EVENTS": str(args.resume_max_events),
                 # Pruning goes on as deployed, with room for this log.
                 "EVENTQ_EVENT_LOG_RETENTION_BYTES": str(max(1 << 30, 4 * args.log_bytes)),
             },

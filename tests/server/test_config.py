@@ -36,6 +36,7 @@ def test_timings_accept_fractions_and_the_jitter_scales():
         ({"EVENTQ_HEARTBEAT_SECS": "nan"}, "EVENTQ_HEARTBEAT_SECS must be a finite number"),
         ({"EVENTQ_QUEUE_MAX_EVENTS": "1.5"}, "EVENTQ_QUEUE_MAX_EVENTS must be an integer"),
         ({"EVENTQ_QUEUE_MAX_EVENTS": "0"}, "EVENTQ_QUEUE_MAX_EVENTS must be >= 1"),
+        ({"EVENTQ_RESUME_MAX_EVENTS": "0"}, "EVENTQ_RESUME_MAX_EVENTS must be >= 1"),
         ({"EVENTQ_MAX_HEADER_BYTES": "512"}, "EVENTQ_MAX_HEADER_BYTES must be >= 1024"),
         ({"EVENTQ_MAX_HEADER_BYTES": "2000000"}, "EVENTQ_MAX_HEADER_BYTES must be <= 1048576"),
         ({"EVENTQ_EVENT_LOOP": "tokio"}, "EVENTQ_EVENT_LOOP must be one of uvloop, asyncio"),

@@ -458,6 +458,24 @@ def test_a_resume_reads_the_users_rows_only_and_at_most_a_bounded_number(start_s
     assert "More than 200 logged events to read" in body["msg"]
 
 
+def test_a_resume_replays_at_most_resume_max_events(start_server, world):
+    # Queues of 100 events, resumes of at most 30: 30 replayed, 31 refused.
+    server = start_server(EVENTQ_QUEUE_MAX_EVENTS="100", EVENTQ_RESUME_MAX_EVENTS="30")
+    alice = Api(server, world.user(world.realm()))
+    position = alice.register(event_types=["note"])["stream_position"]
+    realm_id, user_id = alice.user.realm_id, alice.user.user_id
+    _log_rows(server.database_url, realm_id, user_id, 30, known=True)
+    _caught_up(server)
+    assert len(_replayed(alice, position, event_types=["note"])) == 30
+    _log_rows(server.database_url, realm_id, user_id, 1, known=True)
+    _caught_up(server)
+    response = alice.request("POST", "register", event_types=["note"], resume_from=position)
+    assert response.status_code == 400, response.text
+    body = response.json()
+    assert body["code"] == "RESUME_EXPIRED"
+    assert "More than 30 events since position" in body["msg"]
+
+
 def test_a_resume_while_events_keep_coming_misses_none_and_repeats_none(server, api, world):
     import threading
 
