@@ -1,0 +1,238 @@
+"""Sending a message to a channel topic or directly."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from generation.actions.base import ActionContext, ActionError, Connection, UserRow, get_user
+from generation.actions.messages.common import (
+    _Realm,
+    _realm,
+    _render,
+    _stream_for_sender,
+    _subscriber_ids,
+    _users_by_ids_or_emails,
+    normalize_content,
+    normalize_topic,
+)
+from generation.markdown import Rendered, is_me_message
+
+
+def avatar_url(email: str) -> str:
+    """The Gravatar of an e-mail address (eventq stores no avatars)."""
+    digest = hashlib.md5(email.strip().lower().encode(), usedforsecurity=False).hexdigest()
+    return f"https://secure.gravatar.com/avatar/{digest}?d=identicon&version=1"
+
+
+def _flags(user_id: int, sender_id: int, rendered: Rendered, *, stream: bool) -> list[str]:
+    """A recipient's flags on a new message, in Zulip's order: the sender has
+    read their own message; mentions alert."""
+    flags = []
+    if user_id == sender_id:
+        flags.append("read")
+    if user_id in rendered.mentioned_user_ids:
+        flags.append("mentioned")
+    if stream and rendered.wildcard:
+        flags.append("wildcard_mentioned")
+    return flags
+
+
+async def _insert(
+    conn: Connection,
+    sender: UserRow,
+    *,
+    stream_id: int | None,
+    topic: str,
+    participant_ids: list[int] | None,
+    content: str,
+    rendered: Rendered,
+    flags: Mapping[int, list[str]],
+) -> tuple[int, int]:
+    """Store a message and its recipients' rows; returns (id, timestamp)."""
+    cur = await conn.execute(
+        """
+        INSERT INTO messages (realm_id, sender_id, stream_id, topic, participant_ids,
+                              content, rendered_content)
+        VALUES (%s, %s, %s, %s, %s, %s, %s)
+        RETURNING id, extract(epoch FROM date_sent)::bigint
+        """,
+        (sender.realm_id, sender.id, stream_id, topic, participant_ids, content, rendered.html),
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    message_id, timestamp = row
+    users = sorted(flags)
+    await conn.execute(
+        """
+        INSERT INTO user_messages (user_id, message_id, read, mentioned, wildcard_mentioned)
+        SELECT user_id, %s, read, mentioned, wildcard
+        FROM unnest(%s::bigint[], %s::boolean[], %s::boolean[], %s::boolean[])
+            AS t (user_id, read, mentioned, wildcard)
+        """,
+        (
+            message_id,
+            users,
+            ["read" in flags[u] for u in users],
+            ["mentioned" in flags[u] for u in users],
+            ["wildcard_mentioned" in flags[u] for u in users],
+        ),
+    )
+    return message_id, timestamp
+
+
+def _message_dict(
+    sender: UserRow,
+    realm: _Realm,
+    message_id: int,
+    timestamp: int,
+    content: str,
+    rendered: Rendered,
+    client: str,
+    display_recipient: str | list[dict[str, Any]],
+    stream_id: int | None,
+    topic: str,
+) -> dict[str, Any]:
+    """The producer's message dict: the client form (generation.events
+    .messages.MessageObject) with `rendered_content` beside the raw content;
+    the queue picks one per client and sets `content_type`."""
+    message: dict[str, Any] = {
+        "id": message_id,
+        "type": "private" if stream_id is None else "stream",
+        "sender_id": sender.id,
+        "sender_email": sender.email,
+        "sender_full_name": sender.full_name,
+        "sender_realm_str": realm.subdomain,
+        "avatar_url": avatar_url(sender.email),
+        "client": client,
+        "content": content,
+        "rendered_content": rendered.html,
+        "display_recipient": display_recipient,
+        "subject": topic,
+        "topic_links": [],
+        "is_me_message": is_me_message(content),
+        "reactions": [],
+        "submessages": [],
+        "timestamp": timestamp,
+    }
+    if stream_id is not None:
+        message["stream_id"] = stream_id
+    return message
+
+
+def _message_event(
+    message: dict[str, Any],
+    invite_only: bool | None,
+    local_id: str | None,
+    sender_queue_id: str | None,
+) -> dict[str, Any]:
+    event: dict[str, Any] = {"type": "message", "message": message}
+    if invite_only is not None:
+        event["invite_only"] = invite_only
+    if local_id is not None and sender_queue_id is not None:
+        event["local_id"] = local_id
+        event["sender_queue_id"] = sender_queue_id
+    return event
+
+
+async def do_send_stream_message(
+    ctx: ActionContext,
+    sender_id: int,
+    stream: int | str,
+    topic: str,
+    content: str,
+    *,
+    local_id: str | None = None,
+    sender_queue_id: str | None = None,
+    client: str = "Internal",
+) -> int:
+    """Send a message to a channel (by id or name) and topic; returns its id.
+
+    Recipients are the channel's active subscribers, and the sender. The
+    sender's copy is read; mentioned recipients are flagged `mentioned`,
+    and every recipient `wildcard_mentioned` for @**all** and its synonyms.
+    `local_id` comes back as `local_message_id` on the queue `sender_queue_id`.
+    """
+    conn = ctx.conn
+    async with ctx.transaction() as outbox:
+        sender = await get_user(conn, sender_id)
+        realm = await _realm(conn, sender.realm_id)
+        target = await _stream_for_sender(conn, sender, stream)
+        topic = normalize_topic(topic)
+        if not topic and realm.mandatory_topics:
+            raise ActionError("Topics are required in this organization.")
+        content = normalize_content(content)
+        rendered = await _render(conn, sender.realm_id, content)
+        recipients = await _subscriber_ids(conn, [target.id]) | {sender.id}
+        flags = {uid: _flags(uid, sender.id, rendered, stream=True) for uid in recipients}
+        message_id, timestamp = await _insert(
+            conn,
+            sender,
+            stream_id=target.id,
+            topic=topic,
+            participant_ids=None,
+            content=content,
+            rendered=rendered,
+            flags=flags,
+        )
+        message = _message_dict(
+            sender, realm, message_id, timestamp, content, rendered, client,
+            target.name, target.id, topic,
+        )  # fmt: skip
+        outbox.send(
+            sender.realm_id,
+            _message_event(message, target.invite_only, local_id, sender_queue_id),
+            [{"id": uid, "flags": flags[uid]} for uid in sorted(recipients)],
+        )
+    return message_id
+
+
+async def do_send_direct_message(
+    ctx: ActionContext,
+    sender_id: int,
+    recipients: Sequence[int | str],
+    content: str,
+    *,
+    local_id: str | None = None,
+    sender_queue_id: str | None = None,
+    client: str = "Internal",
+) -> int:
+    """Send a direct message to users of the sender's realm (by id or
+    e-mail); its participants are they and the sender. Returns its id."""
+    conn = ctx.conn
+    if not recipients:
+        raise ActionError("Message must have recipients")
+    async with ctx.transaction() as outbox:
+        sender = await get_user(conn, sender_id)
+        realm = await _realm(conn, sender.realm_id)
+        named = await _users_by_ids_or_emails(conn, sender.realm_id, recipients)
+        participants = {user.id: user for user in named}
+        participants[sender.id] = sender
+        ids = sorted(participants)
+        content = normalize_content(content)
+        rendered = await _render(conn, sender.realm_id, content)
+        flags = {uid: _flags(uid, sender.id, rendered, stream=False) for uid in ids}
+        message_id, timestamp = await _insert(
+            conn,
+            sender,
+            stream_id=None,
+            topic="",
+            participant_ids=ids,
+            content=content,
+            rendered=rendered,
+            flags=flags,
+        )
+        display = [
+            {"id": u.id, "email": u.email, "full_name": u.full_name, "is_mirror_dummy": False}
+            for u in (participants[uid] for uid in ids)
+        ]
+        message = _message_dict(
+            sender, realm, message_id, timestamp, content, rendered, client, display, None, ""
+        )
+        outbox.send(
+            sender.realm_id,
+            _message_event(message, None, local_id, sender_queue_id),
+            [{"id": uid, "flags": flags[uid]} for uid in ids],
+        )
+    return message_id
