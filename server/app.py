@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import orjson
 import psycopg
 import tornado.netutil
 import tornado.web
@@ -32,13 +31,13 @@ from generation.events.users import AccessChange, access_change, is_control
 from generation.notice import Notice, encode_notice, parse_notice
 from generation.send import PublishError, publish_encoded
 from generation.sharding import reach_of
-from queues.client import ClientDescriptor, QueueOptions
+from queues.client import ClientDescriptor
 from queues.event_queue import Item
 from queues.payload import PER_EVENT_OVERHEAD
 from queues.registry import DeliveryReport, EndReason, QueueRegistry
-from server import persistence
 from server.auth import Authenticator
-from server.background import Controller, DefaultController, Runner, load_modules
+from server.background import Runner
+from server.background_runner import make_runner
 from server.config import Settings
 from server.consumer import NoticeConsumer
 from server.db import Database, DatabaseUnavailable
@@ -52,24 +51,19 @@ from server.longpoll import AnswerSlices, Heartbeats
 from server.looplag import LoopLagMonitor
 from server.metrics import gc_stats, make_metrics
 from server.migrate import latest_migration
-from server.observe import Observer, Origin
+from server.observe import Observers, Origin
 from server.ratelimit import RateLimiter
 from server.responses import encode
 from server.routes import make_dispatcher
+from server.saved_queues import CHECKPOINT_SLICE_SECS, SavedQueues
 from server.sessions import SessionSigner
 from server.stream import EventStream
-from server.updates import standard_updates
 from server.version import ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION
 
 log = logging.getLogger("eventq.server")
 
 # How often the event log's tail is read for events whose notice never came.
 TAIL_SECS = 1.0
-# A checkpoint's longest stretch on the IO loop at a time. 1 ms: a slice is
-# sometimes stretched by a few ms it does not control (the process descheduled
-# on a busy machine, another thread's turn with the GIL); at 2 ms one such
-# slice took 5.5 ms in nine measured (stream_costs.py).
-CHECKPOINT_SLICE_SECS = 0.001
 # How often a server tells the retention update how far back it needs the log
 # (at most; after each checkpoint when they are more frequent), and how long
 # an unchanged floor goes without being said again.
@@ -149,7 +143,7 @@ class EventServer:
         self.refusals = Refusals(settings.max_header_bytes)
         self.port: int | None = None
         # Told of every delivery, poll, register and queue end (server/observe.py).
-        self.observers: list[Observer] = []
+        self.observers = Observers()
         # The delivery log for the analytics jobs, when EVENTQ_LOG_DIR is set.
         self.delivery_log: DeliveryLog | None = None
         if settings.log_dir is not None:
@@ -161,12 +155,12 @@ class EventServer:
                 retention_days=settings.log_retention_days,
                 max_pending=settings.log_max_pending,
             )
-            self.observers.append(self.delivery_log)
+            self.observers.add(self.delivery_log)
         # Prometheus figures (GET /metrics): counters kept by an observer,
         # gauges read from the server at scrape time.
         metrics, self.metrics_registry = make_metrics(self)
         self.metrics = metrics
-        self.observers.append(metrics)
+        self.observers.add(metrics)
         # Publishes this shard's own events to the other shards (blocking pika
         # calls, off the loop); one thread keeps one broker connection.
         self._publisher: ThreadPoolExecutor | None = None
@@ -184,11 +178,6 @@ class EventServer:
         # The positions registers gave each user, which resume_from may not
         # go below (server/floors.py).
         self.floors = StreamFloors(self.db)
-        self._checkpointing = False
-        # The last checkpoint: queues saved, its time, its longest stretch on the loop.
-        self.last_checkpoint: dict[str, float] = {}
-        # The lowest position the last checkpoint's queues need from the log.
-        self._checkpoint_floor: int | None = None
         # Tells the retention update how far back this server needs the log.
         self._reader: PeriodicCallback | None = None
         self._floor_said: tuple[int, float] = (-1, 0.0)
@@ -196,23 +185,33 @@ class EventServer:
         self.background: Runner | None = None
         self._background_task: asyncio.Task[bool] | None = None
         if settings.background_tasks:
-            controller = Controller(
-                DefaultController(settings.background_target_ms, settings.background_sleep_ms)
-            )
-            extra = load_modules(settings.modules, controller)
-            self.background = Runner(
-                settings.database_url,
-                [*standard_updates(settings, api_key_secret()), *extra],
-                controller,
-                idle_secs=settings.background_idle_secs,
+            self.background = make_runner(
+                settings,
+                api_key_secret(),
                 application_name=f"eventq-background {settings.shard_name}",
             )
         self._tail: PeriodicCallback | None = None
         self.consumer: NoticeConsumer | None = None
         if settings.amqp_url:
             self.consumer = NoticeConsumer(
-                settings.amqp_url, settings.notify_queue, self.process_notice, self.observers
+                settings.amqp_url,
+                settings.notify_queue,
+                self.process_notice,
+                (self.observers,),  # one member, telling them all
             )
+        # Restores, saves and checkpoints the queues (server/saved_queues.py).
+        self.saved = SavedQueues(
+            settings,
+            self.registry,
+            self.stream,
+            self.db,
+            self.journal,
+            self.floors,
+            self.consumer,
+            clock=self.clock,
+            server_generation=self.server_generation,
+            restart_event=self.restart_event,
+        )
 
     @staticmethod
     def clock() -> float:
@@ -251,7 +250,7 @@ class EventServer:
         self.loop_lag.start()
         if self.delivery_log is not None:
             self.delivery_log.start()
-        await self._restore_queues()
+        await self.saved.restore_queues()
         # Consume before accepting clients: notices published while the server
         # was down reach the restored queues before clients come back.
         if self.consumer is not None:
@@ -356,7 +355,7 @@ class EventServer:
         await self.stream.stop()
         await self.save_queues()
         # The saved queues need the log from here on.
-        self._checkpoint_floor = self.stream.position
+        self.saved.checkpoint_floor = self.stream.position
         await self.say_reader_floor()
         await self._stop_background()
         if self._fast is not None:
@@ -383,235 +382,6 @@ class EventServer:
             self._idle.set()
 
     # -- queues -------------------------------------------------------------
-
-    async def _restore_queues(self) -> None:
-        """Bring back the queues of the last run: those saved by a graceful
-        stop or, after a crash, those of the last checkpoint; then deliver the
-        logged events each queue missed since it was saved."""
-        state_dir, shard = self.settings.state_dir, self.settings.shard
-        path = persistence.queue_file(state_dir, shard)
-        checkpoint = persistence.checkpoint_file(state_dir, shard)
-        loop = asyncio.get_running_loop()
-        removed = await loop.run_in_executor(
-            None, persistence.remove_stale_temporaries, [path, checkpoint]
-        )
-        for tmp in removed:
-            log.info("removed %s, left by a run killed while it saved its queues", tmp)
-        data: dict[str, Any] | None = None
-        for candidate in (path, checkpoint):
-            try:
-                data = await loop.run_in_executor(None, persistence.load, candidate)
-            except persistence.CorruptSnapshot as exc:
-                kept = await loop.run_in_executor(None, persistence.quarantine, candidate)
-                log.error("%s; starting with no queues from it (the file is kept as %s)", exc, kept)
-                continue
-            if data is not None:
-                path = candidate
-                break
-        if data is None:
-            log.info("no saved queues at %s", path)
-            await self._start_stream()
-            return
-        crashed = path == checkpoint
-        if crashed:
-            age = time.time() - float(data.get("saved_at", time.time()))
-            log.warning(
-                "the last run did not stop cleanly: rebuilding its queues from the checkpoint"
-                " of %.1f s before (%s) and the event log",
-                age,
-                path,
-            )
-        try:
-            clients, errors, restarted = await self._load_saved(data, crashed)
-        except ValueError as exc:
-            kept = await loop.run_in_executor(None, persistence.quarantine, path)
-            log.error(
-                "saved queues in %s unreadable (%s); starting with no queues (kept as %s)",
-                path,
-                exc,
-                kept,
-            )
-            await self._start_stream()
-            return
-        if errors:
-            kept = await loop.run_in_executor(None, persistence.keep_copy, path)
-            for error in errors[:20]:
-                log.error("%s; skipped", error)
-            log.error(
-                "%d saved queues could not be restored (their clients will re-register);"
-                " the file is kept as %s",
-                len(errors),
-                kept,
-            )
-        if self.consumer is not None:
-            self.consumer.remember(data.get("notice_ids"))
-        if crashed:
-            await loop.run_in_executor(None, checkpoint.unlink)
-        else:
-            last = persistence.last_file(state_dir, shard)
-            await loop.run_in_executor(None, path.replace, last)
-            path = last
-        log.info(
-            "restored %d queues (kept as %s); restart event sent to %d",
-            len(clients),
-            path,
-            restarted,
-        )
-
-    async def _start_stream(self) -> None:
-        position = await self.stream.start_fresh()
-        log.info("event log: starting at position %d", position)
-
-    async def _load_saved(
-        self, data: dict[str, Any], crashed: bool
-    ) -> tuple[list[ClientDescriptor], list[str], int]:
-        """Restore saved queues and deliver the logged events each missed:
-        a queue saved at position P gets every logged event above P, in
-        order, the others arriving as they come. A file without positions
-        (an older version) is restored as it is. Returns the queues, one
-        message per queue that could not be restored, and how many got the
-        restart event."""
-        now = self.clock()
-        raw_queues = data.get("queues")
-        if not isinstance(raw_queues, list):
-            raise ValueError("queues is not a list")
-        journal_from = data.get("journal_from")
-        if isinstance(journal_from, int | float):
-            # Queues registered after the file was begun, journaled at register.
-            known = {raw.get("queue_id") for raw in raw_queues if isinstance(raw, dict)}
-            later = [
-                d for d in await self.journal.since(journal_from) if d.get("queue_id") not in known
-            ]
-            if later:
-                log.info(
-                    "%d queues registered after the checkpoint come back from the queue journal",
-                    len(later),
-                )
-                raw_queues = [*raw_queues, *later]
-        default = data.get("stream_position")
-        if not isinstance(default, int) and not any(
-            isinstance(raw, dict) and isinstance(raw.get("stream_position"), int)
-            for raw in raw_queues
-        ):
-            restored, refused = self.registry.restore(data, now)
-            restarted = self.registry.push_to_accepting(self.restart_event(), now)
-            await self._start_stream()
-            return restored, refused, restarted
-        # Tombstones (and the version check) first, queues in position order.
-        _, errors = self.registry.restore({**data, "queues": []}, now)
-        try:
-            pruned = await self.db.log_pruned_through()
-            last = await self.db.log_last_position()
-        except (DatabaseUnavailable, psycopg.Error):
-            pruned, last = 0, None  # catching up says what cannot be read
-        newest_saved = max(
-            (raw.get("stream_position", default) for raw in raw_queues if isinstance(raw, dict)),
-            key=lambda p: p if isinstance(p, int) else -1,
-            default=default,
-        )
-        if last is not None and isinstance(newest_saved, int) and newest_saved > last:
-            # Its events would be taken for ones already delivered and dropped.
-            raise ValueError(
-                f"saved at event log position {newest_saved}, but this database's log has"
-                f" only reached {last}: the state directory belongs to another database"
-            )
-        saved: list[tuple[int, int, object]] = []
-        for index, raw in enumerate(raw_queues):
-            position = raw.get("stream_position", default) if isinstance(raw, dict) else None
-            if not isinstance(position, int) or position < 0:
-                errors.append(f"saved queue {index}: no stream position")
-                continue
-            if position < pruned:
-                errors.append(
-                    f"saved queue {index}: saved at position {position}, but the event log"
-                    f" is pruned through {pruned}, so the events it missed are gone"
-                )
-                continue
-            saved.append((position, index, raw))
-        saved.sort(key=lambda entry: entry[:2])
-        clients: list[ClientDescriptor] = []
-        cursor = 0
-
-        def bring_back(below: int) -> None:
-            nonlocal cursor
-            while cursor < len(saved) and saved[cursor][0] < below:
-                _, index, raw = saved[cursor]
-                cursor += 1
-                try:
-                    clients.append(self.registry.restore_queue(raw, now))
-                except ValueError as exc:
-                    errors.append(f"saved queue {index}: {exc}")
-
-        start = saved[0][0] if saved else (default if isinstance(default, int) else 0)
-        self.stream.reader.allow_late(
-            p for p in data.get("late_positions", []) if isinstance(p, int)
-        )
-        # Queues saved at the lowest position (all of them after a graceful
-        # stop) come back now. After a graceful stop they get the restart
-        # event before what they missed. After a crash it comes last: the
-        # events replayed from the log must take the ids they had before it,
-        # which the clients have acknowledged.
-        bring_back(start + 1)
-        restarted = 0
-        if not crashed:
-            restarted = self.registry.push_to_accepting(self.restart_event(), self.clock())
-        started = time.monotonic()
-        try:
-            delivered, late = await self.stream.catch_up(start, bring_back)
-        except (DatabaseUnavailable, psycopg.Error) as exc:
-            log.error(
-                "cannot read the event log (%s): the restored queues miss the events logged"
-                " since they were saved, other than those still in RabbitMQ",
-                exc,
-            )
-            delivered = late = 0
-        bring_back(2**63)
-        if crashed:
-            restarted = self.registry.push_to_accepting(self.restart_event(), self.clock())
-        log.info(
-            "event log: %d events above position %d delivered to the restored queues in"
-            " %.0f ms; now at %d (%d positions not logged yet, accepted if they come)",
-            delivered,
-            start,
-            (time.monotonic() - started) * 1000,
-            self.stream.position,
-            late,
-        )
-        return clients, errors, restarted
-
-    def _snapshot_extras(self) -> dict[str, Any]:
-        extras: dict[str, Any] = {
-            "stream_position": self.stream.position,
-            "late_positions": self.stream.reader.late()[-10_000:],
-        }
-        if self.consumer is not None:
-            extras["notice_ids"] = self.consumer.recent_ids()
-        return extras
-
-    async def save_queues(self) -> None:
-        path = persistence.queue_file(self.settings.state_dir, self.settings.shard)
-        await self.journal.drain()
-        await self.floors.drain()
-        began = time.time()
-        started = time.monotonic()
-        snapshot = self.registry.snapshot(self.clock()) | self._snapshot_extras()
-        snapshot["journal_from"] = began
-        loop = asyncio.get_running_loop()
-        size = await loop.run_in_executor(
-            None, persistence.save, path, snapshot, self.server_generation
-        )
-        self.journal.checkpoint_saved(began)
-        await self.journal.drain()
-        # The graceful save supersedes the last checkpoint.
-        checkpoint = persistence.checkpoint_file(self.settings.state_dir, self.settings.shard)
-        await loop.run_in_executor(None, lambda: checkpoint.unlink(missing_ok=True))
-        log.info(
-            "saved %d queues to %s (%d bytes, %.0f ms)",
-            len(snapshot["queues"]),
-            path,
-            size,
-            (time.monotonic() - started) * 1000,
-        )
 
     def _read_tail_soon(self) -> None:
         if not self.stopping:
@@ -642,7 +412,7 @@ class EventServer:
         stream is when it saves none (then only a lagging stream needs it)."""
         floor = self.stream.position
         if self.settings.checkpoint_secs > 0:
-            floor = min(floor, self._checkpoint_floor or 0)
+            floor = min(floor, self.saved.checkpoint_floor or 0)
         said, at = self._floor_said
         if floor == said and time.monotonic() - at < READER_FLOOR_REFRESH_SECS:
             return
@@ -654,65 +424,22 @@ class EventServer:
         self._floor_said = (floor, time.monotonic())
 
     def _checkpoint_soon(self) -> None:
-        if not self._checkpointing and not self.stopping:
+        if not self.saved.checkpointing and not self.stopping:
             asyncio.get_running_loop().create_task(self.checkpoint())
 
+    async def save_queues(self) -> None:
+        """Save every queue for the next start (a graceful stop)."""
+        await self.saved.save_queues()
+
     async def checkpoint(self, slice_secs: float = CHECKPOINT_SLICE_SECS) -> float:
-        """Save every queue with the stream position it is complete up to, for
-        recovery after a crash. Queues are copied a slice at a time (at most
-        `slice_secs` of the loop per iteration), each with the position of
-        its own slice; the file is written off the loop. Returns the seconds
-        it took."""
-        if self._checkpointing:
-            return 0.0
-        self._checkpointing = True
-        started = time.monotonic()
-        slice_started = time.perf_counter()
-        try:
-            floor = self.stream.position
-            began = time.time()
-            self.journal.checkpoint_began()
-            clients = list(self.registry)
-            saved: list[bytes] = []
-            option_forms: dict[QueueOptions, dict[str, Any]] = {}
-            index = 0
-            longest = time.perf_counter() - slice_started
-            while index < len(clients):
-                slice_started = time.perf_counter()
-                slice_end = slice_started + slice_secs
-                now, position = self.clock(), self.stream.position
-                while index < len(clients) and time.perf_counter() < slice_end:
-                    client = clients[index]
-                    index += 1
-                    if client in self.registry:
-                        saved.append(
-                            orjson.dumps(
-                                client.to_dict(now, option_forms) | {"stream_position": position}
-                            )
-                        )
-                longest = max(longest, time.perf_counter() - slice_started)
-                if index < len(clients):
-                    await asyncio.sleep(0)
-            slice_started = time.perf_counter()
-            body = self.registry.snapshot_without_queues() | self._snapshot_extras()
-            body["journal_from"] = began
-            longest = max(longest, time.perf_counter() - slice_started)
-            path = persistence.checkpoint_file(self.settings.state_dir, self.settings.shard)
-            await asyncio.get_running_loop().run_in_executor(
-                None, persistence.save_encoded, path, body, saved, self.server_generation
-            )
-            self._checkpoint_floor = floor
-            self.journal.checkpoint_saved(began)
-        finally:
-            self._checkpointing = False
-        took = time.monotonic() - started
-        self.last_checkpoint = {
-            "queues": len(saved),
-            "took_ms": round(took * 1000, 3),
-            "longest_slice_ms": round(longest * 1000, 3),
-        }
-        log.debug("checkpoint of %d queues in %.0f ms", len(saved), took * 1000)
-        return took
+        """Save every queue for recovery after a crash; returns the seconds
+        it took (`SavedQueues.checkpoint`)."""
+        return await self.saved.checkpoint(slice_secs)
+
+    @property
+    def last_checkpoint(self) -> dict[str, float]:
+        """The last checkpoint: queues saved, its time, its longest stretch on the loop."""
+        return self.saved.last_checkpoint
 
     def journal_queue(self, client: ClientDescriptor) -> None:
         """Journal a queue just registered, as it is now (server/journal.py);
@@ -751,22 +478,19 @@ class EventServer:
     ) -> None:
         if self.observers:
             wall = time.time()
-            for observer in self.observers:
-                observer.responded(client, items, response_bytes, outcome, waited_secs, wall)
+            self.observers.responded(client, items, response_bytes, outcome, waited_secs, wall)
 
     def observe_registered(self, client: ClientDescriptor, latency_secs: float) -> None:
         if self.observers:
             wall = time.time()
-            for observer in self.observers:
-                observer.registered(client, latency_secs, wall)
+            self.observers.registered(client, latency_secs, wall)
 
     def observe_poll_failed(
         self, user_id: int, realm_id: int, queue_id: str | None, code: str
     ) -> None:
         if self.observers:
             wall = time.time()
-            for observer in self.observers:
-                observer.poll_failed(user_id, realm_id, queue_id, code, wall)
+            self.observers.poll_failed(user_id, realm_id, queue_id, code, wall)
 
     def heartbeat(self, client: ClientDescriptor) -> None:
         """`heartbeats`' callback: the parked request has waited a heartbeat period."""
@@ -779,8 +503,7 @@ class EventServer:
             if limiter is not None:
                 limiter.forget_idle(self.clock())
         duration = time.monotonic() - started
-        for observer in self.observers:
-            observer.gc_ran(len(collected), duration)
+        self.observers.gc_ran(len(collected), duration)
         if collected:
             log.info(
                 "collected %d idle queues in %.1f ms; %d remain",
@@ -795,8 +518,7 @@ class EventServer:
         if self.observers:
             lifetime = self.clock() - client.created_at
             wall = time.time()
-            for observer in self.observers:
-                observer.queue_ended(client, reason, lifetime, wall)
+            self.observers.queue_ended(client, reason, lifetime, wall)
         if reason == "overflow":
             log.warning(
                 "queue %s of user %d overflowed (%d events, %d bytes; limits %d events,"
@@ -932,8 +654,7 @@ class EventServer:
             Origin(wall, published_at, notice.position),
             notice.position,
         )
-        for observer in self.observers:
-            observer.notice_delivered(notice.event["type"], report, wall)
+        self.observers.notice_delivered(notice.event["type"], report, wall)
         change = access_change(notice.event)
         if change is not None:
             self._access_changed(change, now)

@@ -42,6 +42,7 @@ from generation.send import (
     transaction,
 )
 from server import background
+from server.background_runner import make_runner
 from server.config import ConfigError, Settings, retired_advice
 from server.migrate import MigrationError, migrate
 from server.updates import standard_updates
@@ -289,16 +290,9 @@ def cmd_background_run(settings: Settings, args: argparse.Namespace) -> int:
         print("eventq: --wait-secs must be 0 or more", file=sys.stderr)
         return 2
     _background_table(settings).close()
-    controller = background.Controller(
-        background.DefaultController(settings.background_target_ms, settings.background_sleep_ms)
-    )
-    extra = background.load_modules(settings.modules, controller)
-    updates = [*standard_updates(settings, secret), *extra]
-    runner = background.Runner(
-        settings.database_url,
-        updates,
-        controller,
-        idle_secs=settings.background_idle_secs,
+    runner = make_runner(
+        settings,
+        secret,
         application_name="eventq-background cli",
         watch_status=False,  # no /metrics here
         lock_wait_secs=args.wait_secs,
@@ -333,7 +327,7 @@ def cmd_background_run(settings: Settings, args: argparse.Namespace) -> int:
     if not args.until_done:
         return 0 if succeeded else 1
     with _background_table(settings) as conn:
-        left = _left_over(background.read_status_sync(conn, updates))
+        left = _left_over(background.read_status_sync(conn, list(runner.updates.values())))
     if left:
         print(f"eventq: {len(left)} background updates not done:", file=sys.stderr)
         print("\n".join(left), file=sys.stderr)

@@ -10,7 +10,7 @@ overrides only what it needs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from queues.client import ClientDescriptor
 from queues.event_queue import Item
@@ -72,3 +72,70 @@ class Observer:
 
     def gc_ran(self, collected: int, duration_secs: float) -> None:
         """An idle-queue sweep ran."""
+
+
+class Observers(Observer):
+    """Every observer of a server as one: each call goes to every member, in
+    the order they were added. False (and of length 0) when it has none, so a
+    caller can skip computing what it would pass (`if observers: ...`)."""
+
+    def __init__(self, members: Iterable[Observer] = ()) -> None:
+        self._members: tuple[Observer, ...] = tuple(members)
+
+    def add(self, observer: Observer) -> None:
+        self._members = (*self._members, observer)
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def __bool__(self) -> bool:
+        return bool(self._members)
+
+    def __iter__(self) -> Iterator[Observer]:
+        return iter(self._members)
+
+    def responded(
+        self,
+        client: ClientDescriptor,
+        items: Sequence[Item],
+        response_bytes: int,
+        outcome: PollOutcome,
+        waited_secs: float,
+        now: float,
+    ) -> None:
+        for observer in self._members:
+            observer.responded(client, items, response_bytes, outcome, waited_secs, now)
+
+    def poll_failed(
+        self, user_id: int, realm_id: int, queue_id: str | None, code: str, now: float
+    ) -> None:
+        for observer in self._members:
+            observer.poll_failed(user_id, realm_id, queue_id, code, now)
+
+    def registered(self, client: ClientDescriptor, latency_secs: float, now: float) -> None:
+        for observer in self._members:
+            observer.registered(client, latency_secs, now)
+
+    def queue_ended(
+        self, client: ClientDescriptor, reason: EndReason, lifetime_secs: float, now: float
+    ) -> None:
+        for observer in self._members:
+            observer.queue_ended(client, reason, lifetime_secs, now)
+
+    def notice_delivered(self, event_type: str, report: DeliveryReport, now: float) -> None:
+        for observer in self._members:
+            observer.notice_delivered(event_type, report, now)
+
+    def notice_retried(self, notice_id: str | None, failures: int, error: str) -> None:
+        for observer in self._members:
+            observer.notice_retried(notice_id, failures, error)
+
+    def notice_dead_lettered(
+        self, notice_id: str | None, failures: int, error: str, now: float
+    ) -> None:
+        for observer in self._members:
+            observer.notice_dead_lettered(notice_id, failures, error, now)
+
+    def gc_ran(self, collected: int, duration_secs: float) -> None:
+        for observer in self._members:
+            observer.gc_ran(collected, duration_secs)

@@ -1,0 +1,39 @@
+"""The background updates' runner as a server or `eventq db background run`
+sets it up: the standard updates and those of EVENTQ_MODULES, paced by the
+configured controller (server/background.py, server/updates.py).
+
+Its own module because server.background may not import server.updates
+(which imports it), and both server.app and server.cli need it.
+"""
+
+from __future__ import annotations
+
+from server.background import Controller, DefaultController, Runner, load_modules
+from server.config import Settings
+from server.updates import standard_updates
+
+
+def make_runner(
+    settings: Settings,
+    secret: bytes,
+    *,
+    application_name: str,
+    watch_status: bool = True,
+    lock_wait_secs: float | None = None,
+) -> Runner:
+    """A runner of every update this version and the configured modules know,
+    `secret` being the API key secret (the key-hash update needs it). Raises
+    `server.background.ModuleError` for a module that cannot be loaded."""
+    controller = Controller(
+        DefaultController(settings.background_target_ms, settings.background_sleep_ms)
+    )
+    extra = load_modules(settings.modules, controller)
+    return Runner(
+        settings.database_url,
+        [*standard_updates(settings, secret), *extra],
+        controller,
+        idle_secs=settings.background_idle_secs,
+        application_name=application_name,
+        watch_status=watch_status,
+        lock_wait_secs=lock_wait_secs,
+    )

@@ -1,0 +1,59 @@
+"""`server.observe.Observers`: every observer of a server as one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from queues.registry import DeliveryReport
+from server.observe import Observer, Observers
+
+
+class Recorder(Observer):
+    def __init__(self, name: str, calls: list[tuple[Any, ...]]) -> None:
+        self.name = name
+        self.calls = calls
+
+    def gc_ran(self, collected: int, duration_secs: float) -> None:
+        self.calls.append((self.name, "gc_ran", collected, duration_secs))
+
+    def notice_delivered(self, event_type: str, report: DeliveryReport, now: float) -> None:
+        self.calls.append((self.name, "notice_delivered", event_type, report, now))
+
+    def notice_retried(self, notice_id: str | None, failures: int, error: str) -> None:
+        self.calls.append((self.name, "notice_retried", notice_id, failures, error))
+
+
+def test_an_empty_composite_is_false_and_does_nothing():
+    observers = Observers()
+    assert not observers
+    assert len(observers) == 0
+    observers.gc_ran(3, 0.5)  # no member: nothing to tell
+
+
+def test_each_call_reaches_every_member_in_the_order_they_were_added():
+    calls: list[tuple[Any, ...]] = []
+    first, second = Recorder("first", calls), Recorder("second", calls)
+    observers = Observers([first])
+    observers.add(second)
+    assert observers
+    assert len(observers) == 2
+    assert list(observers) == [first, second]
+    report = DeliveryReport()
+    observers.gc_ran(3, 0.5)
+    observers.notice_delivered("message", report, 12.0)
+    observers.notice_retried("n1", 2, "boom")
+    assert calls == [
+        ("first", "gc_ran", 3, 0.5),
+        ("second", "gc_ran", 3, 0.5),
+        ("first", "notice_delivered", "message", report, 12.0),
+        ("second", "notice_delivered", "message", report, 12.0),
+        ("first", "notice_retried", "n1", 2, "boom"),
+        ("second", "notice_retried", "n1", 2, "boom"),
+    ]
+
+
+def test_the_composite_overrides_every_observer_method():
+    """A method added to `Observer` and not to `Observers` would silently tell nobody."""
+    hooks = {name for name in vars(Observer) if not name.startswith("_")}
+    assert hooks
+    assert all(name in vars(Observers) for name in hooks), hooks - set(vars(Observers))
