@@ -436,29 +436,6 @@ class QueueRegistry:
         report.overflowed = self._end_overflowed(overflowed, now)
         return report
 
-    def deliver_to(
-        self,
-        client: ClientDescriptor,
-        event: Event,
-        users: Sequence[NoticeUser],
-        realm_id: int | None,
-        now: float,
-        origin: object = None,
-    ) -> bool:
-        """Put `event` into `client`'s queue alone, exactly as `deliver` would
-        have put it there (a queue resumed from the event log is filled with
-        what it missed). Returns whether the queue took it; a queue pushed
-        over a bound is ended."""
-        if client.queue_id not in self._clients:
-            return False
-        payload = self.payload_for(client, event, users, realm_id, origin)
-        if payload is None:
-            return False
-        overflowed: list[ClientDescriptor] = []
-        self._push(client, payload, now, overflowed)
-        self._end_overflowed(overflowed, now)
-        return True
-
     def payload_for(
         self,
         client: ClientDescriptor,

@@ -297,7 +297,8 @@ def document() -> dict[str, Any]:
             "queue_id": {"type": "string"},
             "displaced": {"type": "boolean"},
             # eventq's addition: every logged event for the queue at or below
-            # this position is in `events` or was acknowledged before.
+            # this position is in `events` or was acknowledged before (absent
+            # from a displaced poll's answer, which carries none of them).
             "stream_position": {"type": "integer", "minimum": 0},
         },
         "required": ["result", "msg", "events"],

@@ -75,6 +75,9 @@ class EventStream:
         # Lists that `recording()` callers fill with every notice handed to
         # the queues meanwhile (a resume reading the log, see server/resume.py).
         self._recorders: list[list[Notice]] = []
+        # The position being handed to the queues, while a batch released at
+        # once is (`position` is already the batch's last).
+        self._handing: int | None = None
         self.gap_timeout_secs = gap_timeout_secs
         self.clock = clock
         self.reader: StreamReader[Arrival] = StreamReader()
@@ -103,6 +106,15 @@ class EventStream:
     def position(self) -> int:
         """Every logged event at or below this has been delivered here."""
         return self.reader.current
+
+    @property
+    def handed(self) -> int:
+        """Every logged event at or below this has reached the queues, even
+        in the middle of handing on a batch (a gap closed, or the log's tail
+        read): there `position` is the batch's last already, while a queue
+        ended by one of its events never gets those behind it."""
+        handing = self._handing
+        return self.reader.current if handing is None else handing
 
     def stats(self) -> dict[str, int]:
         reader = self.reader
@@ -142,19 +154,23 @@ class EventStream:
     def _hand_on(
         self, released: list[tuple[int, Arrival]], own: int = 0, result: list[object] | None = None
     ) -> None:
-        for position, (notice, published_at) in released:
-            for recorder in self._recorders:
-                recorder.append(notice)
-            try:
-                outcome = self._deliver(notice, published_at)
-            except Exception as exc:  # one bad event must not stop the ones behind it
+        try:
+            for position, (notice, published_at) in released:
+                for recorder in self._recorders:
+                    recorder.append(notice)
+                self._handing = position
+                try:
+                    outcome = self._deliver(notice, published_at)
+                except Exception as exc:  # one bad event must not stop the ones behind it
+                    if position == own and result is not None:
+                        result.append(exc)
+                    else:
+                        log.exception("event at position %d could not be delivered", position)
+                    continue
                 if position == own and result is not None:
-                    result.append(exc)
-                else:
-                    log.exception("event at position %d could not be delivered", position)
-                continue
-            if position == own and result is not None:
-                result.append(outcome)
+                    result.append(outcome)
+        finally:
+            self._handing = None
 
     def _resolve_soon(self) -> None:
         if self.reader.held and (self._resolver is None or self._resolver.done()):

@@ -92,7 +92,7 @@ class EventsHandler(BaseHandler):
         queue_id: str | None = None,
         extra: Mapping[str, bool] | None = None,
     ) -> None:
-        body = events_body(items, queue_id, extra, answer_position(self.server, client))
+        body = events_body(items, queue_id, extra, answer_position(self.server, client, extra))
         self.write_body(body)
         self.server.observe_response(client, items, len(body), outcome, waited_secs)
 

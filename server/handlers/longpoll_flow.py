@@ -52,13 +52,20 @@ def poll_outcome(items: list[Item]) -> str:
 def note_end(server: ServerApi, client: ClientDescriptor) -> None:
     """Remember the stream position `client`'s queue ended at (the server
     calls this from its queue end hook)."""
-    client.ended_at_position = server.stream.position
+    # Its own event included: a queue ends after that event's delivery.
+    client.ended_at_position = server.stream.handed
 
 
-def answer_position(server: ServerApi, client: ClientDescriptor) -> int:
+def answer_position(
+    server: ServerApi, client: ClientDescriptor, extra: Mapping[str, bool] | None
+) -> int | None:
     """The stream position an events answer gives: the queue holds every
     event up to it for the client. A queue that ended (a request parked on it
-    answered after a DELETE) got nothing after its end, whatever came since."""
+    answered after a DELETE) got nothing after its end, whatever came since.
+    None (no position in the answer) for a displaced poll: it carries none of
+    the queue's events, which the newer poll gets."""
+    if extra is DISPLACED:
+        return None
     ended = client.ended_at_position
     return server.stream.position if ended is None else ended
 

@@ -266,7 +266,7 @@ class LeanPoll(ParkedPoll, tornado.httputil.HTTPMessageDelegate):
         queue_id: str | None,
         extra: Mapping[str, bool] | None,
     ) -> None:
-        body = events_body(items, queue_id, extra, answer_position(self.server, client))
+        body = events_body(items, queue_id, extra, answer_position(self.server, client, extra))
         self._write(200, body, None)
         self.server.observe_response(client, items, len(body), outcome, waited_secs)
 

@@ -29,6 +29,10 @@ USER = AuthUser(user_id=7, realm_id=1, email="u@example.test", full_name="U", ro
 class _Stream:
     position: int | None = None
 
+    @property
+    def handed(self) -> int | None:
+        return self.position
+
 
 class _Server:
     """What LeanPoll uses of the server (server.interface.ServerApi)."""
@@ -290,5 +294,15 @@ def test_a_queue_ended_under_a_parked_poll_answers_the_position_it_ended_at():
         await _turns()
         [(_, body)] = conn.answers
         assert (len(body["events"]), body["stream_position"]) == (1, 8)
+        # A displaced poll gives no position: the events are the newer poll's.
+        server.deliver({"type": "test"})
+        _, first = _poll(server, other, 0)
+        _, second = _poll(server, other, 0)
+        await _turns()
+        [(_, displaced)] = first.answers
+        assert displaced["displaced"] is True
+        assert "stream_position" not in displaced
+        [(_, newer)] = second.answers
+        assert (len(newer["events"]), newer["stream_position"]) == (1, 8)
 
     _run(scenario)
