@@ -250,6 +250,7 @@ class Database:
                 "SELECT position, notice FROM event_log WHERE position > %s"
                 " ORDER BY position LIMIT %s",
                 (position, limit),
+                binary=True,  # as log_for_user: no hex to decode on the loop
             )
             return [(int(r[0]), bytes(r[1])) for r in await cur.fetchall()]
 
@@ -311,6 +312,9 @@ class Database:
                     "limit": limit,
                 },
                 prepare=False,
+                # The notices as they are stored: no hex to decode on the loop
+                # (a page is up to 1,000 notices of a few KB each).
+                binary=True,
             )
             return [(int(r[0]), bytes(r[1]), bool(r[2])) for r in await cur.fetchall()]
 
