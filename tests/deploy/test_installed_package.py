@@ -616,8 +616,14 @@ class Deployment:
                 if "background updates: this process runs them"
                 in self.daemons.log(f"eventq@{name}").read_text()]  # fmt: skip
         assert runs == ["a"]
-        status = self.operator.eventq("db", "background", "status")
-        assert "runner: none working now" in status, status  # done: the lock is free
+
+        # Done: the lock is free, but for the runner's look at the table
+        # every 5 s (it holds the lock for a moment).
+        def idle_status() -> str | None:
+            text = self.operator.eventq("db", "background", "status")
+            return text if "runner: none working now" in text else None
+
+        status = wait_for(idle_status, 60, "a status that finds no runner working")
         assert re.search(r"wrap_legacy_api_key_hashes +done", status), status
 
     # -- use ----------------------------------------------------------------

@@ -725,10 +725,15 @@ def test_status_and_metrics_show_the_updates_of_a_server_that_runs_them(
             in metrics
         )
 
-        status = run_eventq("db", "background", "status", EVENTQ_DATABASE_URL=own_db,
-                            EVENTQ_MODULES="tests.server.background_module")  # fmt: skip
-        assert status.returncode == 0, status.stderr
-        assert "runner: none working now" in status.stdout  # idle: the lock is free
+        # Idle, the runner still takes the lock for each look at the table
+        # (every 0.05 s here): a status between two looks says none works.
+        def idle_status() -> subprocess.CompletedProcess[str] | None:
+            status = run_eventq("db", "background", "status", EVENTQ_DATABASE_URL=own_db,
+                                EVENTQ_MODULES="tests.server.background_module")  # fmt: skip
+            assert status.returncode == 0, status.stderr
+            return status if "runner: none working now" in status.stdout else None
+
+        status = wait_for(idle_status, 60, "a status between two of the runner's looks")
         line = next(x for x in status.stdout.splitlines() if x.startswith("wrap_legacy"))
         assert line.split()[:3] == ["wrap_legacy_api_key_hashes", "done", "1"]
         assert "copy_items" not in status.stdout  # enqueued by nobody
