@@ -994,10 +994,10 @@ class _Capture:
         yield self
 
     async def execute(
-        self, query: str, params: Any = None, prepare: bool | None = None
+        self, query: str, params: Any = None, prepare: bool | None = None, binary: bool = False
     ) -> _Capture:
         # prepare=False: psycopg never prepares it, every execution is planned
-        # with its values.
+        # with its values. binary: the result's format, the same plan.
         self.statements.append((query, params, prepare is not False))
         return self
 
