@@ -14,6 +14,7 @@ says what a woken poll answers. A refused poll is told to the observers by
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 from collections.abc import Mapping
@@ -120,7 +121,7 @@ def poll_refused(
     poll_failed(server, user, queue_id.decode("utf-8", "replace") or None, code)
 
 
-class ParkedPoll:
+class ParkedPoll(abc.ABC):
     """A poll parked on its queue, as the queue's `queues.client.Waiter`,
     with a heartbeat deadline (`longpoll.Heartbeats`). The registry detaches
     and wakes it; it is answered in its turn among the woken requests
@@ -190,10 +191,10 @@ class ParkedPoll:
             woken = reason
         self._answer(woken)
 
+    @abc.abstractmethod
     def _answer(self, reason: WakeReason) -> None:
         """Answer the poll, woken for `reason` (`answer_for` says with what);
         nothing if it is `_done`."""
-        raise NotImplementedError
 
     def answer_for(
         self, reason: WakeReason
