@@ -69,7 +69,7 @@ RESUME_POSITION_UNKNOWN = "RESUME_POSITION_UNKNOWN"
 # of an earlier version's writers that turn out not to be theirs. Past it the
 # client registers afresh (RESUME_EXPIRED), which costs one state fetch, not
 # a read of the log.
-MAX_READ_QUEUES = 2
+MAX_READ_RESUMES = 2
 # Rows are parsed, and the queue filled, for at most this long before the
 # loop serves others (tests/benchmarks/resume.py: 1,000 events of channels of
 # 200 members take about 75 ms of CPU in all).
@@ -291,7 +291,7 @@ async def resume_queue(
     since they were authenticated (the options may no longer be theirs)."""
     await _check_given(server, user_id, resume_from)
     limit = min(server.settings.resume_max_events, server.registry.limits.max_events)
-    max_read = MAX_READ_QUEUES * limit
+    max_read = MAX_READ_RESUMES * limit
     # A type with a NUL byte matches no logged event (PostgreSQL text has none).
     types = (
         None
