@@ -1,4 +1,4 @@
-"""The delivery-log format as Spark reads it (v1: the README's column table).
+"""The delivery-log format as Spark reads it (v1: the column table of docs/delivery-log.md).
 
 The server writes these columns, in this order, into
 `<logs>/deliveries/date=YYYY-MM-DD/hour=HH/*.parquet`; `date` and `hour` come

@@ -46,7 +46,7 @@ SHARED_OPTIONS = 1024
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class QueueLimits:
-    """Bounds that keep one process's memory finite. See README "Limits"."""
+    """Bounds that keep one process's memory finite. See docs/configuration.md, "Limits"."""
 
     # 10 minutes (Zulip's default): long enough to ride out a network change or a
     # laptop lid, short enough that dead browser tabs do not hold memory.

@@ -618,7 +618,7 @@ class EventServer:
         key, a deactivation take effect at once, not at the cache's next
         look); a deactivated user's queues end, and so do the queues taking
         every public channel that a user made a guest may no longer have.
-        The rule and its reasons: the README's "Security"."""
+        The rule and its reasons: docs/behaviour.md, "Security"."""
         self.auth.forget_user(change.user_id)
         if change.deactivated:
             # Their clients get BAD_EVENT_QUEUE_ID, then 401.

@@ -81,7 +81,7 @@ def _background_tasks(
 # Read by earlier versions only: name -> what to do instead.
 _RETIRED = {
     "EVENTQ_EVENT_LOG_PRUNE_BATCH": "the event log is pruned by a background update whose"
-    " batches follow its controller (README, Background updates)",
+    " batches follow its controller (docs/background-updates.md)",
 }
 
 

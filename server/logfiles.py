@@ -102,8 +102,8 @@ Record = tuple[Any, ...]
 # cost per file it opens (a Hadoop configuration copied for each): a day of
 # 1 million records as 288 files of 10 minutes took its five plain queries
 # 1.4 s warm, as 48 hourly files 0.78-0.83 s (DuckDB 0.29 s and 0.12-0.13 s),
-# and the operator's run over 10 million 36.6 s instead of 34.1 s (README,
-# "Delivery log"). A shorter roll gives fresher data in more files.
+# and the operator's run over 10 million 36.6 s instead of 34.1 s
+# (docs/delivery-log.md). A shorter roll gives fresher data in more files.
 ROLL_SECS = 3600.0
 # So that a compaction reads files of a bounded size (of the spool's lines:
 # 170-210 bytes a record, 300,000-400,000 records).

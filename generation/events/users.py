@@ -234,7 +234,7 @@ def is_control(event: Mapping[str, Any]) -> bool:
 @dataclasses.dataclass(frozen=True, slots=True)
 class AccessChange:
     """What changed of one user's access, for every shard to act on (the
-    README's "Security" says what each does to live queues): deactivated;
+    "Security" of docs/behaviour.md says what each does to live queues): deactivated;
     a new `role`; or only their credentials (logout, a new API key)."""
 
     user_id: int

@@ -1,7 +1,7 @@
-"""Delivery logs in the v1 format of the README's column table, written with pyarrow.
+"""Delivery logs in the v1 format of docs/delivery-log.md's column table, written with pyarrow.
 
 Independent of both the server's writer and analytics.schema on purpose: the
-columns and Parquet types below are copied from the README's table, so a test
+columns and Parquet types below are copied from that table, so a test
 that reads these files with the jobs checks the jobs against the documented format.
 """
 

@@ -23,7 +23,7 @@ directory, removed at the end). For each size:
 2. job, incremental: the same output directory with --incremental after one
    more hour of logs arrived: only that hour is processed (the overall tables
    and the report are rebuilt from the stored hourly tables);
-3. reference: five queries an operator would write by hand, as the README's
+3. reference: five queries an operator would write by hand, as docs/delivery-log.md's
    "Querying the log by hand" writes them (latency percentiles by event
    type, deliveries by realm, poll outcomes per hour, busiest 20 users, load
    per shard and hour), in Spark SQL on the same session and in DuckDB (in

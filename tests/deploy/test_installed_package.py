@@ -1,6 +1,6 @@
 """The package as an operator installs it: a wheel built from this checkout,
 installed with its analytics extra into a fresh virtual environment outside the
-checkout, then the README's operator's guide run with it, step by step.
+checkout, then the operator's guide (docs/operating.md) run with it, step by step.
 
 Every other test runs the editable checkout, which cannot see a file missing
 from the wheel or a path into the checkout (as when `eventq db migrate` from

@@ -1,7 +1,7 @@
-"""A change of a user's access reaches every shard at once (README, "Security"): a new
-role, a logout and a new API key make every shard forget what it cached of
-the user, and a member made a guest loses the queues taking every public
-channel, on whichever shard holds them. Two shards, each caching
+"""A change of a user's access reaches every shard at once (docs/behaviour.md,
+"Security"): a new role, a logout and a new API key make every shard forget
+what it cached of the user, and a member made a guest loses the queues taking
+every public channel, on whichever shard holds them. Two shards, each caching
 credentials for ten minutes: nothing here waits for a cache to expire."""
 
 from __future__ import annotations

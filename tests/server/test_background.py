@@ -1,4 +1,4 @@
-"""Background updates (README, "Background updates"): the runner, its controller, the updates
+"""Background updates (docs/background-updates.md): the runner, its controller, the updates
 that use it, and what operators see, against a database of each test's own."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The delivery log (server/deliverylog.py, server/logfiles.py): records of
-every kind in the v1 format (the README's column table), files that become visible only
+every kind in the v1 format (docs/delivery-log.md's column table), files that become visible only
 when complete, crash recovery, idempotent compaction, retention, a failing
 disk; then a real server's log, and the `eventq logs` commands."""
 
@@ -32,7 +32,7 @@ from server.observe import Origin
 from tests.logrecords import payload, push, queue_client
 from tests.support import error, ok, run_eventq, wait_for
 
-# The README's column table, written out again on purpose: the
+# docs/delivery-log.md's column table, written out again on purpose: the
 # module's COLUMNS must match it, not the other way round.
 SPEC = [
     ("v", pa.int32()), ("kind", pa.string()), ("time", pa.float64()),

@@ -1,6 +1,6 @@
 """Stream positions as a client sees them: `stream_position` on every answer,
-`resume_from` after a lost queue, and the event log's retention (README,
-"Stream positions, checkpoints and crashes")."""
+`resume_from` after a lost queue, and the event log's retention
+(docs/behaviour.md, "Stream positions, checkpoints and crashes")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The operator's side of sharding: `eventq sharding check|nginx|rabbitmq`,
-what `eventq serve` refuses, and the deploy files (README, "Several shards")."""
+what `eventq serve` refuses, and the deploy files (docs/operating.md, "Several shards")."""
 
 from __future__ import annotations
 
