@@ -739,7 +739,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="eventq",
         description="Real-time event delivery server (Zulip-compatible events API).",
-        epilog="Configuration comes from EVENTQ_* environment variables; see docs/configuration.md.",
+        epilog="Configuration comes from EVENTQ_* environment variables: docs/configuration.md.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
