@@ -7,7 +7,7 @@ written, which the callers do at the very end of their transaction, after
 the change's own writes: two transactions that touch the same rows then get
 positions in their commit order. Unrelated transactions may commit out of
 position order and a rolled-back one leaves a hole; the server reads only
-the contiguous prefix as complete (`queues.stream`).
+the contiguous prefix as complete (`queues.positions`).
 
 Every event is logged, typing and presence too: a queue rebuilt after a crash
 must number its events as before, so it must see every event it saw then.

@@ -107,7 +107,7 @@ class ShardMap:
     nginx_listen: str = ""
     nginx_server_name: str = ""
     source: str = "<config>"
-    # The shard that runs the database's background updates (server/background.py).
+    # The shard that runs the database's background updates (server/database/background.py).
     background_tasks_on: str = ""
 
     def known_host_names(self) -> set[str]:

@@ -2,6 +2,6 @@
 
 import sys
 
-from server.cli import main
+from server.admin.cli import main
 
 sys.exit(main())

@@ -35,29 +35,29 @@ from queues.client import ClientDescriptor
 from queues.event_queue import Item
 from queues.payload import PER_EVENT_OVERHEAD
 from queues.registry import DeliveryReport, EndReason, QueueRegistry
-from server.auth import Authenticator
-from server.background import Runner
-from server.background_runner import make_runner
 from server.config import Settings
-from server.consumer import NoticeConsumer
-from server.db import Database, DatabaseUnavailable
-from server.deliverylog import DeliveryLog
-from server.floors import StreamFloors
+from server.database.background import Runner
+from server.database.background_runner import make_runner
+from server.database.db import Database, DatabaseUnavailable
+from server.database.migrate import latest_migration
+from server.delivery.consumer import NoticeConsumer
+from server.delivery.eventlog import EventLogReader
+from server.delivery.longpoll import AnswerSlices, Heartbeats
+from server.durability.floors import StreamFloors
+from server.durability.journal import QueueJournal
+from server.durability.saved_queues import CHECKPOINT_SLICE_SECS, SavedQueues
 from server.handlers.poll import note_end
-from server.http1 import FastHTTPServer
-from server.httpserver import EventHTTPServer, Refusals
-from server.journal import QueueJournal
-from server.longpoll import AnswerSlices, Heartbeats
-from server.looplag import LoopLagMonitor
-from server.metrics import gc_stats, make_metrics
-from server.migrate import latest_migration
-from server.observe import Observers, Origin
-from server.ratelimit import RateLimiter
-from server.responses import encode
+from server.http.auth import Authenticator
+from server.http.http1 import FastHTTPServer
+from server.http.httpserver import EventHTTPServer, Refusals
+from server.http.ratelimit import RateLimiter
+from server.http.responses import encode
+from server.http.sessions import SessionSigner
+from server.observability.deliverylog import DeliveryLog
+from server.observability.looplag import LoopLagMonitor
+from server.observability.metrics import gc_stats, make_metrics
+from server.observability.observe import Observers, Origin
 from server.routes import make_dispatcher
-from server.saved_queues import CHECKPOINT_SLICE_SECS, SavedQueues
-from server.sessions import SessionSigner
-from server.stream import EventStream
 from server.version import ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION
 
 log = logging.getLogger("eventq.server")
@@ -139,10 +139,10 @@ class EventServer:
         self._http: EventHTTPServer | None = None
         self._fast: FastHTTPServer | None = None
         # Requests whose head cannot be served (too large, not HTTP) are
-        # answered, counted and closed here (server/httpserver.py).
+        # answered, counted and closed here (server/http/httpserver.py).
         self.refusals = Refusals(settings.max_header_bytes)
         self.port: int | None = None
-        # Told of every delivery, poll, register and queue end (server/observe.py).
+        # Told of every delivery, poll, register and queue end (server/observability/observe.py).
         self.observers = Observers()
         # The delivery log for the analytics jobs, when EVENTQ_LOG_DIR is set.
         self.delivery_log: DeliveryLog | None = None
@@ -166,17 +166,17 @@ class EventServer:
         self._publisher: ThreadPoolExecutor | None = None
         if settings.sharding is not None and len(settings.sharding.shards) > 1:
             self._publisher = ThreadPoolExecutor(1, thread_name_prefix="eventq-publish")
-        # Positioned notices reach the queues in position order (server/stream.py).
-        self.stream = EventStream(
+        # Positioned notices reach the queues in position order (server/delivery/eventlog.py).
+        self.eventlog = EventLogReader(
             self.db, self._deliver_now, gap_timeout_secs=settings.gap_timeout_secs
         )
         self._checkpoint: PeriodicCallback | None = None
-        # Queues registered since the last checkpoint (server/journal.py).
+        # Queues registered since the last checkpoint (server/durability/journal.py).
         # Names this server's rows in queue_journal and stream_readers.
         self.reader_key = f"{settings.shard_name}:{settings.state_dir.resolve()}"
         self.journal = QueueJournal(self.db, self.reader_key)
         # The positions registers gave each user, which resume_from may not
-        # go below (server/floors.py).
+        # go below (server/durability/floors.py).
         self.floors = StreamFloors(self.db)
         # Tells the retention update how far back this server needs the log.
         self._reader: PeriodicCallback | None = None
@@ -199,11 +199,11 @@ class EventServer:
                 self.process_notice,
                 (self.observers,),  # one member, telling them all
             )
-        # Restores, saves and checkpoints the queues (server/saved_queues.py).
+        # Restores, saves and checkpoints the queues (server/durability/saved_queues.py).
         self.saved = SavedQueues(
             settings,
             self.registry,
-            self.stream,
+            self.eventlog,
             self.db,
             self.journal,
             self.floors,
@@ -352,10 +352,10 @@ class EventServer:
                 self.in_flight,
                 self.settings.shutdown_grace_secs,
             )
-        await self.stream.stop()
+        await self.eventlog.stop()
         await self.save_queues()
         # The saved queues need the log from here on.
-        self.saved.checkpoint_floor = self.stream.position
+        self.saved.checkpoint_floor = self.eventlog.position
         await self.say_reader_floor()
         await self._stop_background()
         if self._fast is not None:
@@ -385,7 +385,7 @@ class EventServer:
 
     def _read_tail_soon(self) -> None:
         if not self.stopping:
-            asyncio.get_running_loop().create_task(self.stream.read_tail())
+            asyncio.get_running_loop().create_task(self.eventlog.read_tail())
 
     async def _stop_background(self) -> None:
         task = self._background_task
@@ -410,7 +410,7 @@ class EventServer:
         """Tell the retention update (stream_readers) the lowest position
         this server's saved queues need: its last checkpoint's, or where its
         stream is when it saves none (then only a lagging stream needs it)."""
-        floor = self.stream.position
+        floor = self.eventlog.position
         if self.settings.checkpoint_secs > 0:
             floor = min(floor, self.saved.checkpoint_floor or 0)
         said, at = self._floor_said
@@ -442,10 +442,10 @@ class EventServer:
         return self.saved.last_checkpoint
 
     def journal_queue(self, client: ClientDescriptor) -> None:
-        """Journal a queue just registered, as it is now (server/journal.py);
+        """Journal a queue just registered, as it is now (server/durability/journal.py);
         only when checkpoints are on, the journal being their complement."""
         if self.settings.checkpoint_secs > 0:
-            self.journal.record(client, self.stream.position, self.clock(), time.time())
+            self.journal.record(client, self.eventlog.position, self.clock(), time.time())
 
     def record_floor(self, user_id: int, position: int) -> None:
         """A register gave `user_id` the stream position `position`."""
@@ -597,7 +597,7 @@ class EventServer:
         self, notice: Notice, encoded_size: int, published_at: float | None = None
     ) -> DeliveryReport:
         """Deliver a validated notice whose wire form is `encoded_size` bytes,
-        in position order (server/stream.py); the report is empty when it
+        in position order (server/delivery/eventlog.py); the report is empty when it
         waits behind a gap or was a duplicate. Raises `BadNotice` for an
         event no queue could hold: delivering it would end every recipient's
         queue."""
@@ -608,7 +608,7 @@ class EventServer:
                 raise BadNotice(
                     f"the event is {size} bytes, more than a queue holds ({limit} bytes)"
                 )
-        report = self.stream.offer(notice, published_at)
+        report = self.eventlog.offer(notice, published_at)
         return report if isinstance(report, DeliveryReport) else DeliveryReport()
 
     def _access_changed(self, change: AccessChange, now: float) -> None:
@@ -669,7 +669,7 @@ class EventServer:
 
     def _http_stats(self) -> dict[str, Any]:
         """Which HTTP server serves connections; for eventq's, how many are
-        open and how many it handed to Tornado's (server/http1.py)."""
+        open and how many it handed to Tornado's (server/http/http1.py)."""
         fast = self._fast
         if fast is None:
             return {"server": "tornado"}
@@ -695,7 +695,7 @@ class EventServer:
             "loop_lag": self.loop_lag.percentiles(),
             "poll_paths": dict(self.poll_paths),
             "http": self._http_stats(),
-            "stream": self.stream.stats(),
+            "stream": self.eventlog.stats(),
             "checkpoint": self.last_checkpoint,
             "db_pool": self.db.stats(),
             "python_gc": gc_stats(),

@@ -150,7 +150,7 @@ class Settings:
     log_retention_hours: float = 24.0
     log_retention_bytes: int = 1 << 30
     log_prune_secs: float = 60.0
-    # Background updates (server/background.py): whether this process runs
+    # Background updates (server/database/background.py): whether this process runs
     # them (a lone server does; of several shards, the one the sharding
     # config names), the default controller's target per batch and pause
     # before each, how often an idle runner looks for work, and the modules
@@ -188,7 +188,7 @@ class Settings:
     max_request_bytes: int = 1024 * 1024
     max_internal_request_bytes: int = 64 * 1024 * 1024
     # A request head (request line and headers) past this gets 414 or 431
-    # (server/httpserver.py). 64 KiB is Tornado's default; nginx's is 32 KiB
+    # (server/http/httpserver.py). 64 KiB is Tornado's default; nginx's is 32 KiB
     # (4 buffers of 8 KiB), and no Zulip client sends more than a few KiB.
     max_header_bytes: int = 64 * 1024
     # An authenticated user is trusted this long before the database is asked
@@ -216,7 +216,7 @@ class Settings:
     sharding: sharding.ShardMap | None = None
     # What `send_event` from this process (its own actions) is configured with.
     producer: ProducerConfig = dataclasses.field(default_factory=ProducerConfig)
-    # The delivery log (server/deliverylog.py), when `log_dir` is set. Flush:
+    # The delivery log (server/observability/deliverylog.py), when `log_dir` is set. Flush:
     # a crash loses at most this much; roll: how old the newest data the jobs
     # can read may be (logfiles.ROLL_SECS: an hour, one Parquet file per shard
     # and hour; repeated here so that reading settings does not import
@@ -229,7 +229,7 @@ class Settings:
     # The asyncio event loop `eventq serve` runs on: "uvloop" (libuv, the
     # default) or "asyncio" (the standard library's).
     event_loop: str = "uvloop"
-    # What serves HTTP connections: "eventq" (server/http1.py: the common
+    # What serves HTTP connections: "eventq" (server/http/http1.py: the common
     # requests on eventq's own connections, the others handed to Tornado's)
     # or "tornado" (Tornado's HTTP server for every connection).
     http_server: str = "eventq"

@@ -1,36 +1,40 @@
-"""What the HTTP layer (server/handlers/, server/routes.py, server/metrics.py)
-may use of the server: a `Protocol` that `server.app.EventServer` satisfies
-structurally.
+"""What the HTTP layer (server/handlers/, server/routes.py,
+server/observability/metrics.py) may use of the server: a `Protocol` that
+`server.app.EventServer` satisfies structurally.
 
-It lives below the handlers so that imports run one way: handlers and routes
-import this module, app imports them and this module, and nothing here imports
-app, routes or a handler (tests/test_layout.py checks that no import circle
-comes back). A member belongs here only while one of those modules uses it.
+It lives at the bottom of server/'s rooms so that imports run one way:
+handlers and routes import this module, app imports them and this module, and
+this module imports the types it names only for the type checker, never at
+run time (tests/test_layout.py checks both). A member belongs here only while
+one of those modules uses it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from prometheus_client import CollectorRegistry
+if TYPE_CHECKING:
+    # Types only: this module sits at the bottom of server/'s rooms and names
+    # the types of the rooms above it (tests/test_layout.py, ROOMS).
+    from prometheus_client import CollectorRegistry
 
-from generation.notice import Notice
-from queues.client import ClientDescriptor
-from queues.event_queue import Item
-from queues.registry import DeliveryReport, QueueRegistry
-from server.auth import Authenticator
-from server.background import Runner
-from server.config import Settings
-from server.consumer import NoticeConsumer
-from server.db import Database
-from server.deliverylog import DeliveryLog
-from server.httpserver import Refusals
-from server.longpoll import AnswerSlices, Heartbeats
-from server.looplag import LoopLagMonitor
-from server.ratelimit import RateLimiter
-from server.sessions import SessionSigner
-from server.stream import EventStream
+    from generation.notice import Notice
+    from queues.client import ClientDescriptor
+    from queues.event_queue import Item
+    from queues.registry import DeliveryReport, QueueRegistry
+    from server.config import Settings
+    from server.database.background import Runner
+    from server.database.db import Database
+    from server.delivery.consumer import NoticeConsumer
+    from server.delivery.eventlog import EventLogReader
+    from server.delivery.longpoll import AnswerSlices, Heartbeats
+    from server.http.auth import Authenticator
+    from server.http.httpserver import Refusals
+    from server.http.ratelimit import RateLimiter
+    from server.http.sessions import SessionSigner
+    from server.observability.deliverylog import DeliveryLog
+    from server.observability.looplag import LoopLagMonitor
 
 
 class ServerApi(Protocol):
@@ -45,8 +49,8 @@ class ServerApi(Protocol):
     def registry(self) -> QueueRegistry: ...
 
     @property
-    def stream(self) -> EventStream:
-        """Positioned notices in position order (server/stream.py)."""
+    def eventlog(self) -> EventLogReader:
+        """Positioned notices in position order (server/delivery/eventlog.py)."""
         ...
 
     @property
@@ -61,7 +65,7 @@ class ServerApi(Protocol):
 
     @property
     def sessions(self) -> SessionSigner:
-        """Signs and checks browser sessions (server/sessions.py)."""
+        """Signs and checks browser sessions (server/http/sessions.py)."""
 
     @property
     def rate_limiter(self) -> RateLimiter | None:

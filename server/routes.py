@@ -1,5 +1,5 @@
 """The URL map: Zulip's paths under /api/v1/ (Basic auth) and /json/ (browser
-sessions, server/sessions.py; Basic credentials are accepted there too), and
+sessions, server/http/sessions.py; Basic credentials are accepted there too), and
 the browser's pages and static files (server/handlers/pages.py)."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import tornado.http1connection
 import tornado.httputil
 import tornado.web
 
-from server.forward import FORWARDED_HEADER
 from server.handlers.base import NotFoundHandler, client_address, log_access
 from server.handlers.domain import ROUTES as DOMAIN_ROUTES
 from server.handlers.events import EventsHandler
@@ -29,8 +28,10 @@ from server.handlers.poll import LeanPoll
 from server.handlers.register import RegisterHandler
 from server.handlers.session import DevLoginHandler, DevUsersHandler, LoginHandler, LogoutHandler
 from server.handlers.settings import ServerSettingsHandler
-from server.http1 import PLAIN_HOST, Exchange
+from server.http.forward import FORWARDED_HEADER
+from server.http.http1 import PLAIN_HOST, Exchange
 from server.interface import ServerApi
+from server.openapi import document
 
 
 def _log_request(handler: tornado.web.RequestHandler) -> None:
@@ -61,7 +62,7 @@ def make_application(server: ServerApi) -> tornado.web.Application:
             (r"/json/register", RegisterHandler, json),
             (r"/api/v1/server_settings", ServerSettingsHandler, api),
             (r"/json/server_settings", ServerSettingsHandler, json),
-            (r"/api/v1/openapi.json", OpenApiHandler, api),
+            (r"/api/v1/openapi.json", OpenApiHandler, {**api, "document": document}),
             (r"/api/internal/notify_tornado", NotifyHandler, api),
             (r"/api/internal/stats", StatsHandler, api),
             (r"/metrics", MetricsHandler, api),

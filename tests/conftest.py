@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from psycopg import conninfo
 
-from server.migrate import migrate
+from server.database.migrate import migrate
 from tests.support import API_KEY_SECRET, Api, ServerProcess, World, rabbitmqctl
 
 # Users the tests create in this process get keys the servers can check.

@@ -9,8 +9,8 @@ from typing import Any
 from queues.client import ClientDescriptor, QueueOptions
 from queues.event_queue import EventQueue, Item
 from queues.payload import Payload
-from server.observe import Origin
-from server.responses import encode
+from server.http.responses import encode
+from server.observability.observe import Origin
 
 
 def queue_client(queue_id: str, user_id: int, realm_id: int, **options: Any) -> ClientDescriptor:

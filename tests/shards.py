@@ -19,7 +19,7 @@ from typing import Any
 from generation import accounts
 from generation.config import ProducerConfig
 from generation.sharding import ShardMap, load
-from server import nginxsite
+from server.admin import nginxsite
 from tests.support import SECRET, Api, ServerProcess, wait_for
 
 

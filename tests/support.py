@@ -196,7 +196,7 @@ class ServerProcess:
                 "EVENTQ_BACKGROUND_TASKS": "off",
             }
         )
-        # The suite runs against either HTTP server (server/http1.py; the
+        # The suite runs against either HTTP server (server/http/http1.py; the
         # default is the settings' own).
         http_server = os.environ.get("EVENTQ_TEST_HTTP_SERVER")
         if http_server:

@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from server.consumer import PREFETCH
+from server.delivery.consumer import PREFETCH
 from tests.support import run_quick_benchmark
 
 REPO = Path(__file__).resolve().parent.parent

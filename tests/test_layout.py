@@ -134,3 +134,82 @@ def test_the_server_modules_import_each_other_in_one_direction():
         # graphlib lists each module before the one that imports it
         circle = " imports ".join(reversed(exc.args[1]))
         pytest.fail(f"server/ modules import each other in a circle: {circle}")
+
+
+# server/'s rooms, from the top down (docs/architecture.md, "The server's
+# rooms"): a module may import, at run time, modules of its own room and of
+# the rooms below it, never above. Type-only imports (under TYPE_CHECKING) are
+# not dependencies at run time: server/interface.py, the handlers' view of the
+# server, names the types of every room that way from the bottom.
+ROOMS = (
+    ("admin", ("server/admin/", "server/__main__.py")),
+    ("assembly", ("server/app.py", "server/routes.py", "server/openapi.py")),
+    ("handlers", ("server/handlers/",)),
+    ("durability", ("server/durability/",)),
+    ("http", ("server/http/",)),
+    ("delivery", ("server/delivery/",)),
+    ("observability", ("server/observability/",)),
+    ("database", ("server/database/",)),
+    (
+        "foundation",
+        (
+            "server/__init__.py",
+            "server/config.py",
+            "server/errors.py",
+            "server/interface.py",
+            "server/version.py",
+        ),
+    ),
+)
+
+
+def room_of(relative: str) -> int:
+    for rank, (_, places) in enumerate(ROOMS):
+        if any(relative == p or (p.endswith("/") and relative.startswith(p)) for p in places):
+            return rank
+    raise AssertionError(f"{relative} is in no room: add it to ROOMS (and docs/architecture.md)")
+
+
+def runtime_imports(path: Path, known: set[str]) -> set[str]:
+    """`imported_modules` less the imports under `if TYPE_CHECKING:`."""
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in (
+            "TYPE_CHECKING",
+            "typing.TYPE_CHECKING",
+        ):
+            node.body = [ast.Pass()]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found & known
+
+
+def test_every_server_module_is_in_a_room_and_imports_only_its_own_and_those_below():
+    paths = modules("server")
+    known = {module_name(path) for path in paths}
+    where = {module_name(path): path.relative_to(REPO).as_posix() for path in paths}
+    upward = []
+    for path in paths:
+        relative = path.relative_to(REPO).as_posix()
+        rank = room_of(relative)
+        for target in sorted(runtime_imports(path, known) - {module_name(path)}):
+            target_rank = room_of(where[target])
+            if target_rank < rank:
+                upward.append(
+                    f"{relative} ({ROOMS[rank][0]}) imports {target} ({ROOMS[target_rank][0]})"
+                )
+    assert not upward, "imports up the rooms:\n" + "\n".join(upward)
+
+
+def test_the_rooms_test_finds_an_import_up_the_rooms(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text(
+        "from typing import TYPE_CHECKING\nfrom server.app import x\n"
+        "if TYPE_CHECKING:\n    from server.routes import y\n"
+    )
+    assert runtime_imports(module, {"server.app", "server.routes"}) == {"server.app"}

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from generation.actions.base import ActionContext, ActionError
 from server.errors import ApiError
 from server.handlers.base import BaseHandler
-from server.params import INT_MAX, Params
+from server.http.params import INT_MAX, Params
 
 T = TypeVar("T")
 

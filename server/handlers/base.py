@@ -20,21 +20,21 @@ import tornado.web
 from generation.sharding import ShardMap
 from queues.client import ClientDescriptor
 from queues.errors import BadQueueId, QueueError
-from server.auth import AuthUser, not_logged_in
-from server.db import DatabaseUnavailable
+from server.database.db import DatabaseUnavailable
 from server.errors import ApiError, database_unavailable, from_queue_error, rate_limited
-from server.forward import (
+from server.handlers.headers import DEFAULTS, shutting_down
+from server.http.auth import AuthUser, not_logged_in
+from server.http.forward import (
     ACCEL_HEADER,
     FORWARDED_HEADER,
     REFUSED_HEADER,
     accel_redirect,
     forward,
 )
-from server.handlers.headers import DEFAULTS, shutting_down
+from server.http.params import Params
+from server.http.responses import success_body
+from server.http.sessions import CSRF_HEADER, USER_HEADER, check_csrf, cookie_names
 from server.interface import ServerApi
-from server.params import Params
-from server.responses import success_body
-from server.sessions import CSRF_HEADER, USER_HEADER, check_csrf, cookie_names
 
 log = logging.getLogger("eventq.http")
 # Refused calls of the operators' endpoints (server/handlers/internal.py).
@@ -144,7 +144,7 @@ class BaseHandler(tornado.web.RequestHandler):
     server: ServerApi
     json_api: bool
     internal: bool = False
-    # Sharding (server/forward.py): the request came from another shard; the
+    # Sharding (server/http/forward.py): the request came from another shard; the
     # connection to the owner shard while forwarding; our client hung up.
     forwarded = False
     upstream: tornado.iostream.IOStream | None = None
@@ -383,7 +383,7 @@ class BaseHandler(tornado.web.RequestHandler):
 
     async def _session_user(self) -> AuthUser:
         """A /json/ request without credentials: the browser session's user
-        (server/sessions.py), with its CSRF check."""
+        (server/http/sessions.py), with its CSRF check."""
         selected = self.request.headers.get(USER_HEADER)
         user_id = None
         if selected is not None:
@@ -411,7 +411,7 @@ class BaseHandler(tornado.web.RequestHandler):
 
     async def served_elsewhere(self, user: AuthUser) -> bool:
         """With several shards: hand the request to the shard that owns
-        `user` (server/forward.py) and return True; False when it is this one."""
+        `user` (server/http/forward.py) and return True; False when it is this one."""
         server = self.server
         shard_map = server.settings.sharding
         if shard_map is None:

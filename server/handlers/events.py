@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from queues.client import ClientDescriptor
 from queues.errors import QueueError
 from queues.event_queue import Item
-from server.auth import AuthUser
 from server.errors import ApiError
 from server.handlers.base import BaseHandler
 from server.handlers.headers import ANY_ORIGIN
@@ -23,8 +22,9 @@ from server.handlers.longpoll_flow import (
     poll_refused,
     refuse_if_stopping,
 )
-from server.options import implicit_options
-from server.responses import events_body
+from server.http.auth import AuthUser
+from server.http.options import implicit_options
+from server.http.responses import events_body
 
 _ALLOW = "OPTIONS, GET, DELETE"
 

@@ -17,7 +17,7 @@ from generation.errors import BadNotice
 from generation.notice import parse_notice
 from server.errors import ApiError, missing_argument
 from server.handlers.base import BaseHandler
-from server.params import Params
+from server.http.params import Params
 
 
 class InternalHandler(BaseHandler):

@@ -23,10 +23,10 @@ from typing import Literal
 from queues.client import ClientDescriptor, WakeReason
 from queues.errors import QueueError
 from queues.event_queue import Item
-from server.auth import AuthUser
 from server.errors import ApiError, bad_queue_id, from_queue_error
 from server.handlers.base import owned_queue
 from server.handlers.headers import shutting_down
+from server.http.auth import AuthUser
 from server.interface import ServerApi
 
 log = logging.getLogger("eventq.events")
@@ -54,7 +54,7 @@ def note_end(server: ServerApi, client: ClientDescriptor) -> None:
     """Remember the stream position `client`'s queue ended at (the server
     calls this from its queue end hook)."""
     # Its own event included: a queue ends after that event's delivery.
-    client.ended_at_position = server.stream.handed
+    client.ended_at_position = server.eventlog.handed
 
 
 def answer_position(
@@ -68,7 +68,7 @@ def answer_position(
     if extra is DISPLACED:
         return None
     ended = client.ended_at_position
-    return server.stream.position if ended is None else ended
+    return server.eventlog.position if ended is None else ended
 
 
 def begin_poll(

@@ -25,7 +25,7 @@ import orjson
 from generation.actions import messages as actions
 from server.errors import ApiError, missing_argument
 from server.handlers.actions import ActionHandler
-from server.params import INT_MAX, Params
+from server.http.params import INT_MAX, Params
 
 # Far above Zulip's 10,000-character limit (longer content is truncated as
 # Zulip does); the request body limit bounds it anyway.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from server.handlers.base import BaseHandler
-from server.metrics import exposition
+from server.observability.metrics import exposition
 
 
 class MetricsHandler(BaseHandler):

@@ -221,7 +221,7 @@ def operator_figures(server: Any) -> dict[str, Any]:
         "notices_consumed": consumer.get("processed", 0),
         "dead_lettered": consumer.get("dead_lettered", 0),
         "consuming": bool(consumer.get("consuming", False)),
-        "stream_position": server.stream.position,
+        "stream_position": server.eventlog.position,
         "background_updates": []
         if background is None
         else [s.to_dict() for s in background.status],

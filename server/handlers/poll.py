@@ -34,7 +34,6 @@ import tornado.httputil
 from queues.client import ClientDescriptor, WakeReason
 from queues.errors import QueueError
 from queues.event_queue import Item
-from server.auth import AuthUser
 from server.errors import ApiError, from_queue_error, rate_limited
 from server.handlers.base import access_level, access_log, log_access, logged_uri
 from server.handlers.headers import AFTER_DATE, ANY_ORIGIN, CONTENT_TYPE, SERVER
@@ -48,10 +47,11 @@ from server.handlers.longpoll_flow import (
     poll_outcome,
     poll_refused,
 )
-from server.http1 import Exchange
+from server.http.auth import AuthUser
+from server.http.http1 import Exchange
+from server.http.params import Params
+from server.http.responses import events_body
 from server.interface import ServerApi
-from server.params import Params
-from server.responses import events_body
 
 # `note_end` for the server's queue end hook, which imports it from here.
 __all__ = ["MAX_QUEUE_ID", "LeanPoll", "http_date", "note_end", "poll_arguments"]

@@ -15,11 +15,11 @@ from apply_events.register import register
 from apply_events.state import Event, State, StateContext, Want
 from queues.client import NO_POSITIONS
 from queues.errors import BadQueueId
+from server.durability.resume import resume_queue
 from server.errors import ApiError, access_changed
 from server.handlers.base import BaseHandler
-from server.observe import Origin
-from server.options import include_subscribers, register_options
-from server.resume import resume_queue
+from server.http.options import include_subscribers, register_options
+from server.observability.observe import Origin
 from server.version import ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION
 
 log = logging.getLogger("eventq.register")
@@ -105,7 +105,7 @@ class RegisterHandler(BaseHandler):
                 # Authenticated with a role, key or session that changed
                 # since: the options were judged by what is no longer so.
                 raise access_changed()
-            since[0] = server.stream.position
+            since[0] = server.eventlog.position
             return registry.allocate(user.user_id, user.realm_id, options, server.clock()).queue_id
 
         def make_context(queue_id: str) -> StateContext:
@@ -125,7 +125,7 @@ class RegisterHandler(BaseHandler):
         async def fetch(ctx: StateContext, want: Want) -> State:
             async with server.db.connection() as conn:
                 state, covered[0] = await fetch_at_snapshot(
-                    conn, ctx, want, since[0], server.stream.reader.late()
+                    conn, ctx, want, since[0], server.eventlog.reader.late()
                 )
             return state
 
@@ -135,7 +135,7 @@ class RegisterHandler(BaseHandler):
             client = registry.get(queue_id, user.user_id)
             # From now on the queue takes no event whose change the state has.
             client.covered = covered[0] or NO_POSITIONS
-            complete[0] = server.stream.position
+            complete[0] = server.eventlog.position
             return [
                 payload.client_event(i)
                 for i, payload in client.event_queue.contents()

@@ -1,4 +1,4 @@
-"""Browser sessions (server/sessions.py): `POST /json/login` with an email and
+"""Browser sessions (server/http/sessions.py): `POST /json/login` with an email and
 an API key, `POST /json/dev_login` with a demo user's email (only when the
 demo is on, EVENTQ_DEMO=1), `GET /json/dev_users` (the demo's users), and
 `POST /json/logout`."""
@@ -13,7 +13,7 @@ from generation.actions.base import ActionContext
 from generation.actions.users import do_end_sessions
 from server.errors import ApiError, missing_argument
 from server.handlers.base import BaseHandler
-from server.sessions import check_origin, cookie_names
+from server.http.sessions import check_origin, cookie_names
 
 log = logging.getLogger("eventq.sessions")
 

@@ -22,7 +22,7 @@ from generation.actions import streams as actions
 from generation.actions.base import ActionContext
 from server.errors import ApiError, missing_argument
 from server.handlers.actions import ActionHandler
-from server.params import INT_MAX, Params
+from server.http.params import INT_MAX, Params
 
 # Upper bounds on list parameters: far above any real request, low enough
 # that one request cannot make the server work for minutes.

@@ -24,10 +24,10 @@ import orjson
 from apply_events.fetch.users import fetch_people, fetch_presences
 from generation.actions import users as actions
 from generation.actions.base import ActionContext
-from server.auth import AuthUser
 from server.errors import ApiError
 from server.handlers.actions import ActionHandler
-from server.params import INT_MAX, Params
+from server.http.auth import AuthUser
+from server.http.params import INT_MAX, Params
 
 Change = Callable[[ActionContext], Awaitable[Any]]
 

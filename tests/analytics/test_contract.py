@@ -4,9 +4,9 @@ jobs' reader gets back, column for column, value for value, type for type.
 The format crosses the server/analytics boundary here and nowhere else: the
 analytics package never imports the server (tests/test_layout.py), so this
 test is the only place where both sides' statements of the v1 format
-(`server.logfiles.COLUMNS`, `analytics.schema.RECORD_COLUMNS`) meet. Records
+(`server.observability.logfiles.COLUMNS`, `analytics.schema.RECORD_COLUMNS`) meet. Records
 of every kind are written through the observer hooks of
-`server.deliverylog.DeliveryLog`, compacted into Parquet by its `stop()`,
+`server.observability.deliverylog.DeliveryLog`, compacted into Parquet by its `stop()`,
 listed with `analytics.extract.list_partitions` and read with
 `analytics.extract.read_records` (one Spark read).
 """
@@ -27,10 +27,10 @@ from pyspark.sql.types import DataType, DoubleType, IntegerType, LongType, Strin
 from analytics import extract, schema
 from analytics.extract import Hour
 from queues.registry import EndReason
-from server import logfiles
-from server.deliverylog import DeliveryLog
 from server.errors import bad_queue_id
-from server.observe import Origin
+from server.observability import logfiles
+from server.observability.deliverylog import DeliveryLog
+from server.observability.observe import Origin
 from tests.logrecords import payload, push, queue_client
 
 SHARD = "contract-1"

@@ -4,7 +4,8 @@ then the job run the way an operator runs it (`eventq analytics run`), and its
 numbers checked against what the clients sent and received.
 
 Every long-poll response is classified here exactly as the server logs it
-(server/handlers/longpoll_flow.py `poll_outcome`, server/deliverylog.py `responded`): a
+(server/handlers/longpoll_flow.py `poll_outcome`,
+server/observability/deliverylog.py `responded`): a
 response of heartbeats only is a "heartbeat" poll and no delivery; each other
 event in a response is one delivery; a refused GET is an "error" poll. The
 counts are taken from the responses themselves, so a heartbeat that beats an

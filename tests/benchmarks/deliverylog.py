@@ -57,10 +57,10 @@ from queues.client import ClientDescriptor, QueueOptions
 from queues.event_queue import EventQueue, Item
 from queues.payload import Payload
 from queues.registry import QueueRegistry
-from server.deliverylog import ENCODE_CHUNK, DeliveryLog
-from server.logfiles import encode_records
-from server.observe import Observer, Origin
-from server.responses import encode, events_body
+from server.http.responses import encode, events_body
+from server.observability.deliverylog import ENCODE_CHUNK, DeliveryLog
+from server.observability.logfiles import encode_records
+from server.observability.observe import Observer, Origin
 
 # --quick: every phase, small, to check the script (a test runs it); options
 # given beside --quick still win.

@@ -99,7 +99,7 @@ import psycopg
 from psycopg import conninfo
 
 from generation.accounts import HASH_HMAC, api_key_id, hash_api_key, new_api_key
-from server.migrate import migrate
+from server.database.migrate import migrate
 
 REPO = Path(__file__).resolve().parent.parent.parent
 # The servers' EVENTQ_API_KEY_SECRET, with which `populate` hashes the keys.
@@ -1657,7 +1657,9 @@ def frame_function(frame: str) -> str:
 def _is_ours(frame: str) -> bool:
     """A frame of our code other than the entry point (in every sample)."""
     where = frame.partition(" (")[2]
-    return where.startswith(OUR_PACKAGES) and not where.startswith(("server/cli.py", "server/__"))
+    return where.startswith(OUR_PACKAGES) and not where.startswith(
+        ("server/admin/cli.py", "server/__")
+    )
 
 
 def _category(frames: list[str]) -> str:

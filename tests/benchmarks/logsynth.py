@@ -1,12 +1,12 @@
 """Synthetic delivery logs in the server's format, for the analytics benchmark.
 
-The columns and types are the server's own (`server.logfiles.schema()`), and
+The columns and types are the server's own (`server.observability.logfiles.schema()`), and
 the files are laid out as the server's compaction leaves them:
 `<dir>/deliveries/date=YYYY-MM-DD/hour=HH/<shard>-<n>.parquet`, zstd, rows in
 time order, one file per shard and roll interval (`EVENTQ_LOG_ROLL_SECS`: an
 hour by default, `--roll-secs` to match another setting), or more where the
 interval's records would pass the server's spool file limit
-(`server.logfiles.MAX_FILE_BYTES`, checked against the spool lines of a
+(`server.observability.logfiles.MAX_FILE_BYTES`, checked against the spool lines of a
 sample of them).
 
 The mix follows what a chat deployment logs: about three deliveries per
@@ -44,7 +44,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from quickmode import parse_with_quick
 
-from server.logfiles import FORMAT_VERSION, MAX_FILE_BYTES, ROLL_SECS, encode_records, schema
+from server.observability.logfiles import (
+    FORMAT_VERSION,
+    MAX_FILE_BYTES,
+    ROLL_SECS,
+    encode_records,
+    schema,
+)
 
 KINDS = ("delivery", "poll", "register", "end", "dead_letter")
 KIND_WEIGHTS = (0.745, 0.225, 0.015, 0.014, 0.001)

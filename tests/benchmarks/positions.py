@@ -22,7 +22,7 @@ import psycopg
 
 from generation import eventlog
 from generation.notice import encode_notice, make_notice
-from server.migrate import migrate
+from server.database.migrate import migrate
 from tests.benchmarks.quickmode import parse_with_quick
 
 ADMIN_URL = "host=127.0.0.1 port=5432 dbname=postgres user=postgres"

@@ -847,8 +847,8 @@ CONSUMER_PATH = (
     ("  parse_notice (orjson + validation)", ("parse_notice", "generation/notice.py")),
     ("  parse_notice (orjson + validation)", ("make_notice", "generation/notice.py")),
     ("  registry.deliver (queues, payloads, waking)", ("deliver", "queues/registry.py")),
-    ("  the rest (dedup, ack bookkeeping)", ("_on_message", "server/consumer.py")),
-    ("ack flush (basic_ack)", ("_flush_ack", "server/consumer.py")),
+    ("  the rest (dedup, ack bookkeeping)", ("_on_message", "server/delivery/consumer.py")),
+    ("ack flush (basic_ack)", ("_flush_ack", "server/delivery/consumer.py")),
     ("internal stats requests (this benchmark's polling)", ("post", "server/handlers/internal.py")),
     ("client GET: building and writing the response", ("write_body", "server/handlers/base.py")),
     (
@@ -890,9 +890,10 @@ def _path_step(frames: list[str]) -> str:
         return "pika, outside _on_message (socket reads, frame decoding)"
     if any(where.startswith("tornado/") for where in wheres):
         return "tornado, outside our handlers (HTTP parsing, connections)"
-    # The entry point (server/cli.py) is in every stack: not "our code".
+    # The entry point (server/admin/cli.py) is in every stack: not "our code".
     if any(
-        where.startswith(OUR_PACKAGES) and not where.startswith(("server/cli.py", "server/__"))
+        where.startswith(OUR_PACKAGES)
+        and not where.startswith(("server/admin/cli.py", "server/__"))
         for where in wheres
     ):
         return "other eventq code"

@@ -116,12 +116,12 @@ from register import populate_domain
 from generation.accounts import ROLE_GUEST
 from generation.notice import encode_notice, parse_notice
 from generation.sharding import reaches_whole_realm
-from server.db import Database as ServerDb
-from server.stream import CATCH_UP_PAGE
+from server.database.db import Database as ServerDb
+from server.delivery.eventlog import CATCH_UP_PAGE
 
 SECRET = "resume-benchmark-secret"
 LOOP_LAG_BAR_MS = 5.0  # a resume may cost the IO loop at most this
-# The server's loop-lag sampler (server/looplag.py): one sample every 100 ms,
+# The server's loop-lag sampler (server/observability/looplag.py): one sample every 100 ms,
 # the last 600 kept.
 LAG_WINDOW_SECS = 60.0
 LAG_POLL_SECS = 10.0
@@ -1009,7 +1009,7 @@ class _Capture:
 
 
 def server_statement(method: Callable[..., Any], *args: Any) -> tuple[str, Any, bool]:
-    """The statement `server.db.Database.<method>(*args)` executes, and
+    """The statement `server.database.db.Database.<method>(*args)` executes, and
     whether psycopg may prepare it (after 5 executions on a connection)."""
     capture = _Capture()
     asyncio.run(method(capture, *args))

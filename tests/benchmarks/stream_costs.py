@@ -353,7 +353,7 @@ class Round:
     never_read: set[int] = field(default_factory=set)
 
 
-# server/stream.py's counters; "duplicates" are notices whose event had come
+# server/delivery/eventlog.py's counters; "duplicates" are notices whose event had come
 # from the log first (read to close a gap, or by the tail reader).
 STREAM_COUNTERS = ("duplicates", "late_arrivals", "rolled_back", "given_up", "lookups")
 

@@ -89,7 +89,7 @@ OLD_SHARDS = ["a", "b"]
 NEW_SHARDS = ["a", "b", "c"]
 # The notify queue's base name (no EVENTQ_NOTIFY_QUEUE in the env file):
 # shard S consumes `notify_tornado_S` (generation.sharding.notify_queue), its
-# dead letters go to `<queue>.dead` (server.consumer.dead_letter_queue).
+# dead letters go to `<queue>.dead` (server.delivery.consumer.dead_letter_queue).
 NOTIFY_QUEUE = "notify_tornado"
 # Not copied into the source tree the wheel is built from: what a fresh clone
 # does not have.

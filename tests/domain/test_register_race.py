@@ -7,7 +7,7 @@ up to a quiet point must equal a fresh fetch.
 Events reach the registry as the server's would from several writers: late
 (held back a random while, so one committed before the state's snapshot may
 arrive after the queue was made, or after register returned), reordered
-(released in a random order, put back in position order by a StreamReader),
+(released in a random order, put back in position order by a PositionReader),
 and duplicated (a copy redelivered). Register is exact by position: an event
 whose change the snapshot has is neither replayed nor delivered, and no
 event is applied twice, which the test checks by position, not by the
@@ -40,8 +40,8 @@ from generation.actions.base import ActionContext
 from generation.events.users import access_change
 from generation.notice import Notice
 from queues.client import QueueOptions
+from queues.positions import PositionReader
 from queues.registry import QueueRegistry
-from queues.stream import StreamReader
 from tests.domain.harness import MODERN, Domain, diff, encode
 from tests.domain.race_actions import ACTIONS
 
@@ -201,12 +201,12 @@ async def _one_register(
 
 class Wire:
     """Between the writers and the registry: holds notices back, releases them
-    in random order and sometimes twice; a StreamReader puts them in order."""
+    in random order and sometimes twice; a PositionReader puts them in order."""
 
     def __init__(self, registry: QueueRegistry, rng: random.Random, start: int):
         self.registry = registry
         self.rng = rng
-        self.reader: StreamReader[Notice] = StreamReader(start)
+        self.reader: PositionReader[Notice] = PositionReader(start)
         self.pending: list[Notice] = []
         self.committed: list[int] = []
 

@@ -13,7 +13,7 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-from server.background import BackgroundUpdate, Batch, Conn, ModuleApi
+from server.database.background import BackgroundUpdate, Batch, Conn, ModuleApi
 
 BATCH = 3
 

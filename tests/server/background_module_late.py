@@ -3,7 +3,7 @@ callbacks: refused when named after tests.server.background_module."""
 
 from __future__ import annotations
 
-from server.background import ModuleApi
+from server.database.background import ModuleApi
 from tests.server.background_module import batch_size, on_update
 
 

@@ -216,7 +216,7 @@ def _subdomain(server, user: accounts.CreatedUser) -> str:
 
 
 def _checkpointed(server, queue_id: str) -> bool:
-    from server import persistence
+    from server.durability import persistence
 
     try:
         data = persistence.load(persistence.checkpoint_file(server.state_dir))

@@ -26,12 +26,20 @@ import psycopg
 import pytest
 
 from generation.accounts import CreatedUser, create_user, hash_api_key
-from server import background, cli
-from server.background import BackgroundUpdate, Batch, Conn, Controller, DefaultController, Runner
+from server.admin import cli
 from server.config import Settings
-from server.db import DELETED_MESSAGES, LOG_FOR_USER
-from server.retention import event_log_retention
-from server.updates import (
+from server.database import background
+from server.database.background import (
+    BackgroundUpdate,
+    Batch,
+    Conn,
+    Controller,
+    DefaultController,
+    Runner,
+)
+from server.database.db import DELETED_MESSAGES, LOG_FOR_USER
+from server.database.retention import event_log_retention
+from server.database.updates import (
     EVENT_LOG_REALM_INDEX,
     EVENT_LOG_RECIPIENT_INDEXES,
     event_log_realm_index,
@@ -1072,7 +1080,7 @@ def test_the_recipient_indexes_are_built_concurrently_and_serve_resume_reads(own
         own_db, "SELECT progress FROM background_updates WHERE name = 'event_log_recipients_index'"
     )
     assert progress == {"built": []}
-    # One user's read (server/db.py log_for_user) uses them, not a scan.
+    # One user's read (server/database/db.py log_for_user) uses them, not a scan.
     with psycopg.connect(own_db, autocommit=True) as conn:
         conn.execute("ANALYZE event_log")
         params = {"user": 7, "after": 100, "upto": 20000, "realm": 1, "types": None,

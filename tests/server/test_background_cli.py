@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psycopg
 
-from server import background
+from server.database import background
 from tests.server.test_background import (
     _copied,
     _enqueue,

@@ -1,4 +1,4 @@
-"""/metrics of a server that runs background updates (server/metrics.py) show
+"""/metrics of a server that runs background updates (server/observability/metrics.py) show
 what `eventq db background status` shows, whichever runner does the work."""
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""`server.background_runner.make_runner`: the runner a server or the
+"""`server.database.background_runner.make_runner`: the runner a server or the
 command line sets up."""
 
 from __future__ import annotations
 
-from server.background import DefaultController
-from server.background_runner import make_runner
 from server.config import Settings
-from server.updates import standard_updates
+from server.database.background import DefaultController
+from server.database.background_runner import make_runner
+from server.database.updates import standard_updates
 
 URL = "postgresql://eventq@127.0.0.1:5432/eventq_make_runner"
 

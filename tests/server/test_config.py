@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from server.config import ConfigError, Settings
-from server.longpoll import heartbeat_delay
+from server.delivery.longpoll import heartbeat_delay
 
 
 def test_defaults_are_the_design_numbers():

@@ -1,4 +1,5 @@
-"""The delivery log (server/deliverylog.py, server/logfiles.py): records of
+"""The delivery log (server/observability/deliverylog.py,
+server/observability/logfiles.py): records of
 every kind in the v1 format (docs/delivery-log.md's column table), files that become visible only
 when complete, crash recovery, idempotent compaction, retention, a failing
 disk; then a real server's log, and the `eventq logs` commands."""
@@ -24,11 +25,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from queues.client import ClientDescriptor, QueueOptions
-from server import logfiles
 from server.config import ConfigError, Settings
-from server.deliverylog import DeliveryLog
-from server.logfiles import Record, Spool, compact, encode_record, prune
-from server.observe import Origin
+from server.observability import logfiles
+from server.observability.deliverylog import DeliveryLog
+from server.observability.logfiles import Record, Spool, compact, encode_record, prune
+from server.observability.observe import Origin
 from tests.logrecords import payload, push, queue_client
 from tests.support import error, ok, run_eventq, wait_for
 

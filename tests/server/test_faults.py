@@ -22,7 +22,7 @@ import pytest
 import requests
 from psycopg import conninfo
 
-from server import persistence
+from server.durability import persistence
 from tests.faultload import Load, Watcher, report
 from tests.support import ServerProcess, World, rabbitmqctl, wait_for
 

@@ -15,9 +15,9 @@ import requests
 import tornado.httputil
 import tornado.web
 
-from server.http1 import Exchange, FastHTTPServer
-from server.httpserver import EventHTTPServer, Refusals
-from server.longpoll import AnswerSlices
+from server.delivery.longpoll import AnswerSlices
+from server.http.http1 import Exchange, FastHTTPServer
+from server.http.httpserver import EventHTTPServer, Refusals
 from tests.support import raw_exchange, wait_for
 
 # A GET with a (zero) Content-Length is served by the full handler: the

@@ -1,4 +1,4 @@
-"""eventq's own HTTP/1.1 connections (server/http1.py): keep-alive,
+"""eventq's own HTTP/1.1 connections (server/http/http1.py): keep-alive,
 pipelining, HEAD, closing, early answers, and the requests it hands to
 Tornado's server on the same connection, as a client sees them on the wire.
 

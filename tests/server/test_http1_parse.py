@@ -14,8 +14,8 @@ from tornado.httputil import HTTPHeaders
 
 from server.errors import ApiError
 from server.handlers.poll import MAX_QUEUE_ID, poll_arguments
-from server.http1 import HTTP1Protocol
-from server.params import Params
+from server.http.http1 import HTTP1Protocol
+from server.http.params import Params
 from server.routes import query_arguments
 
 

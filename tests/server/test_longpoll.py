@@ -9,7 +9,7 @@ import json
 import math
 import socket
 
-from server.longpoll import Heartbeats
+from server.delivery.longpoll import Heartbeats
 from tests.support import Api, wait_for
 
 

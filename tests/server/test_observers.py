@@ -1,11 +1,11 @@
-"""`server.observe.Observers`: every observer of a server as one."""
+"""`server.observability.observe.Observers`: every observer of a server as one."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from queues.registry import DeliveryReport
-from server.observe import Observer, Observers
+from server.observability.observe import Observer, Observers
 
 
 class Recorder(Observer):

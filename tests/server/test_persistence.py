@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from server import persistence
+from server.durability import persistence
 
 
 def test_file_names_follow_zulips_with_and_without_a_shard(tmp_path):

@@ -1,5 +1,5 @@
 """A long poll that finds events waiting (server/handlers/poll.py) is answered
-in its turn among the woken requests (server/longpoll.py's AnswerSlices), not
+in its turn among the woken requests (server/delivery/longpoll.py's AnswerSlices), not
 at once: what arrives before its turn goes out in the same answer, a newer
 poll or the queue's end still reaches it, and a client that leaves gets
 nothing. Driven step by step on one event loop, with the real registry and
@@ -18,9 +18,9 @@ import tornado.httputil
 from queues.client import ClientDescriptor
 from queues.event_queue import Item
 from queues.registry import QueueRegistry
-from server.auth import AuthUser
+from server.delivery.longpoll import AnswerSlices, Heartbeats
 from server.handlers.poll import LeanPoll, note_end
-from server.longpoll import AnswerSlices, Heartbeats
+from server.http.auth import AuthUser
 from tests.queues.helpers import make_registry, options
 
 USER = AuthUser(user_id=7, realm_id=1, email="u@example.test", full_name="U", role=400)
@@ -43,7 +43,7 @@ class _Server:
         self.registry: QueueRegistry = make_registry(**limits)
         self.answer_slices = AnswerSlices()
         self.heartbeats = Heartbeats(lambda client: None, 45.0, 10.0)
-        self.stream = _Stream()
+        self.eventlog = _Stream()
         self.poll_paths = {"lean": 0, "full": 0}
         self.now = itertools.count(100.0)
         # (outcome, events answered, waited seconds) of every answered poll.
@@ -275,13 +275,13 @@ def test_a_queue_ended_under_a_parked_poll_answers_the_position_it_ended_at():
 
     async def scenario() -> None:
         server = _Server()
-        server.stream.position = 5
+        server.eventlog.position = 5
         server.registry.end_hooks.append(lambda client, reason, last: note_end(server, client))  # type: ignore[arg-type]
         queue_id = _queue(server)
         _, conn = _poll(server, queue_id, -1)
         await _turns()
         server.registry.delete(queue_id, USER.user_id, server.clock())
-        server.stream.position = 7  # two more events logged before the poll's turn
+        server.eventlog.position = 7  # two more events logged before the poll's turn
         await _turns()
         [(status, body)] = conn.answers
         assert (status, body["events"], body["stream_position"]) == (200, [], 5)
@@ -290,7 +290,7 @@ def test_a_queue_ended_under_a_parked_poll_answers_the_position_it_ended_at():
         _, conn = _poll(server, other, -1)
         await _turns()
         server.deliver({"type": "test"})
-        server.stream.position = 8
+        server.eventlog.position = 8
         await _turns()
         [(_, body)] = conn.answers
         assert (len(body["events"]), body["stream_position"]) == (1, 8)

@@ -8,7 +8,7 @@ import time
 
 import requests
 
-from server.ratelimit import RateLimiter
+from server.http.ratelimit import RateLimiter
 from tests.support import Api, ServerProcess, World, wait_for
 
 

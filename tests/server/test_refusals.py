@@ -1,5 +1,5 @@
 """Requests the server cannot parse still get an HTTP answer with the API's
-JSON error (server/httpserver.py): a URL or headers past the head limit,
+JSON error (server/http/httpserver.py): a URL or headers past the head limit,
 a head that is not HTTP/1.x. One log line each, never the request's bytes."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 import requests
 import tornado.web
 
-from server.httpserver import EventHTTPServer, Refusals
+from server.http.httpserver import EventHTTPServer, Refusals
 from tests.support import raw_exchange, wait_for
 
 
@@ -268,7 +268,7 @@ def test_past_the_lingering_limit_a_refusal_is_still_sent(small_head_server, mon
     """A flood of bad requests cannot hold sockets: past MAX_LINGERING the
     answer is sent at once (a small one always fits the socket's buffer) and
     the socket closed without draining."""
-    from server import httpserver
+    from server.http import httpserver
 
     monkeypatch.setattr(httpserver, "MAX_LINGERING", 0)
     port, refusals = small_head_server["port"], small_head_server["refusals"]

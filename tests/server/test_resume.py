@@ -528,7 +528,7 @@ def test_a_resume_while_events_keep_coming_misses_none_and_repeats_none(server, 
 def test_a_users_floor_stays_the_lowest_they_were_given_whatever_was_pruned(own_database):
     import asyncio
 
-    from server.db import Database
+    from server.database.db import Database
 
     user = World(own_database).user()
 
@@ -552,7 +552,7 @@ def test_a_users_floor_stays_the_lowest_they_were_given_whatever_was_pruned(own_
 
 
 def test_what_a_resume_replays_is_judged_by_every_message_and_channel_an_event_names():
-    from server.resume import ReplayFacts, replayable
+    from server.durability.resume import ReplayFacts, replayable
 
     # Channel 1 the user sees, 2 they do not, 3 the domain does not know (a
     # producer's own); message 10 was deleted since, 11 is in channel 2.

@@ -17,7 +17,7 @@ import requests
 from generation import accounts
 from generation.send import send_event
 from generation.sharding import load
-from server import nginxsite
+from server.admin import nginxsite
 from tests.shards import Cluster, Entry, Nginx, connect, free_ports, running
 from tests.support import SECRET, Listener, World, raw_exchange, wait_for
 

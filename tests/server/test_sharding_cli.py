@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from server.cli import build_parser
+from server.admin.cli import build_parser
 from tests.shards import Nginx, free_ports, port_open, sharding_toml
 from tests.support import REPO, ServerProcess, run_eventq, wait_for
 

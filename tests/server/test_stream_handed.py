@@ -1,4 +1,4 @@
-"""`EventStream.handed`: the position the queues have everything up to, also
+"""`EventLogReader.handed`: the position the queues have everything up to, also
 in the middle of a batch of positions released at once (a gap closed), where
 `position` is already the batch's last. A queue ended by one of the batch's
 events records it (server/handlers/longpoll_flow.py `note_end`)."""
@@ -9,20 +9,20 @@ import asyncio
 from typing import Any
 
 from generation.notice import Notice
-from server.stream import EventStream
+from server.delivery.eventlog import EventLogReader
 
 
 def test_handed_is_the_event_being_delivered_within_a_released_batch():
     seen: list[tuple[int | None, int, int]] = []
 
     async def scenario() -> None:
-        stream: EventStream
+        stream: EventLogReader
 
         def deliver(notice: Notice, published_at: float | None) -> Any:
             seen.append((notice.position, stream.position, stream.handed))
 
         # No gap is looked up in the log here: the gap closes at once.
-        stream = EventStream(None, deliver, gap_timeout_secs=3600)  # type: ignore[arg-type]
+        stream = EventLogReader(None, deliver, gap_timeout_secs=3600)  # type: ignore[arg-type]
         stream.offer(Notice({"type": "note"}, [1], 1, 2))  # held above the gap at 1
         assert seen == []
         stream.offer(Notice({"type": "note"}, [1], 1, 1))  # closes it: 1 then 2

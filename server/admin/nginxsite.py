@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 from generation.sharding import ShardMap
-from server.forward import ACCEL_HEADER, ACCEL_PREFIX, FORWARDED_HEADER
+from server.http.forward import ACCEL_HEADER, ACCEL_PREFIX, FORWARDED_HEADER
 
 # Zulip's: idle connections kept to each upstream.
 KEEPALIVE = 10000
@@ -31,7 +31,7 @@ UNAVAILABLE_BODY = (
 )
 # nginx's own refusals of a request it will not pass on, as the API's JSON
 # errors with the codes a shard gives for the same request
-# (server/httpserver.py, handlers/base.py): nginx status -> (status, code, msg).
+# (server/http/httpserver.py, handlers/base.py): nginx status -> (status, code, msg).
 # 494 is nginx's internal "request header too large" (a header line past a
 # buffer of large_client_header_buffers), which it would send as 400.
 REFUSED_PREFIX = "/eventq-refused/"

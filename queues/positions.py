@@ -4,7 +4,7 @@ Synapse's streams and its `MultiWriterIdGenerator`).
 Every logged event has a position from one sequence. Writers commit out of
 order, and a writer that rolls back leaves a hole, so a reader cannot take
 "the highest position seen" as the point up to which it has everything.
-`StreamReader` keeps `current`: every position at or below it is complete
+`PositionReader` keeps `current`: every position at or below it is complete
 (its event was handed on, or it is known never to come). An event above the
 next expected position is held until the positions below it are complete;
 the caller learns which ones are missing (`missing`), looks them up in the
@@ -32,7 +32,7 @@ MAX_HELD = 10_000
 MAX_LATE = 100_000
 
 
-class StreamReader(Generic[T]):
+class PositionReader(Generic[T]):
     """The contiguous prefix of one stream, with what is held above it."""
 
     def __init__(self, current: int = 0, *, max_held: int = MAX_HELD, max_late: int = MAX_LATE):
@@ -55,7 +55,7 @@ class StreamReader(Generic[T]):
         self.given_up = 0
 
     def __repr__(self) -> str:
-        return f"StreamReader(current={self.current}, held={sorted(self._held)})"
+        return f"PositionReader(current={self.current}, held={sorted(self._held)})"
 
     @property
     def held(self) -> int:

@@ -222,7 +222,7 @@ class _AnsweringStream(tornado.iostream.IOStream):
     ):
         super().__init__(sock, **kwargs)
         if initial:
-            # Read before the connection was handed over (server/http1.py):
+            # Read before the connection was handed over (server/http/http1.py):
             # what Tornado reads first.
             self._read_buffer += initial
             self._read_buffer_size += len(initial)
@@ -324,7 +324,7 @@ class EventHTTPServer(tornado.httpserver.HTTPServer):
         self._serve(stream.socket, address, b"")
 
     def adopt(self, sock: socket.socket, address: Any, initial: bytes) -> None:
-        """Serve a connection another server began (server/http1.py), from
+        """Serve a connection another server began (server/http/http1.py), from
         the request that starts `initial`, the bytes it read of it."""
         sock.setblocking(False)
         self._serve(sock, address, initial)

@@ -33,7 +33,7 @@ from pika.adapters.asyncio_connection import AsyncioConnection
 
 from generation.errors import BadNotice
 from generation.notice import NOTICE_ID_HEADER, PUBLISHED_HEADER
-from server.observe import Observer
+from server.observability.observe import Observer
 
 log = logging.getLogger("eventq.consumer")
 

@@ -12,9 +12,9 @@ from queues.client import CAPABILITIES, QueueOptions
 from queues.errors import BadNarrow
 from queues.narrow import parse_narrow
 from queues.registry import QueueRegistry
-from server.auth import AuthUser
 from server.errors import ApiError
-from server.params import Params
+from server.http.auth import AuthUser
+from server.http.params import Params
 
 # 7 days is the longest lifespan honoured; larger requests are capped, as
 # Zulip does, but a value beyond any plausible duration is a client bug.

@@ -1,6 +1,6 @@
 """Each user's stream floor: the lowest stream position a register gave them
 within the log's retention, which `resume_from` may not go below
-(server/resume.py; the table is deploy/migrations/0012_event_log_recipients.sql).
+(server/durability/resume.py; the table is deploy/migrations/0012_event_log_recipients.sql).
 
 A register's floor is written after the client has its answer, with those of
 the registers answered meanwhile, in one statement: register's latency does
@@ -16,7 +16,7 @@ import logging
 
 import psycopg
 
-from server.db import Database, DatabaseUnavailable
+from server.database.db import Database, DatabaseUnavailable
 
 log = logging.getLogger("eventq.register")
 

@@ -41,11 +41,11 @@ from generation.send import (
     send_event_on_commit,
     transaction,
 )
-from server import background
-from server.background_runner import make_runner
 from server.config import ConfigError, Settings, retired_advice
-from server.migrate import MigrationError, migrate
-from server.updates import standard_updates
+from server.database import background
+from server.database.background_runner import make_runner
+from server.database.migrate import MigrationError, migrate
+from server.database.updates import standard_updates
 
 log = logging.getLogger("eventq")
 
@@ -633,7 +633,7 @@ def _log_dir(settings: Settings, args: argparse.Namespace) -> Path:
 def cmd_logs_compact(settings: Settings, args: argparse.Namespace) -> int:
     """Compact every closed spool file, of every shard, into Parquet (waits
     for a running server's compaction to finish first)."""
-    from server import logfiles  # noqa: PLC0415 (pyarrow only for the log commands)
+    from server.observability import logfiles  # noqa: PLC0415 (pyarrow only for the log commands)
 
     log_dir = _log_dir(settings, args)
     done = logfiles.compact(log_dir)
@@ -652,7 +652,7 @@ def cmd_logs_compact(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_logs_prune(settings: Settings, args: argparse.Namespace) -> int:
     """Delete the date partitions older than --keep-days (default:
     EVENTQ_LOG_RETENTION_DAYS; 0 keeps everything)."""
-    from server import logfiles  # noqa: PLC0415 (pyarrow only for the log commands)
+    from server.observability import logfiles  # noqa: PLC0415 (pyarrow only for the log commands)
 
     log_dir = _log_dir(settings, args)
     keep_days = settings.log_retention_days if args.keep_days is None else args.keep_days
@@ -698,7 +698,7 @@ def cmd_sharding_check(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_sharding_nginx(settings: Settings, args: argparse.Namespace) -> int:
-    from server import nginxsite  # noqa: PLC0415 (only this command needs it)
+    from server.admin import nginxsite  # noqa: PLC0415 (only this command needs it)
 
     site = nginxsite.render(
         _shard_map(args),
@@ -717,7 +717,7 @@ def cmd_sharding_nginx(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_sharding_rabbitmq(settings: Settings, args: argparse.Namespace) -> int:
-    from server import brokerdefs  # noqa: PLC0415 (imports the consumer, hence pika)
+    from server.admin import brokerdefs  # noqa: PLC0415 (imports the consumer, hence pika)
 
     shard_map = _shard_map(args) if args.config or settings.sharding else None
     base = ProducerConfig.from_env().notify_queue

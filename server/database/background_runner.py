@@ -1,6 +1,6 @@
 """The background updates' runner as a server or `eventq db background run`
 sets it up: the standard updates and those of EVENTQ_MODULES, paced by the
-configured controller (server/background.py, server/updates.py).
+configured controller (server/database/background.py, server/database/updates.py).
 
 Its own module because server.background may not import server.updates
 (which imports it), and both server.app and server.cli need it.
@@ -8,9 +8,9 @@ Its own module because server.background may not import server.updates
 
 from __future__ import annotations
 
-from server.background import Controller, DefaultController, Runner, load_modules
 from server.config import Settings
-from server.updates import standard_updates
+from server.database.background import Controller, DefaultController, Runner, load_modules
+from server.database.updates import standard_updates
 
 
 def make_runner(
@@ -23,7 +23,7 @@ def make_runner(
 ) -> Runner:
     """A runner of every update this version and the configured modules know,
     `secret` being the API key secret (the key-hash update needs it). Raises
-    `server.background.ModuleError` for a module that cannot be loaded."""
+    `server.database.background.ModuleError` for a module that cannot be loaded."""
     controller = Controller(
         DefaultController(settings.background_target_ms, settings.background_sleep_ms)
     )

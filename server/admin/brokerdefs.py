@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from generation.sharding import ShardMap, notify_queue
-from server.consumer import dead_letter_queue
+from server.delivery.consumer import dead_letter_queue
 
 
 def queue_names(shard_map: ShardMap | None, base: str) -> list[str]:

@@ -2,11 +2,11 @@
 new one holding the events logged for it after the position it last saw,
 read from the event log, when the log still has them.
 
-Three bounds (docs in the README's "Stream positions" and "Security"):
+Three bounds (docs in docs/behaviour.md, "Stream positions" and "Security"):
 
 - **Only a position the user was given.** `resume_from` must be at or above
   the lowest stream position a register ever gave this user
-  (`user_stream_floors`, server/floors.py), and not ahead of this server's
+  (`user_stream_floors`, server/durability/floors.py), and not ahead of this server's
   stream; anything else is RESUME_POSITION_UNKNOWN, and the client
   registers afresh.
 - **What the user may see now**, not when the event was sent: no event is
@@ -25,8 +25,8 @@ Three bounds (docs in the README's "Stream positions" and "Security"):
   queue filled, on the loop a slice at a time. A client further behind
   registers afresh: the whole state costs less than such a replay.
 
-The stream records what it hands to the queues while the log is read and
-the new queue filled (`EventStream.recording`); the queue is filled outside
+The event log reader records what it hands to the queues while the log is read and
+the new queue filled (`EventLogReader.recording`); the queue is filled outside
 the registry with the replayed events (up to the position the read began
 at), then, without an await, given the recorded ones, as a live delivery
 would have, and added to the registry: nothing missed, nothing twice,
@@ -51,12 +51,12 @@ from generation.events.users import is_control
 from generation.notice import Notice, parse_notice_for
 from queues.client import NO_POSITIONS, ClientDescriptor, QueueOptions
 from queues.specialize import is_public_channel_message
-from server.db import LogRow
+from server.database.db import LogRow
+from server.delivery.eventlog import CATCH_UP_PAGE
 from server.errors import ApiError
 from server.errors import access_changed as access_changed_error
 from server.interface import ServerApi
-from server.observe import Origin
-from server.stream import CATCH_UP_PAGE
+from server.observability.observe import Origin
 
 log = logging.getLogger("eventq.register")
 
@@ -173,7 +173,7 @@ async def _check_given(server: ServerApi, user_id: int, resume_from: int) -> Non
     was given: not ahead of the stream (it only moves forward, and after a
     restart it catches up before it takes requests), and not below their
     first register's position."""
-    position = server.stream.position
+    position = server.eventlog.position
     floor = await server.stream_floor(user_id)
     if resume_from > position or floor is None or resume_from < floor:
         reason = (
@@ -298,14 +298,14 @@ async def resume_queue(
         if options.event_types is None
         else sorted(t for t in options.event_types if "\x00" not in t)
     )
-    stream = server.stream
+    eventlog = server.eventlog
     # What reaches the queues while the log is read is what the new queue
     # would miss: recorded, and given to it as a live delivery would have.
     # One read, however busy the server: waiting for a moment when nothing
     # arrives would never end at a thousand events a second.
-    with stream.recording() as arrived:
+    with eventlog.recording() as arrived:
         await _check_kept(server, resume_from)
-        upto = stream.position
+        upto = eventlog.position
         found = _Found()
         read = 0
         after = resume_from
@@ -347,7 +347,7 @@ async def resume_queue(
             if notice.realm_id in (realm_id, None) and _may_reach(notice, user_id, options):
                 _put(server, client, notice, resume_from)
         registry.adopt(client, now)
-    late = stream.reader.late()
+    late = eventlog.reader.late()
     covered = [position for position in late if position in replayed]
     if withheld:
         log.info(
@@ -358,4 +358,4 @@ async def resume_queue(
             withheld,
         )
     client.covered = frozenset(covered) if covered else NO_POSITIONS
-    return client, stream.position
+    return client, eventlog.position

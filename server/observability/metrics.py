@@ -3,7 +3,7 @@
 Two kinds of figure, so that the hot path pays as little as possible:
 - counters and histograms of things that happen (events delivered by type,
   long-polls by outcome, register latency, queue ends, GC runs), kept by an
-  observer (server/observe.py) that does one increment per notice or per
+  observer (server/observability/observe.py) that does one increment per notice or per
   response, never per recipient;
 - gauges and totals the server already keeps (queues, parked requests, events
   held, loop lag, the consumer's and the delivery log's counters), read only
@@ -28,9 +28,9 @@ from prometheus_client.registry import Collector
 from queues.client import ClientDescriptor
 from queues.event_queue import Item
 from queues.registry import DeliveryReport, EndReason
-from server.background import STATES
+from server.database.background import STATES
 from server.interface import ServerApi
-from server.observe import Observer, PollOutcome
+from server.observability.observe import Observer, PollOutcome
 
 # Producers may send any event type; past this many distinct ones, the rest are
 # counted under "other" so that a buggy producer cannot grow the label set
@@ -239,7 +239,7 @@ class ServerState(Collector):
 
     def _background(self) -> Iterator[Metric]:
         """What `eventq db background status` shows, as read from the table
-        by this process's runner every few seconds (server/background.py),
+        by this process's runner every few seconds (server/database/background.py),
         whichever runner works. The label sets stay small: `update` takes
         the names of the table's rows (enqueued by migrations, or by
         `enqueue` of an update this version knows), `state` those of STATES."""

@@ -2,7 +2,7 @@
 delivers (one record per event delivered to a queue, plus the lifecycle
 records: poll outcome, register, queue end, dead letter) for the analytics
 jobs (docs/architecture.md, "Analytics"), and the thread that writes them. The format and the
-files are `server/logfiles.py`.
+files are `server/observability/logfiles.py`.
 
 Guarantees:
 - The IO loop never waits on the disk: the observer hooks build a tuple per
@@ -34,7 +34,7 @@ from typing import Any
 from queues.client import ClientDescriptor
 from queues.event_queue import Item
 from queues.registry import EndReason
-from server.logfiles import (
+from server.observability.logfiles import (
     FORMAT_VERSION,
     MAX_FILE_BYTES,
     NAMES,
@@ -46,7 +46,7 @@ from server.logfiles import (
     prune,
     try_compact,
 )
-from server.observe import Observer, Origin, PollOutcome
+from server.observability.observe import Observer, Origin, PollOutcome
 
 log = logging.getLogger("eventq.deliverylog")
 

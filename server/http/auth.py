@@ -30,9 +30,9 @@ from generation.accounts import (
     legacy_hash_api_key,
     wrap_legacy_hash,
 )
-from server.db import ApiKeyRow, DatabaseUnavailable, SessionRow
+from server.database.db import ApiKeyRow, DatabaseUnavailable, SessionRow
 from server.errors import BASIC_CHALLENGE, SESSION_CHALLENGE, ApiError
-from server.sessions import Session
+from server.http.sessions import Session
 
 # Background re-checks at once: a burst of stale entries must not take the
 # whole database pool from registers and actions.
@@ -164,7 +164,7 @@ class Authenticator:
 
     async def authenticate(self, header: str | None) -> AuthUser:
         """The user behind an Authorization header; raises `ApiError` (401/400)
-        or `server.db.DatabaseUnavailable`.
+        or `server.database.db.DatabaseUnavailable`.
 
         A long-poll never waits on the database once its credentials were
         checked: past the TTL the cached user is served while a background
@@ -181,7 +181,7 @@ class Authenticator:
         return await self._check_once(header, lambda: self._check(email, api_key))
 
     async def authenticate_session(self, session: Session) -> AuthUser:
-        """The user of a browser session (server/sessions.py) whose token
+        """The user of a browser session (server/http/sessions.py) whose token
         was verified: still active, still holding the API key the session
         was issued under, and not logged out since. Cached like credentials."""
         key = ("session", str(session.user_id), session.key_tag, str(session.generation))

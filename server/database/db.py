@@ -56,7 +56,7 @@ class SessionRow:
 
 
 # One user's logged notices for resume_from (`Database.log_for_user`): three
-# reads, each by its own index (server/updates.py) and each stopping at the
+# reads, each by its own index (server/database/updates.py) and each stopping at the
 # limit, merged: the rows naming the user, the realm's public channel
 # messages (all_public_streams; a message both is read twice and kept once),
 # and rows an earlier version wrote without recipients. The first `limit`
@@ -401,7 +401,7 @@ class Database:
 
     async def reader_floor(self, reader: str, floor: int) -> None:
         """Say that `reader`'s saved queues need the event log from `floor`
-        (server/retention.py prunes no further)."""
+        (server/database/retention.py prunes no further)."""
         async with self.connection() as conn:
             await conn.execute(
                 "INSERT INTO stream_readers (reader, floor) VALUES (%s, %s)"

@@ -1,5 +1,5 @@
 """Retention of what grows without bound, as recurring background updates
-(server/background.py): paced batched deletes, never one long `DELETE`.
+(server/database/background.py): paced batched deletes, never one long `DELETE`.
 
 - `event_log_retention`: events older than a number of hours, or beyond a
   number of bytes (oldest first), leave the event log. Never above the
@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from server.background import BackgroundUpdate, Batch, Conn
+from server.database.background import BackgroundUpdate, Batch, Conn
 
 log = logging.getLogger("eventq.retention")
 

@@ -1,4 +1,4 @@
-"""stream: one reader's view of a stream's positions (queues.stream), walked
+"""stream: one reader's view of a stream's positions (queues.positions), walked
 through step by step in the style of Synapse's id generator tests: each step
 is an arrival, a log lookup's answer or a give-up, followed by what the
 reader now says (`current`, what was handed on, `missing()`, `held`,
@@ -10,10 +10,10 @@ import itertools
 
 import pytest
 
-from queues.stream import StreamReader
+from queues.positions import PositionReader
 
 
-def _counters(reader: StreamReader[str]) -> dict[str, int]:
+def _counters(reader: PositionReader[str]) -> dict[str, int]:
     return {
         "duplicates": reader.duplicates,
         "late_arrivals": reader.late_arrivals,
@@ -29,7 +29,7 @@ NO_COUNTS = {"duplicates": 0, "late_arrivals": 0, "aborted": 0, "given_up": 0}
 
 
 def test_in_order_arrivals_are_handed_on_at_once():
-    reader: StreamReader[str] = StreamReader()
+    reader: PositionReader[str] = PositionReader()
     assert reader.current == 0
     assert reader.waiting_since is None
 
@@ -50,7 +50,7 @@ def test_synapse_table_example():
     """The single-writer example of Synapse's stream ids: the stream starts at 1;
     2 and 3 are reserved, 3 completes first, then 2; 4, 5, 6 are reserved and
     5 completes before 4, then 6."""
-    reader: StreamReader[str] = StreamReader(1)
+    reader: PositionReader[str] = PositionReader(1)
 
     # Complete 3: current unchanged, waiting for 2.
     assert reader.offer(3, "e3", 10.0) == []
@@ -87,7 +87,7 @@ def test_synapse_table_example():
 def test_two_writers_committing_out_of_allocation_order():
     """Writer A reserves 1, writer B reserves 2 and 3; B's 3 commits first,
     then A's 1, then B's 2: the events go on in 1, 2, 3 order."""
-    reader: StreamReader[str] = StreamReader()
+    reader: PositionReader[str] = PositionReader()
 
     assert reader.offer(3, "b3", 1.0) == []
     assert reader.current == 0
@@ -112,7 +112,7 @@ def test_two_writers_committing_out_of_allocation_order():
 def test_every_arrival_order_is_released_in_position_order():
     positions = range(1, 6)
     for order in itertools.permutations(positions):
-        reader: StreamReader[str] = StreamReader()
+        reader: PositionReader[str] = PositionReader()
         released: list[tuple[int, str]] = []
         for step, position in enumerate(order):
             released += reader.offer(position, f"e{position}", float(step))
@@ -129,7 +129,7 @@ def test_every_arrival_order_is_released_in_position_order():
 
 def test_stalled_writer_holds_later_positions():
     """Writer A holds 2 in an open transaction; writer B commits 3, 4, 5."""
-    reader: StreamReader[str] = StreamReader()
+    reader: PositionReader[str] = PositionReader()
     assert reader.offer(1, "a1", 1.0) == [(1, "a1")]
     assert reader.waiting_since is None
 
@@ -161,7 +161,7 @@ def test_stalled_writer_holds_later_positions():
 
 
 def test_waiting_since_restarts_when_progress_leaves_a_new_gap():
-    reader: StreamReader[str] = StreamReader()
+    reader: PositionReader[str] = PositionReader()
     assert reader.offer(2, "e2", 1.0) == []
     assert reader.offer(4, "e4", 2.0) == []
     assert reader.missing() == [1, 3]
@@ -192,7 +192,7 @@ def test_waiting_since_restarts_when_progress_leaves_a_new_gap():
 
 def test_aborted_writer_lets_the_held_events_through():
     """Writer A reserved 1 and rolled back; B committed 2 and 3."""
-    reader: StreamReader[str] = StreamReader()
+    reader: PositionReader[str] = PositionReader()
     assert reader.offer(2, "b2", 1.0) == []
     assert reader.offer(3, "b3", 2.0) == []
     assert reader.missing() == [1]
@@ -212,7 +212,7 @@ def test_aborted_writer_lets_the_held_events_through():
 
 
 def test_aborted_position_above_another_gap_waits_for_it():
-    reader: StreamReader[str] = StreamReader()
+    reader: PositionReader[str] = PositionReader()
     assert reader.offer(4, "e4", 1.0) == []
     assert reader.missing() == [1, 2, 3]
 
@@ -241,7 +241,7 @@ def test_aborted_position_above_another_gap_waits_for_it():
 
 
 def test_gap_filled_from_the_log_then_its_notice_is_a_duplicate():
-    reader: StreamReader[str] = StreamReader()
+    reader: PositionReader[str] = PositionReader()
     assert reader.offer(2, "e2", 1.0) == []
     assert reader.missing() == [1]
 
@@ -261,7 +261,7 @@ def test_gap_filled_from_the_log_then_its_notice_is_a_duplicate():
 
 
 def test_resolve_mixes_found_and_never_and_keeps_held_events():
-    reader: StreamReader[str] = StreamReader()
+    reader: PositionReader[str] = PositionReader()
     assert reader.offer(3, "e3", 1.0) == []
     assert reader.offer(5, "e5", 1.0) == []
     assert reader.missing() == [1, 2, 4]
@@ -280,7 +280,7 @@ def test_resolve_mixes_found_and_never_and_keeps_held_events():
 
 
 def test_resolve_ignores_positions_already_passed():
-    reader: StreamReader[str] = StreamReader()
+    reader: PositionReader[str] = PositionReader()
     assert reader.offer(1, "e1", 1.0) == [(1, "e1")]
     assert reader.resolve({1: "e1 again"}, [1], 2.0) == []
     assert reader.current == 1
@@ -288,7 +288,7 @@ def test_resolve_ignores_positions_already_passed():
 
 
 def test_resolve_with_nothing_new_keeps_the_wait():
-    reader: StreamReader[str] = StreamReader()
+    reader: PositionReader[str] = PositionReader()
     assert reader.offer(3, "e3", 1.0) == []
     assert reader.resolve({}, [], 5.0) == []
     assert reader.missing() == [1, 2]
@@ -296,7 +296,7 @@ def test_resolve_with_nothing_new_keeps_the_wait():
 
 
 def test_aborted_counts_each_rolled_back_position_once():
-    reader: StreamReader[str] = StreamReader()
+    reader: PositionReader[str] = PositionReader()
     assert reader.offer(3, "e3", 1.0) == []
     # Two lookups started before either answered both say 2 rolled back.
     assert reader.resolve({}, [2], 2.0) == []
@@ -309,7 +309,7 @@ def test_aborted_counts_each_rolled_back_position_once():
 
 
 def test_give_up_releases_held_events_and_accepts_skipped_ones_late():
-    reader: StreamReader[str] = StreamReader()
+    reader: PositionReader[str] = PositionReader()
     assert reader.offer(3, "e3", 1.0) == []
     assert reader.offer(5, "e5", 2.0) == []
     assert reader.missing() == [1, 2, 4]
@@ -349,7 +349,7 @@ def test_give_up_releases_held_events_and_accepts_skipped_ones_late():
 
 
 def test_late_positions_found_in_the_log_are_handed_on_once_and_rolled_back_ones_forgotten():
-    reader: StreamReader[str] = StreamReader()
+    reader: PositionReader[str] = PositionReader()
     reader.offer(4, "e4", 1.0)
     assert reader.give_up(10.0) == ([1, 2, 3], [(4, "e4")])
     assert reader.newest_late(2) == [3, 2]
@@ -369,7 +369,7 @@ def test_late_positions_found_in_the_log_are_handed_on_once_and_rolled_back_ones
 
 
 def test_give_up_with_nothing_held_does_nothing():
-    reader: StreamReader[str] = StreamReader()
+    reader: PositionReader[str] = PositionReader()
     assert reader.give_up(1.0) == ([], [])
     assert reader.offer(1, "e1", 2.0) == [(1, "e1")]
     assert reader.give_up(3.0) == ([], [])
@@ -379,7 +379,7 @@ def test_give_up_with_nothing_held_does_nothing():
 
 
 def test_give_up_does_not_count_rolled_back_positions():
-    reader: StreamReader[str] = StreamReader()
+    reader: PositionReader[str] = PositionReader()
     assert reader.offer(4, "e4", 1.0) == []
     assert reader.resolve({}, [2], 2.0) == []
 
@@ -399,7 +399,7 @@ def test_give_up_does_not_count_rolled_back_positions():
 
 
 def test_redelivery_of_a_released_position_is_a_duplicate():
-    reader: StreamReader[str] = StreamReader()
+    reader: PositionReader[str] = PositionReader()
     assert reader.offer(1, "e1", 1.0) == [(1, "e1")]
     assert reader.offer(1, "e1", 2.0) == []
     assert reader.current == 1
@@ -408,7 +408,7 @@ def test_redelivery_of_a_released_position_is_a_duplicate():
 
 
 def test_redelivery_of_a_held_position_is_a_duplicate():
-    reader: StreamReader[str] = StreamReader()
+    reader: PositionReader[str] = PositionReader()
     assert reader.offer(2, "e2", 1.0) == []
     assert reader.offer(2, "e2 copy", 5.0) == []
     assert reader.held == 1
@@ -426,7 +426,7 @@ def test_redelivery_of_a_held_position_is_a_duplicate():
 
 
 def test_overflowing_once_more_than_max_held_are_held():
-    reader: StreamReader[str] = StreamReader(max_held=2)
+    reader: PositionReader[str] = PositionReader(max_held=2)
     assert reader.offer(2, "e2", 1.0) == []
     assert reader.offer(3, "e3", 1.0) == []
     assert reader.held == 2
@@ -446,7 +446,7 @@ def test_overflowing_once_more_than_max_held_are_held():
 
 
 def test_max_late_forgets_the_oldest_late_positions():
-    reader: StreamReader[str] = StreamReader(max_late=2)
+    reader: PositionReader[str] = PositionReader(max_late=2)
     assert reader.offer(4, "e4", 1.0) == []
     assert reader.give_up(10.0) == ([1, 2, 3], [(4, "e4")])
     assert reader.given_up == 3
@@ -470,7 +470,7 @@ def test_max_late_forgets_the_oldest_late_positions():
 
 
 def test_allow_late_accepts_positions_unknown_at_start():
-    reader: StreamReader[str] = StreamReader(10)
+    reader: PositionReader[str] = PositionReader(10)
     reader.allow_late([7, 9])
     assert reader.offer(9, "e9", 1.0) == [(9, "e9")]
     assert reader.offer(8, "e8", 1.0) == []
@@ -482,7 +482,7 @@ def test_allow_late_accepts_positions_unknown_at_start():
 
 
 def test_missing_respects_its_limit():
-    reader: StreamReader[str] = StreamReader()
+    reader: PositionReader[str] = PositionReader()
     assert reader.offer(10, "e10", 1.0) == []
     assert reader.offer(5, "e5", 1.0) == []
     assert reader.missing() == [1, 2, 3, 4, 6, 7, 8, 9]
@@ -492,7 +492,7 @@ def test_missing_respects_its_limit():
 
 
 def test_constructor_starts_at_a_given_position():
-    reader: StreamReader[str] = StreamReader(5)
+    reader: PositionReader[str] = PositionReader(5)
     assert reader.current == 5
     assert reader.offer(5, "e5", 1.0) == []
     assert reader.duplicates == 1
@@ -502,4 +502,4 @@ def test_constructor_starts_at_a_given_position():
 
 def test_constructor_rejects_a_negative_position():
     with pytest.raises(ValueError, match="never negative"):
-        StreamReader(-1)
+        PositionReader(-1)

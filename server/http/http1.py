@@ -42,7 +42,7 @@ import tornado.httputil
 import tornado.iostream
 from tornado.httputil import HTTPHeaders, RequestStartLine, ResponseStartLine
 
-from server.httpserver import IDLE_SWEEP_SECS, EventHTTPServer, close_idle
+from server.http.httpserver import IDLE_SWEEP_SECS, EventHTTPServer, close_idle
 
 log = logging.getLogger("eventq.http")
 # Tornado's logger for exceptions a delegate let escape; its HTTP1Connection

@@ -1,6 +1,6 @@
 """The event log as this process reads it: notices with a position are handed
 to the queues in position order, over the contiguous prefix of complete
-positions (`queues.stream.StreamReader`).
+positions (`queues.positions.PositionReader`).
 
 A notice above a gap waits while the gap is looked up in the event log: a
 position found there was committed (its event is delivered from the log; its
@@ -29,8 +29,8 @@ import psycopg
 
 from generation.errors import BadNotice
 from generation.notice import Notice, parse_notice
-from queues.stream import StreamReader
-from server.db import Database, DatabaseUnavailable
+from queues.positions import PositionReader
+from server.database.db import Database, DatabaseUnavailable
 
 log = logging.getLogger("eventq.stream")
 
@@ -59,7 +59,7 @@ def notice_from_log(position: int, body: bytes) -> Notice:
     return dataclasses.replace(parse_notice(body), position=position)
 
 
-class EventStream:
+class EventLogReader:
     """Orders this process's positioned notices. Every method runs on the loop."""
 
     def __init__(
@@ -73,14 +73,14 @@ class EventStream:
         self.db = db
         self._deliver = deliver
         # Lists that `recording()` callers fill with every notice handed to
-        # the queues meanwhile (a resume reading the log, see server/resume.py).
+        # the queues meanwhile (a resume reading the log, see server/durability/resume.py).
         self._recorders: list[list[Notice]] = []
         # The position being handed to the queues, while a batch released at
         # once is (`position` is already the batch's last).
         self._handing: int | None = None
         self.gap_timeout_secs = gap_timeout_secs
         self.clock = clock
-        self.reader: StreamReader[Arrival] = StreamReader()
+        self.reader: PositionReader[Arrival] = PositionReader()
         # Missing position -> the xmax of a snapshot taken after it was missed.
         self._horizons: dict[int, int] = {}
         # The same for the late positions of the last look (`_read_late`).
@@ -94,7 +94,7 @@ class EventStream:
     def recording(self) -> Iterator[list[Notice]]:
         """A list of every notice handed to the queues, in that order, from
         now until the block ends (what a queue made at its end would have
-        missed; see server/resume.py)."""
+        missed; see server/durability/resume.py)."""
         recorder: list[Notice] = []
         self._recorders.append(recorder)
         try:

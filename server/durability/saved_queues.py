@@ -1,7 +1,7 @@
 """The server's queues across restarts: restored at start, saved at a
-graceful stop, checkpointed meanwhile for a crash (server/persistence.py for
-the files, server/journal.py for the queues registered between checkpoints,
-server/stream.py for the events a restored queue missed).
+graceful stop, checkpointed meanwhile for a crash (server/durability/persistence.py for
+the files, server/durability/journal.py for the queues registered between checkpoints,
+server/delivery/eventlog.py for the events a restored queue missed).
 
 `EventServer` keeps the timers and the order of its lifecycle; this is what
 each step does with the files.
@@ -20,13 +20,13 @@ import psycopg
 
 from queues.client import ClientDescriptor, QueueOptions
 from queues.registry import QueueRegistry
-from server import persistence
 from server.config import Settings
-from server.consumer import NoticeConsumer
-from server.db import Database, DatabaseUnavailable
-from server.floors import StreamFloors
-from server.journal import QueueJournal
-from server.stream import EventStream
+from server.database.db import Database, DatabaseUnavailable
+from server.delivery.consumer import NoticeConsumer
+from server.delivery.eventlog import EventLogReader
+from server.durability import persistence
+from server.durability.floors import StreamFloors
+from server.durability.journal import QueueJournal
 
 # The server's logger: these messages are the server's.
 log = logging.getLogger("eventq.server")
@@ -46,7 +46,7 @@ class SavedQueues:
         self,
         settings: Settings,
         registry: QueueRegistry,
-        stream: EventStream,
+        stream: EventLogReader,
         db: Database,
         journal: QueueJournal,
         floors: StreamFloors,
@@ -58,7 +58,7 @@ class SavedQueues:
     ) -> None:
         self.settings = settings
         self.registry = registry
-        self.stream = stream
+        self.eventlog = stream
         self.db = db
         self.journal = journal
         self.floors = floors
@@ -148,7 +148,7 @@ class SavedQueues:
         )
 
     async def _start_stream(self) -> None:
-        position = await self.stream.start_fresh()
+        position = await self.eventlog.start_fresh()
         log.info("event log: starting at position %d", position)
 
     async def _load_saved(
@@ -232,7 +232,7 @@ class SavedQueues:
                     errors.append(f"saved queue {index}: {exc}")
 
         start = saved[0][0] if saved else (default if isinstance(default, int) else 0)
-        self.stream.reader.allow_late(
+        self.eventlog.reader.allow_late(
             p for p in data.get("late_positions", []) if isinstance(p, int)
         )
         # Queues saved at the lowest position (all of them after a graceful
@@ -246,7 +246,7 @@ class SavedQueues:
             restarted = self.registry.push_to_accepting(self._restart_event(), self.clock())
         started = time.monotonic()
         try:
-            delivered, late = await self.stream.catch_up(start, bring_back)
+            delivered, late = await self.eventlog.catch_up(start, bring_back)
         except (DatabaseUnavailable, psycopg.Error) as exc:
             log.error(
                 "cannot read the event log (%s): the restored queues miss the events logged"
@@ -263,15 +263,15 @@ class SavedQueues:
             delivered,
             start,
             (time.monotonic() - started) * 1000,
-            self.stream.position,
+            self.eventlog.position,
             late,
         )
         return clients, errors, restarted
 
     def _snapshot_extras(self) -> dict[str, Any]:
         extras: dict[str, Any] = {
-            "stream_position": self.stream.position,
-            "late_positions": self.stream.reader.late()[-10_000:],
+            "stream_position": self.eventlog.position,
+            "late_positions": self.eventlog.reader.late()[-10_000:],
         }
         if self.consumer is not None:
             extras["notice_ids"] = self.consumer.recent_ids()
@@ -314,7 +314,7 @@ class SavedQueues:
         started = time.monotonic()
         slice_started = time.perf_counter()
         try:
-            floor = self.stream.position
+            floor = self.eventlog.position
             began = time.time()
             self.journal.checkpoint_began()
             clients = list(self.registry)
@@ -325,7 +325,7 @@ class SavedQueues:
             while index < len(clients):
                 slice_started = time.perf_counter()
                 slice_end = slice_started + slice_secs
-                now, position = self.clock(), self.stream.position
+                now, position = self.clock(), self.eventlog.position
                 while index < len(clients) and time.perf_counter() < slice_end:
                     client = clients[index]
                     index += 1

@@ -21,7 +21,7 @@ import orjson
 import psycopg
 
 from queues.client import ClientDescriptor
-from server.db import Database, DatabaseUnavailable
+from server.database.db import Database, DatabaseUnavailable
 
 log = logging.getLogger("eventq.journal")
 

@@ -1,4 +1,4 @@
-"""The background updates this version knows (server/background.py), by name.
+"""The background updates this version knows (server/database/background.py), by name.
 
 - `wrap_legacy_api_key_hashes` (migration 0009): every API key hash still of
   scheme 1 (a plain SHA-256, from before migration 0004, waiting for its user
@@ -13,7 +13,7 @@
   public channel messages, rows written by an earlier version), built
   `CONCURRENTLY` too.
 - `event_log_retention`, `queue_journal_retention` (recurring, every
-  EVENTQ_EVENT_LOG_PRUNE_SECS): server/retention.py. Listed even where that
+  EVENTQ_EVENT_LOG_PRUNE_SECS): server/database/retention.py. Listed even where that
   is 0 (their rows are then `disabled here`, not `unknown`), run only where
   it is not.
 """
@@ -27,9 +27,9 @@ from typing import Any
 
 from psycopg import sql
 
-from server.background import BackgroundUpdate, Batch, Conn
 from server.config import Settings
-from server.retention import event_log_retention, queue_journal_retention
+from server.database.background import BackgroundUpdate, Batch, Conn
+from server.database.retention import event_log_retention, queue_journal_retention
 
 # Hashes computed between two yields to the IO loop (about a millisecond).
 _HASH_SLICE = 500
@@ -112,7 +112,7 @@ def wrap_legacy_api_key_hashes(secret: bytes) -> BackgroundUpdate:
 
 
 EVENT_LOG_REALM_INDEX = "event_log_realm_position"
-# resume_from's reads of one user's events (server/db.py `log_for_user`): the
+# resume_from's reads of one user's events (server/database/db.py `log_for_user`): the
 # rows naming them, the public channel messages of a realm (for
 # all_public_streams), and the rows written by a version that did not say
 # (parsed instead; none once those are pruned); and of a realm's deletions

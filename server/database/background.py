@@ -3,7 +3,7 @@ controller, resumable after a crash (Synapse's background updates and their
 controller, in Synapse's `synapse/storage/background_updates.py`).
 
 An update is code registered under a name (`BackgroundUpdate`; the standard
-ones are in server/updates.py) and a row in `background_updates` that says it
+ones are in server/database/updates.py) and a row in `background_updates` that says it
 is wanted (a migration inserts it; a recurring update's row is inserted by
 the runner). Its batch function does up to N items in the runner's
 transaction and returns how many it did and its progress, which the runner

@@ -1,0 +1,2 @@
+"""What outlives a process: queue checkpoints and the journal, stream floors, and
+`resume_from`."""
