@@ -290,6 +290,22 @@ async def resume_queue(
     ACCESS_CHANGED when `access_changed()` says the user's access changed
     since they were authenticated (the options may no longer be theirs)."""
     await _check_given(server, user_id, resume_from)
+    try:
+        return await _resume(server, user_id, realm_id, options, resume_from, access_changed)
+    except ApiError as exc:
+        if exc.code == RESUME_EXPIRED:
+            log.info("user %d: resume_from %d expired (%s)", user_id, resume_from, exc.msg)
+        raise
+
+
+async def _resume(
+    server: ServerApi,
+    user_id: int,
+    realm_id: int,
+    options: QueueOptions,
+    resume_from: int,
+    access_changed: Callable[[], bool],
+) -> tuple[ClientDescriptor, int]:
     limit = min(server.settings.resume_max_events, server.registry.limits.max_events)
     max_read = MAX_READ_RESUMES * limit
     # A type with a NUL byte matches no logged event (PostgreSQL text has none).
@@ -310,8 +326,11 @@ async def resume_queue(
         read = 0
         after = resume_from
         while True:
+            # No more rows than may still be the user's without passing the
+            # limit: a log too long for a resume is known after one more.
+            page = min(CATCH_UP_PAGE, limit + 1 - len(found.notices))
             rows = await server.db.log_for_user(
-                after, upto, realm_id, user_id, options.all_public_streams, types, CATCH_UP_PAGE
+                after, upto, realm_id, user_id, options.all_public_streams, types, page
             )
             read += len(rows)
             if read > max_read:
@@ -324,7 +343,7 @@ async def resume_queue(
                     f"More than {limit} events since position {resume_from}: more than a"
                     " resume replays"
                 )
-            if len(rows) < CATCH_UP_PAGE:
+            if len(rows) < page:
                 break
             after = rows[-1][0]
         facts = await _facts(server, user_id, realm_id, found, resume_from, upto)

@@ -1085,9 +1085,13 @@ def explain_statement(
     return plan
 
 
-def explain(database: Database, world: World, choice: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def explain(
+    database: Database, world: World, choice: dict[str, Any], limit: int
+) -> dict[str, dict[str, Any]]:
     """The plans of the server's reads of the log for the phases' users,
-    as the server's `Database.log_for_user` and `deleted_messages` say them."""
+    as the server's `Database.log_for_user` and `deleted_messages` say them
+    (a first page is one row more than the `limit` of events a resume
+    replays, server/durability/resume.py)."""
     member, public = choice["member"].user_id, choice["public"].user_id
     guest = world.guest.user_id
     ids = {
@@ -1095,10 +1099,11 @@ def explain(database: Database, world: World, choice: dict[str, Any]) -> dict[st
         "member": sorted(i for kind, (i, *_) in choice["member_recent"] if kind == "message"),
     }
     first, last, recent, realm = world.first, world.last, choice["recent"], world.realm_id
+    first_page = min(CATCH_UP_PAGE, limit + 1)
 
     def page(user: int, after: int, public: bool) -> tuple[str, Any]:
         return server_statement(
-            ServerDb.log_for_user, after, last, realm, user, public, None, CATCH_UP_PAGE
+            ServerDb.log_for_user, after, last, realm, user, public, None, first_page
         )
 
     statements = {
@@ -1493,7 +1498,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results["phases"][phase.label] = run.measure(phase)
         summarize(results, phases)
         server.check()
-        results["plans"] = explain(database, world, choice)
+        results["plans"] = explain(database, world, choice, resume_limit(args))
         status = 0 if not results["problems"] else 1
     except (BenchError, psycopg.Error, requests.RequestException) as exc:
         log(f"benchmark failed: {exc!r}")

@@ -474,6 +474,8 @@ def test_a_resume_replays_at_most_resume_max_events(start_server, world):
     body = response.json()
     assert body["code"] == "RESUME_EXPIRED"
     assert "More than 30 events since position" in body["msg"]
+    # The operator's line (logged before the answer is written).
+    assert f"user {user_id}: resume_from {position} expired (More than 30 events" in server.log()
 
 
 def test_a_resume_while_events_keep_coming_misses_none_and_repeats_none(server, api, world):
