@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from server.database.background import BackgroundUpdate, Batch, Conn
+from server.database.background_update import BackgroundUpdate, Batch, Conn
 
 log = logging.getLogger("eventq.retention")
 

@@ -1,4 +1,4 @@
-"""The background updates this version knows (server/database/background.py), by name.
+"""The background updates this version knows (server/database/background_update.py), by name.
 
 - `wrap_legacy_api_key_hashes` (migration 0009): every API key hash still of
   scheme 1 (a plain SHA-256, from before migration 0004, waiting for its user
@@ -28,7 +28,7 @@ from typing import Any
 from psycopg import sql
 
 from server.config import Settings
-from server.database.background import BackgroundUpdate, Batch, Conn
+from server.database.background_update import BackgroundUpdate, Batch, Conn
 from server.database.retention import event_log_retention, queue_journal_retention
 
 # Hashes computed between two yields to the IO loop (about a millisecond).

@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 from queues.client import ClientDescriptor
 from queues.event_queue import Item
 from queues.registry import DeliveryReport, EndReason
-from server.database.background import STATES
+from server.database.background_status import STATES
 from server.interface import ServerApi
 from server.observability.observe import Observer, PollOutcome
 
