@@ -54,7 +54,7 @@ from server.http.ratelimit import RateLimiter
 from server.http.responses import encode
 from server.http.sessions import SessionSigner
 from server.observability.deliverylog import DeliveryLog
-from server.observability.looplag import LoopLagMonitor
+from server.observability.looplag import GcPauses, LoopLagMonitor
 from server.observability.metrics import gc_stats, make_metrics
 from server.observability.observe import Observers, Origin
 from server.routes import make_dispatcher
@@ -121,6 +121,7 @@ class EventServer:
         self.server_generation = int(time.time())
         self.started_at = time.monotonic()
         self.loop_lag = LoopLagMonitor()
+        self.gc_pauses = GcPauses()
         # Woken parked requests are answered a slice per loop iteration.
         self.answer_slices = AnswerSlices()
         # Parked requests' heartbeats, gathered in ticks (one timer per tick).
@@ -248,6 +249,7 @@ class EventServer:
                     f"the database schema is not up to date ({missing}): run `eventq db migrate`"
                 )
         self.loop_lag.start()
+        self.gc_pauses.start()
         if self.delivery_log is not None:
             self.delivery_log.start()
         await self.saved.restore_queues()
@@ -368,6 +370,7 @@ class EventServer:
             await self.delivery_log.stop()
         await self.db.close()
         await self.loop_lag.stop()
+        self.gc_pauses.stop()
         if self._publisher is not None:
             self._publisher.shutdown(wait=False)
         log.info("stopped")
@@ -698,7 +701,7 @@ class EventServer:
             "stream": self.eventlog.stats(),
             "checkpoint": self.last_checkpoint,
             "db_pool": self.db.stats(),
-            "python_gc": gc_stats(),
+            "python_gc": {**gc_stats(), "pauses": self.gc_pauses.stats()},
         }
         if self.consumer is not None:
             body["consumer"] = self.consumer.stats()

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from server.http.ratelimit import RateLimiter
     from server.http.sessions import SessionSigner
     from server.observability.deliverylog import DeliveryLog
-    from server.observability.looplag import LoopLagMonitor
+    from server.observability.looplag import GcPauses, LoopLagMonitor
 
 
 class ServerApi(Protocol):
@@ -93,6 +93,9 @@ class ServerApi(Protocol):
 
     @property
     def loop_lag(self) -> LoopLagMonitor: ...
+
+    @property
+    def gc_pauses(self) -> GcPauses: ...
 
     @property
     def poll_paths(self) -> dict[str, int]:

@@ -2,16 +2,19 @@
 
 A sampler sleeps `interval` seconds at a time; whatever it oversleeps is lag.
 The last `window` samples give percentiles; a lag over `warn_secs` is logged
-with the operator's next step.
+with the operator's next step. `GcPauses` times one cause of lag by itself:
+Python's cyclic GC, which stops the process for each collection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
 from collections import deque
+from typing import TypedDict
 
 log = logging.getLogger("eventq.looplag")
 
@@ -62,4 +65,68 @@ class LoopLagMonitor:
             "p99_ms": round(pick(0.99), 3),
             "window_max_ms": round(samples[-1] * 1000, 3),
             "max_ms": round(self.max_secs * 1000, 3),
+        }
+
+
+class GcPause(TypedDict):
+    ago_secs: float
+    generation: int
+    ms: float
+
+
+class GcPauseStats(TypedDict):
+    count: list[int]
+    total_ms: list[float]
+    max_ms: list[float]
+    recent: list[GcPause]
+
+
+class GcPauses:
+    """How long each of Python's cyclic GC collections stopped the process,
+    per generation (young first): count, total and longest since start, and
+    the last `keep` collections of at least `min_secs` with when they ended
+    (monotonic clock). Timed by `gc.callbacks`, a callback at each start and
+    stop of a collection: a few hundred nanoseconds each."""
+
+    GENERATIONS = 3
+
+    def __init__(self, keep: int = 64, min_secs: float = 0.001):
+        self.min_secs = min_secs
+        self.count = [0] * self.GENERATIONS
+        self.total_secs = [0.0] * self.GENERATIONS
+        self.max_secs = [0.0] * self.GENERATIONS
+        self.recent: deque[tuple[float, int, float]] = deque(maxlen=keep)
+        self._began = 0.0
+
+    def start(self) -> None:
+        if self._callback not in gc.callbacks:
+            gc.callbacks.append(self._callback)
+
+    def stop(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            self._began = now
+            return
+        generation = min(max(info.get("generation", 0), 0), self.GENERATIONS - 1)
+        secs = now - self._began
+        self.count[generation] += 1
+        self.total_secs[generation] += secs
+        self.max_secs[generation] = max(self.max_secs[generation], secs)
+        if secs >= self.min_secs:
+            self.recent.append((time.monotonic(), generation, secs))
+
+    def stats(self) -> GcPauseStats:
+        now = time.monotonic()
+        return {
+            "count": list(self.count),
+            "total_ms": [round(t * 1000, 3) for t in self.total_secs],
+            "max_ms": [round(t * 1000, 3) for t in self.max_secs],
+            "recent": [
+                {"ago_secs": round(now - ended, 3), "generation": g, "ms": round(secs * 1000, 3)}
+                for ended, g, secs in self.recent
+            ],
         }

@@ -217,6 +217,24 @@ class ServerState(Collector):
             "The worst IO loop lag since the server started",
             value=lag["max_ms"] / 1000,
         )
+        pauses = server.gc_pauses.stats()
+        gc_seconds = CounterMetricFamily(
+            "eventq_gc_pause_seconds",
+            "Time Python's cyclic GC stopped the process (and its IO loop), by generation",
+            labels=["generation"],
+        )
+        gc_longest = GaugeMetricFamily(
+            "eventq_gc_pause_max_seconds",
+            "The longest stop of Python's cyclic GC since the server started, by generation",
+            labels=["generation"],
+        )
+        for generation, (total, longest) in enumerate(
+            zip(pauses["total_ms"], pauses["max_ms"], strict=True)
+        ):
+            gc_seconds.add_metric([str(generation)], total / 1000)
+            gc_longest.add_metric([str(generation)], longest / 1000)
+        yield gc_seconds
+        yield gc_longest
         limiter = server.rate_limiter
         if limiter is not None:
             yield CounterMetricFamily(

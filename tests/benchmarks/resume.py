@@ -49,7 +49,9 @@ sampler (`POST /api/internal/stats`, `loop_lag`), which wakes every 100 ms
 and keeps the last 600 samples (60 s): before each phase the run waits
 --settle seconds so that no earlier phase is in that window, and reads it
 every 10 s during the phase and at its end; the phase's lag is the largest
-`window_max_ms` (and `p99_ms`) so read. A first row `idle` is the same
+`window_max_ms` (and `p99_ms`) so read; beside it the longest stop of
+Python's cyclic GC during the phase (the server's `python_gc.pauses`), one
+cause of lag told apart from the others. A first row `idle` is the same
 window with no request. Bar: the lag's max over the resume phases <= 5 ms,
 so that one client's resume does not hold up the others' deliveries. The
 ratio c/f (latency and CPU) is printed.
@@ -824,7 +826,10 @@ class LagWatcher:
         self._thread = threading.Thread(target=self._poll, name="lag", daemon=True)
 
     def start(self) -> None:
-        self.before = self.run.stats()["loop_lag"]
+        stats = self.run.stats()
+        self.before = stats["loop_lag"]
+        self.gc_before = stats["python_gc"]["pauses"]["count"]
+        self.began = time.monotonic()
         self._thread.start()
 
     def _poll(self) -> None:
@@ -837,14 +842,29 @@ class LagWatcher:
     def stop(self) -> dict[str, Any]:
         self._stop.set()
         self._thread.join(60)
-        self.reads.append(self.run.stats()["loop_lag"])
+        elapsed = time.monotonic() - self.began
+        stats = self.run.stats()
+        self.reads.append(stats["loop_lag"])
         if self.error is not None:
             raise BenchError(f"reading the server's stats: {self.error}")
+        pauses = stats["python_gc"]["pauses"]
+        # The GC's stops of 1 ms or more during the phase (the server keeps
+        # the last 64): one cause of lag told apart from the others.
+        during = [p for p in pauses["recent"] if p["ago_secs"] <= elapsed]
+        longest = max(during, key=lambda p: p["ms"], default=None)
         return {
             "window_max_ms": max(r["window_max_ms"] for r in self.reads),
             "p99_ms": max(r["p99_ms"] for r in self.reads),
             "reads": len(self.reads),
             "window_max_before_ms": self.before["window_max_ms"],
+            "gc": {
+                "collections": [
+                    after - before
+                    for after, before in zip(pauses["count"], self.gc_before, strict=True)
+                ],
+                "max_ms": 0.0 if longest is None else longest["ms"],
+                "max_generation": None if longest is None else longest["generation"],
+            },
         }
 
 
@@ -1148,6 +1168,14 @@ def _plan_kind(plan: dict[str, Any], kind: str) -> str:
     return ", ".join(names) or "no scan"
 
 
+def _gc(lag: dict[str, Any]) -> str:
+    """The longest GC stop of a phase, and its generation."""
+    gc = lag.get("gc")
+    if not gc or gc["max_generation"] is None:
+        return "-"
+    return f"{gc['max_ms']:.1f} ({gc['max_generation']})"
+
+
 def render(results: dict[str, Any]) -> str:
     world = results.get("world", {})
     logged = world.get("log", {})
@@ -1171,9 +1199,9 @@ def render(results: dict[str, Any]) -> str:
         lines += [
             "",
             f"{'phase':<46}{'answer':>24}{'first':>8}{'p50':>8}{'p99':>8}{'max':>8}"
-            f"{'srv CPU':>9}{'PG CPU':>8}{'lag max':>9}{'lag p99':>9}{'ok':>4}",
+            f"{'srv CPU':>9}{'PG CPU':>8}{'lag max':>9}{'lag p99':>9}{'GC max':>9}{'ok':>4}",
             f"{'':<46}{'':>24}{'ms':>8}{'ms':>8}{'ms':>8}{'ms':>8}{'ms/req':>9}{'ms/req':>8}"
-            f"{'ms':>9}{'ms':>9}",
+            f"{'ms':>9}{'ms':>9}{'ms (gen)':>9}",
         ]
     idle = results.get("idle")
     if idle:
@@ -1181,6 +1209,7 @@ def render(results: dict[str, Any]) -> str:
         lines.append(
             f"{'idle (' + str(idle['secs']) + ' s, no request)':<46}{'':>24}{'':>8}{'':>8}"
             f"{'':>8}{'':>8}{'':>9}{'':>8}{lag['window_max_ms']:>9}{lag['p99_ms']:>9}"
+            f"{_gc(lag):>9}"
         )
     for name, p in phases.items():
         answer = p["answer"] + (f" ({p['events_expected']})" if p["events_expected"] else "")
@@ -1188,7 +1217,8 @@ def render(results: dict[str, Any]) -> str:
             f"{name:<46}{answer:>24}{p['first_ms']:>8}{p['p50_ms']:>8}{p['p99_ms']:>8}"
             f"{p['max_ms']:>8}{p['server_cpu_ms_per_request']:>9}"
             f"{p['postgres_cpu_ms_per_request']:>8}{p['loop_lag']['window_max_ms']:>9}"
-            f"{p['loop_lag']['p99_ms']:>9}{'yes' if p['correct'] else 'NO':>4}"
+            f"{p['loop_lag']['p99_ms']:>9}{_gc(p['loop_lag']):>9}"
+            f"{'yes' if p['correct'] else 'NO':>4}"
         )
     ratios = results.get("ratios")
     if ratios:

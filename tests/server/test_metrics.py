@@ -56,6 +56,10 @@ def test_metrics_follow_the_servers_work(start_server, api):
     assert value(after, "eventq_events_held") == 6
     assert value(after, "eventq_consumer_consuming") == 1
     assert value(after, "eventq_loop_lag_max_seconds") >= 0
+    for generation in ("0", "1", "2"):
+        label = (("generation", generation),)
+        assert ("eventq_gc_pause_seconds_total", label) in after
+        assert ("eventq_gc_pause_max_seconds", label) in after
 
     parked = client.park(first, 2)
     server.wait_parked(user_id, first)
