@@ -26,7 +26,7 @@ import psycopg
 import pytest
 
 from generation.accounts import CreatedUser, create_user, hash_api_key
-from server.admin import cli
+from server.admin import db_commands
 from server.config import Settings
 from server.database import background
 from server.database.background import (
@@ -1036,7 +1036,7 @@ def test_a_freshly_migrated_database_lists_the_updates_of_its_migrations_as_pend
     own_db: str, capsys: pytest.CaptureFixture[str]
 ):
     settings = Settings.from_env({"EVENTQ_DATABASE_URL": own_db})
-    assert cli.cmd_background_status(settings, argparse.Namespace(json=True)) == 0
+    assert db_commands.cmd_background_status(settings, argparse.Namespace(json=True)) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["runner"] is None
     assert [(u["name"], u["state"], u["items_done"]) for u in shown["updates"]] == [
