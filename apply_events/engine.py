@@ -8,6 +8,7 @@ from typing import Any
 from apply_events.section import Section
 from apply_events.sections import SECTIONS
 from apply_events.state import Event, State, StateContext, Want
+from generation.events import TRANSIENT
 
 # Called between two sections' fetches with the name of the next one; the
 # race tests run actions there.
@@ -75,11 +76,12 @@ def apply_events(
     sections: Sequence[Section] | None = None,
 ) -> None:
     """Apply, in order, each event whose type was asked for, to every fetched
-    section that has an applier for it. Pure."""
+    section that has an applier for it. Types declared transient
+    (`generation.events`) change no state and are skipped. Pure."""
     fetched = wanted_sections(want, sections)
     for event in events:
         event_type = event.get("type")
-        if not isinstance(event_type, str) or not want(event_type):
+        if not isinstance(event_type, str) or event_type in TRANSIENT or not want(event_type):
             continue
         for section in fetched:
             applier = section.appliers.get(event_type)

@@ -25,7 +25,9 @@ class Section:
 
     name: str
     fetch: Fetcher
-    # event type -> how it changes this section's keys
+    # event type -> how it changes this section's keys; each such type names
+    # this section in its declaration's `state` (generation.events; checked
+    # by tests/test_event_types.py)
     appliers: Mapping[str, Applier] = dataclasses.field(default_factory=dict)
     # Turns intermediate structures (raw_*) into the keys clients read.
     post_process: PostProcess | None = None

@@ -32,7 +32,41 @@ CAPABILITIES = frozenset(
     }
 )
 
-_LEGACY_SETTINGS_EVENTS = frozenset({"update_display_settings", "update_global_notifications"})
+# The two forms of an event under a capability rule (`ClientRule`) that are
+# not rewrites (those are in queues.specialize): the event as the producer
+# sent it, and no event at all.
+AS_SENT = "as_sent"
+DROPPED = "dropped"
+
+
+class ClientRule(Protocol):
+    """How one capability (or boolean register option) changes what a client
+    receives of an event type: clients that declared `name` take the
+    `with_it` form, the others the `without_it` form; with `when_key`, only
+    events carrying that key are concerned; with `option`, `name` is a boolean
+    field of QueueOptions (`slim_presence`) rather than a capability. A form
+    is one of `queues.specialize.FORMS`.
+
+    The rules are declared with the event types (`generation.events`,
+    docs/event-types.md) and handed to the registry by the server: this
+    package knows how to filter and rewrite, not which types take which form.
+    """
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def with_it(self) -> str: ...
+    @property
+    def without_it(self) -> str: ...
+    @property
+    def when_key(self) -> str | None: ...
+    @property
+    def option(self) -> bool: ...
+
+
+# event type -> the rule its events are delivered by (types without one go
+# to every client as sent)
+ClientRules = Mapping[str, ClientRule]
 
 # Why a parked request is being answered.
 WakeReason = Literal["events", "heartbeat", "displaced", "deleted", "overflow"]
@@ -113,6 +147,18 @@ class QueueOptions:
         )
 
 
+def form_for(rule: ClientRule, options: QueueOptions, event: Mapping[str, Any]) -> str | None:
+    """The form of `event` that a client with `options` takes under `rule`,
+    or None when the rule does not concern this event (it goes as sent)."""
+    if rule.when_key is not None and rule.when_key not in event:
+        return None
+    if rule.option:
+        declared = getattr(options, rule.name) is True
+    else:
+        declared = rule.name in options.capabilities
+    return rule.with_it if declared else rule.without_it
+
+
 # The `covered` of almost every queue: one shared empty set rather than an
 # empty frozenset (216 bytes) per queue.
 NO_POSITIONS: frozenset[int] = frozenset()
@@ -165,22 +211,18 @@ class ClientDescriptor:
         # is answered with this position, not the stream's newer one.
         self.ended_at_position: int | None = None
 
-    def accepts(self, event_type: str, event: Mapping[str, Any]) -> bool:
-        """Whether this queue takes an event of `event_type` (before any narrow).
+    def accepts(
+        self, event_type: str, event: Mapping[str, Any], rule: ClientRule | None = None
+    ) -> bool:
+        """Whether this queue takes an event of `event_type` (before any narrow),
+        `rule` being the capability rule of that type, if it has one.
 
         Heartbeats are pushed directly and never pass through here.
         """
         event_types = self.options.event_types
         if event_types is not None and event_type not in event_types:
             return False
-        if event_type == "typing" and "stream_id" in event:
-            # Channel typing notifications only for clients that declared them.
-            return "stream_typing_notifications" in self.options.capabilities
-        if event_type in _LEGACY_SETTINGS_EVENTS:
-            # Clients with the user_settings object get `user_settings` events
-            # instead (Zulip's rule for those legacy events).
-            return "user_settings_object" not in self.options.capabilities
-        return True
+        return rule is None or form_for(rule, self.options, event) != DROPPED
 
     def expired(self, now: float) -> bool:
         """Idle for its whole lifespan with no request parked."""

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from queues.client import ClientDescriptor, QueueOptions, Waiter
+from queues.client import ClientDescriptor, ClientRules, QueueOptions, Waiter
 from queues.errors import BadQueueId, TooManyQueues
 from queues.event_queue import EventQueue, Item
 from queues.payload import Encoder, Event, Payload
@@ -84,8 +84,14 @@ class QueueRegistry:
         encode: Encoder,
         limits: QueueLimits | None = None,
         new_queue_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+        *,
+        rules: ClientRules,
     ):
+        """`rules`: event type -> the capability rule its events are
+        delivered by (the server hands over `generation.events.CLIENT_RULES`;
+        with none, every queue takes every event as sent)."""
         self.encode = encode
+        self.rules = rules
         self.limits = limits if limits is not None else QueueLimits()
         self._new_queue_id = new_queue_id
         self.end_hooks: list[EndHook] = []
@@ -385,7 +391,8 @@ class QueueRegistry:
         whose `covered` holds `position` already has the event's effect.
         """
         event_type: str = event["type"]
-        payloads = NoticePayloads(event, self.encode, origin)
+        rule = self.rules.get(event_type)
+        payloads = NoticePayloads(event, self.encode, origin, rule)
         report = DeliveryReport()
         overflowed: list[ClientDescriptor] = []
         public = (
@@ -412,7 +419,7 @@ class QueueRegistry:
                     # A recipient's queue is served here, with its own flags,
                     # or not at all: never again by the realm-wide pass.
                     reached.add(client.queue_id)
-                if not client.accepts(event_type, event) or (
+                if not client.accepts(event_type, event, rule) or (
                     client.covered and position in client.covered
                 ):
                     continue
@@ -424,7 +431,7 @@ class QueueRegistry:
         if public:
             assert realm_id is not None
             for client in self._public_by_realm[realm_id].values():
-                if client.queue_id in reached or not client.accepts(event_type, event):
+                if client.queue_id in reached or not client.accepts(event_type, event, rule):
                     continue
                 if client.covered and position in client.covered:
                     continue
@@ -464,9 +471,10 @@ class QueueRegistry:
                 and is_public_channel_message(event)
             ):
                 return None
-        if not client.accepts(event["type"], event):
+        rule = self.rules.get(event["type"])
+        if not client.accepts(event["type"], event, rule):
             return None
-        return NoticePayloads(event, self.encode, origin).for_client(client, data)
+        return NoticePayloads(event, self.encode, origin, rule).for_client(client, data)
 
     def fill(self, client: ClientDescriptor, payload: Payload | tuple[Payload, ...]) -> bool:
         """Append to a `detached` queue; False once it is over a bound (it
@@ -497,10 +505,11 @@ class QueueRegistry:
         """Push `event` to every queue whose `event_types` accepts it (the
         `restart` event after a reload). Returns how many queues got it."""
         payload = Payload.build(event, self.encode)
+        rule = self.rules.get(event["type"])
         overflowed: list[ClientDescriptor] = []
         count = 0
         for client in self._clients.values():
-            if client.accepts(event["type"], event):
+            if client.accepts(event["type"], event, rule):
                 count += 1
                 self._push(client, payload, now, overflowed)
         self._end_overflowed(overflowed, now)

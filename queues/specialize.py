@@ -17,10 +17,10 @@ on the sender's own queue (as Zulip's `process_message_event` builds them).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from queues.client import ClientDescriptor
+from queues.client import AS_SENT, DROPPED, ClientDescriptor, ClientRule, form_for
 from queues.narrow import narrow_matches
 from queues.payload import Encoder, Event, Payload
 
@@ -39,12 +39,17 @@ class NoticePayloads:
         "_last_user",
         "_messages",
         "_origin",
+        "_rule",
         "_shared",
         "_variants",
     )
 
-    def __init__(self, event: Event, encode: Encoder, origin: object = None):
+    def __init__(
+        self, event: Event, encode: Encoder, origin: object = None, rule: ClientRule | None = None
+    ):
+        """`rule`: the capability rule of the event's type, if it has one."""
         self._origin = origin
+        self._rule = rule
         self._event = event
         self._event_type: str = event["type"]
         self._encode = encode
@@ -83,11 +88,16 @@ class NoticePayloads:
     ) -> Payload | tuple[Payload, ...] | None:
         """What `client` (whose user's own data is `user_data`) receives: one
         payload, several (a legacy client's one-per-message deletions), or
-        None if the client's narrow filters this event out."""
+        None if the client's narrow or the type's capability rule filters this
+        event out."""
         if self._event_type == "message":
             flags: Sequence[str] = self._user_form(user_data)[1] if user_data else ()
             return self._message_payload(client, flags)
-        variant = _client_variant(self._event_type, client)
+        variant = None if self._rule is None else form_for(self._rule, client.options, self._event)
+        if variant == DROPPED:
+            return None
+        if variant == AS_SENT:
+            variant = None
         if variant is None and (not user_data or len(user_data) == 1):
             if self._shared is None:
                 self._shared = self._build(self._event, self._encode)
@@ -142,30 +152,36 @@ class NoticePayloads:
         return variant
 
 
-def _client_variant(event_type: str, client: ClientDescriptor) -> str | None:
-    """Which form of an event of this type the client takes (Zulip's per-client
-    rewrites),
-    or None when every client takes the same."""
-    if event_type == "presence":
-        return "slim" if client.options.slim_presence else "legacy"
-    if event_type == "delete_message":
-        bulk = "bulk_message_deletion" in client.options.capabilities
-        return "bulk" if bulk else "one_per_message"
-    return None
+def _without_email(event: Event) -> list[Event]:
+    """Zulip's slim presence: the event without `email`."""
+    return [{k: v for k, v in event.items() if k != "email"}]
+
+
+def _one_per_message(event: Event) -> list[Event]:
+    """Zulip's deletions for clients without bulk deletion: one event per id
+    of `message_ids`, each with `message_id` instead."""
+    ids = event.get("message_ids")
+    if isinstance(ids, list):
+        base = {k: v for k, v in event.items() if k != "message_ids"}
+        return [{**base, "message_id": message_id} for message_id in ids] or [event]
+    return [event]
+
+
+# The rewrites of the forms a capability rule names (`ClientRule`); producers
+# send the modern form (presence with both `user_id` and `email`, deletions
+# with `message_ids`).
+_REWRITES: dict[str, Callable[[Event], list[Event]]] = {
+    "without_email": _without_email,
+    "one_per_message": _one_per_message,
+}
+# Every form a rule may name: as sent, none, or one of the rewrites.
+FORMS = frozenset({AS_SENT, DROPPED, *_REWRITES})
 
 
 def _rewrite(event: Event, variant: str | None) -> list[Event]:
-    """The event(s) a client of `variant` receives. Producers send the modern
-    form: presence with both `user_id` and `email`, deletions with
-    `message_ids`."""
-    if variant == "slim":
-        return [{k: v for k, v in event.items() if k != "email"}]
-    if variant == "one_per_message":
-        ids = event.get("message_ids")
-        if isinstance(ids, list):
-            base = {k: v for k, v in event.items() if k != "message_ids"}
-            return [{**base, "message_id": message_id} for message_id in ids] or [event]
-    return [event]
+    """The event(s) a client of `variant` (a form, None: as sent) receives."""
+    rewrite = _REWRITES.get(variant) if variant is not None else None
+    return [event] if rewrite is None else rewrite(event)
 
 
 def is_public_channel_message(event: Mapping[str, Any]) -> bool:

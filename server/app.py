@@ -23,6 +23,7 @@ import tornado.web
 from tornado.ioloop import PeriodicCallback
 
 from generation.config import api_key_secret
+from generation.events import CLIENT_RULES
 from queues.client import ClientDescriptor
 from queues.event_queue import Item
 from queues.registry import EndReason, QueueRegistry
@@ -83,7 +84,8 @@ class EventServer:
 
     def __init__(self, settings: Settings):
         self.settings = settings
-        self.registry = QueueRegistry(encode, settings.queue_limits)
+        # The capability rules come with the event types' declarations.
+        self.registry = QueueRegistry(encode, settings.queue_limits, rules=CLIENT_RULES)
         self.registry.end_hooks.append(self._on_queue_end)
         self.db = Database(
             settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max

@@ -8,8 +8,9 @@ and turned into the keys clients read by post-processing, as Zulip's
 `post_process_state`. Every applier sets or removes entries by id, so applying
 an event whose effect is already in the fetched state changes nothing.
 
-Reactions and typing notifications change no state: Zulip treats them as
-transient for register.
+Which event types each section applies is declared with the types
+(`generation.events`, `state`); reactions and typing notifications are
+declared transient there, and have no applier.
 """
 
 from __future__ import annotations
@@ -211,10 +212,6 @@ def _deleted_ids(event: Event) -> list[int]:
     return _ids([event.get("message_id")])
 
 
-def _transient(state: State, event: Event, ctx: StateContext) -> None:
-    """Reactions and typing notifications are not part of register's state."""
-
-
 # -- section `message` ------------------------------------------------------------
 
 
@@ -240,8 +237,6 @@ def post_process_message(state: State, ctx: StateContext) -> None:
 MESSAGE_APPLIERS: dict[str, Applier] = {
     "message": apply_message_max,
     "delete_message": apply_delete_max,
-    "reaction": _transient,
-    "typing": _transient,
 }
 
 # -- section `update_message_flags` (unread_msgs) ---------------------------------------

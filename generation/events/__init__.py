@@ -1,11 +1,17 @@
-"""The event contract: one TypedDict per event type (and op), as clients
-receive it (with its queue-assigned `id`).
+"""The event contract: every event type, declared once (docs/event-types.md).
 
-`CATALOGUE` maps each kind, `(type, op)` (op None for types without one), to
-its schema; `generation.schema` turns them into the strict JSON Schemas of the
-OpenAPI document, and the tests validate every event an action emits against
-them. Each area module declares its own `EVENTS`; adding an event type means
-adding its TypedDict there.
+Each area module declares its types as `EventType`s (`TYPES`): the TypedDict
+of each op as clients receive it (with its queue-assigned `id`), the register
+state sections that apply it or why it is transient, and the capability rule
+it is delivered by, if any. Everything else here derives from them:
+
+- `CATALOGUE` maps each kind, `(type, op)` (op None for types without one),
+  to its schema; `generation.schema` turns them into the strict JSON Schemas
+  of the OpenAPI document, and the tests validate every event an action emits
+  against them.
+- `CLIENT_RULES` (event type -> `ClientRule`): the server hands it to the
+  queue registry, which filters and rewrites events by it.
+- `TRANSIENT`: the types register's engine never applies.
 """
 
 from __future__ import annotations
@@ -14,16 +20,25 @@ from collections.abc import Mapping
 from typing import Any
 
 from generation.events import messages, realm, streams, system, users
+from generation.events.declaration import ClientRule, EventType, Transient, client_rules, index
 
 EventKind = tuple[str, str | None]
 
+EVENT_TYPES: dict[str, EventType] = index(
+    (*system.TYPES, *realm.TYPES, *users.TYPES, *streams.TYPES, *messages.TYPES)
+)
+
 CATALOGUE: dict[EventKind, type] = {
-    **system.EVENTS,
-    **realm.EVENTS,
-    **users.EVENTS,
-    **streams.EVENTS,
-    **messages.EVENTS,
+    (event_type.name, op): schema
+    for event_type in EVENT_TYPES.values()
+    for op, schema in event_type.schemas.items()
 }
+
+CLIENT_RULES: dict[str, ClientRule] = client_rules(EVENT_TYPES)
+
+TRANSIENT: frozenset[str] = frozenset(
+    name for name, event_type in EVENT_TYPES.items() if isinstance(event_type.state, Transient)
+)
 
 
 def kind_of(event: Mapping[str, Any]) -> EventKind:

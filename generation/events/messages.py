@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Literal, NotRequired, TypedDict
 
+from generation.events.declaration import ClientRule, EventType, Transient
+
 MessageType = Literal["stream", "private"]
 PropagateMode = Literal["change_one", "change_later", "change_all"]
 ReactionType = Literal["unicode_emoji", "realm_emoji", "zulip_extra_emoji"]
@@ -229,14 +231,46 @@ class TypingStopEvent(TypedDict):
     topic: NotRequired[str]
 
 
-EVENTS: dict[tuple[str, str | None], type] = {
-    ("message", None): MessageEvent,
-    ("update_message", None): UpdateMessageEvent,
-    ("delete_message", None): DeleteMessageEvent,
-    ("update_message_flags", "add"): UpdateMessageFlagsAddEvent,
-    ("update_message_flags", "remove"): UpdateMessageFlagsRemoveEvent,
-    ("reaction", "add"): ReactionAddEvent,
-    ("reaction", "remove"): ReactionRemoveEvent,
-    ("typing", "start"): TypingStartEvent,
-    ("typing", "stop"): TypingStopEvent,
-}
+TYPES: tuple[EventType, ...] = (
+    EventType(
+        "message",
+        {None: MessageEvent},
+        state=("message", "update_message_flags"),
+        capability=None,
+    ),
+    EventType(
+        "update_message",
+        {None: UpdateMessageEvent},
+        # moves unread messages to their new topic; mentions in new content
+        state=("update_message_flags",),
+        capability=None,
+    ),
+    EventType(
+        "delete_message",
+        {None: DeleteMessageEvent},
+        state=("message", "update_message_flags", "starred_messages"),
+        capability=ClientRule("bulk_message_deletion", without_it="one_per_message"),
+    ),
+    EventType(
+        "update_message_flags",
+        {"add": UpdateMessageFlagsAddEvent, "remove": UpdateMessageFlagsRemoveEvent},
+        state=("update_message_flags", "starred_messages"),
+        capability=None,
+    ),
+    EventType(
+        "reaction",
+        {"add": ReactionAddEvent, "remove": ReactionRemoveEvent},
+        state=Transient("register's state has no messages, so no reactions (Zulip's too)"),
+        capability=None,
+    ),
+    EventType(
+        "typing",
+        {"start": TypingStartEvent, "stop": TypingStopEvent},
+        state=Transient("who is typing now is not part of register's state (Zulip's neither)"),
+        # Channel typing notifications only to clients that declared them;
+        # direct ones (no `stream_id`) to every client.
+        capability=ClientRule(
+            "stream_typing_notifications", without_it="dropped", when_key="stream_id"
+        ),
+    ),
+)

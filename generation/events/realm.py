@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal, TypedDict
 
+from generation.events.declaration import EventType
+
 
 class RealmUpdateEvent(TypedDict):
     """One realm property changed (Zulip's `realm` op `update`)."""
@@ -29,7 +31,11 @@ class RealmUpdateDictEvent(TypedDict):
     data: RealmUpdateDictData
 
 
-EVENTS: dict[tuple[str, str | None], type] = {
-    ("realm", "update"): RealmUpdateEvent,
-    ("realm", "update_dict"): RealmUpdateDictEvent,
-}
+TYPES: tuple[EventType, ...] = (
+    EventType(
+        "realm",
+        {"update": RealmUpdateEvent, "update_dict": RealmUpdateDictEvent},
+        state=("realm",),
+        capability=None,
+    ),
+)

@@ -17,6 +17,8 @@ import html
 import re
 from typing import Literal, NotRequired, TypedDict
 
+from generation.events.declaration import EventType
+
 # The stream properties a `stream` update event may carry.
 StreamProperty = Literal["name", "description", "invite_only"]
 # The per-user subscription properties a `subscription` update event may carry.
@@ -153,17 +155,34 @@ class DefaultStreamsEvent(TypedDict):
     default_streams: list[int]
 
 
-EVENTS: dict[tuple[str, str | None], type] = {
-    ("stream", "create"): StreamCreateEvent,
-    ("stream", "delete"): StreamDeleteEvent,
-    ("stream", "update"): StreamUpdateEvent,
-    ("subscription", "add"): SubscriptionAddEvent,
-    ("subscription", "remove"): SubscriptionRemoveEvent,
-    ("subscription", "update"): SubscriptionUpdateEvent,
-    ("subscription", "peer_add"): SubscriptionPeerAddEvent,
-    ("subscription", "peer_remove"): SubscriptionPeerRemoveEvent,
-    ("default_streams", None): DefaultStreamsEvent,
-}
+TYPES: tuple[EventType, ...] = (
+    EventType(
+        "stream",
+        {"create": StreamCreateEvent, "delete": StreamDeleteEvent, "update": StreamUpdateEvent},
+        # a deleted stream is no longer muted for `unread_msgs`
+        state=("stream", "subscription", "update_message_flags"),
+        capability=None,
+    ),
+    EventType(
+        "subscription",
+        {
+            "add": SubscriptionAddEvent,
+            "remove": SubscriptionRemoveEvent,
+            "update": SubscriptionUpdateEvent,
+            "peer_add": SubscriptionPeerAddEvent,
+            "peer_remove": SubscriptionPeerRemoveEvent,
+        },
+        # which streams are muted, for `unread_msgs`
+        state=("subscription", "update_message_flags"),
+        capability=None,
+    ),
+    EventType(
+        "default_streams",
+        {None: DefaultStreamsEvent},
+        state=("default_streams",),
+        capability=None,
+    ),
+)
 
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal, TypedDict
 
+from generation.events.declaration import EventType, Transient
+
 
 class HeartbeatEvent(TypedDict):
     """Sent to a parked request that waited 45-55 s without an event."""
@@ -23,7 +25,17 @@ class RestartEvent(TypedDict):
     server_generation: int
 
 
-EVENTS: dict[tuple[str, str | None], type] = {
-    ("heartbeat", None): HeartbeatEvent,
-    ("restart", None): RestartEvent,
-}
+TYPES: tuple[EventType, ...] = (
+    EventType(
+        "heartbeat",
+        {None: HeartbeatEvent},
+        state=Transient("the server's keep-alive for a parked request"),
+        capability=None,
+    ),
+    EventType(
+        "restart",
+        {None: RestartEvent},
+        state=Transient("says the server restarted; the client's state is still current"),
+        capability=None,
+    ),
+)

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
+from generation.events.declaration import ClientRule, EventType
+
 # Zulip's role numbers (generation.accounts.ROLES).
 Role = Literal[100, 200, 300, 400, 600]
 
@@ -123,12 +125,36 @@ class UserSettingsUpdateEvent(TypedDict):
     language_name: NotRequired[str]
 
 
-EVENTS: dict[tuple[str, str | None], type] = {
-    ("realm_user", "add"): RealmUserAddEvent,
-    ("realm_user", "update"): RealmUserUpdateEvent,
-    ("presence", None): PresenceEvent,
-    ("user_settings", "update"): UserSettingsUpdateEvent,
-}
+TYPES: tuple[EventType, ...] = (
+    EventType(
+        "realm_user",
+        {"add": RealmUserAddEvent, "update": RealmUserUpdateEvent},
+        # the people, and who is active for presence
+        state=("realm_user", "presence"),
+        capability=None,
+    ),
+    EventType(
+        "presence",
+        {None: PresenceEvent},
+        state=("presence",),
+        # Zulip's slim presence: no `email` (the register option, not a capability).
+        capability=ClientRule("slim_presence", option=True, with_it="without_email"),
+    ),
+    EventType(
+        "user_settings",
+        {"update": UserSettingsUpdateEvent},
+        # the settings object, and the legacy top-level copies
+        state=("user_settings", "update_display_settings"),
+        # Zulip's legacy settings events (eventq never sends them, a backend
+        # may) reach only clients without the settings object: the others get
+        # `user_settings` events instead.
+        capability=ClientRule(
+            "user_settings_object",
+            with_it="dropped",
+            legacy_types=("update_display_settings", "update_global_notifications"),
+        ),
+    ),
+)
 
 
 # -- how the derived fields are computed (shared by actions, fetch and apply) --

@@ -53,6 +53,7 @@ from typing import Any
 import pyarrow.parquet as pq
 from quickmode import parse_with_quick
 
+from generation.events import CLIENT_RULES
 from queues.client import ClientDescriptor, QueueOptions
 from queues.event_queue import EventQueue, Item
 from queues.payload import Payload
@@ -216,7 +217,7 @@ def fanout(directory: Path, clients: int, rounds: int) -> dict[str, Any]:
     def run(log: DeliveryLog | None, with_encoding: bool = False) -> float:
         """Median CPU µs per recipient of a round; `with_encoding`: plus the
         writer's encoding of the round's records, in this thread."""
-        registry = QueueRegistry(encode)
+        registry = QueueRegistry(encode, rules=CLIENT_RULES)
         queues = [
             registry.allocate(user, 1, QueueOptions(client_name="ZulipMobile"), 0.0)
             for user in range(clients)

@@ -31,7 +31,7 @@ from apply_events.engine import apply_events, fetch_initial_state, post_process_
 from apply_events.state import State, StateContext, make_want
 from generation import accounts
 from generation.actions.base import ActionContext
-from generation.events import CATALOGUE, EventKind, kind_of
+from generation.events import CATALOGUE, CLIENT_RULES, EventKind, kind_of
 from generation.notice import Notice
 from generation.schema import schema_of
 from queues.client import CAPABILITIES, QueueOptions
@@ -280,7 +280,7 @@ class Domain:
         all_public_streams: bool,
         options: dict[str, Any],
     ) -> list[dict[str, Any]]:
-        registry = QueueRegistry(encode)
+        registry = QueueRegistry(encode, rules=CLIENT_RULES)
         ctx, want = self._context(user, "pending", **options)
         queue_options = QueueOptions(
             event_types=frozenset(event_types) if event_types is not None else None,

@@ -37,6 +37,7 @@ from apply_events.register import register
 from apply_events.state import StateContext, make_want
 from generation.accounts import ROLE_GUEST
 from generation.actions.base import ActionContext
+from generation.events import CLIENT_RULES
 from generation.events.users import access_change
 from generation.notice import Notice
 from queues.client import QueueOptions
@@ -250,7 +251,7 @@ def test_register_state_plus_events_equals_a_fresh_fetch(domain):
     rng = random.Random(SEED)
 
     async def go() -> None:
-        registry = QueueRegistry(encode)
+        registry = QueueRegistry(encode, rules=CLIENT_RULES)
         async with (
             await psycopg.AsyncConnection.connect(domain.database_url, autocommit=True) as conn,
             await psycopg.AsyncConnection.connect(domain.database_url, autocommit=True) as fetch,

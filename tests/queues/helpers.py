@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from generation.events import CLIENT_RULES
 from queues.client import ClientDescriptor, QueueOptions, WakeReason
 from queues.event_queue import EventQueue
 from queues.payload import Payload
@@ -29,9 +30,12 @@ class FakeWaiter:
 
 
 def make_registry(**limits: Any) -> QueueRegistry:
-    """A registry whose queue ids are q0, q1, ... in allocation order."""
+    """A registry whose queue ids are q0, q1, ... in allocation order, with
+    the capability rules the server hands over (the event types' declarations)."""
     counter = itertools.count()
-    return QueueRegistry(encode, QueueLimits(**limits), lambda: f"q{next(counter)}")
+    return QueueRegistry(
+        encode, QueueLimits(**limits), lambda: f"q{next(counter)}", rules=CLIENT_RULES
+    )
 
 
 def options(**kwargs: Any) -> QueueOptions:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from generation.events import CLIENT_RULES
 from queues.client import ClientDescriptor, QueueOptions
 from queues.event_queue import EventQueue
 from queues.narrow import parse_narrow
@@ -30,10 +31,13 @@ def test_accepts_follows_event_types_and_channel_typing_capability():
         "q1", 1, 1, options(event_types=["typing"]), 0.0, EventQueue(encode)
     )
 
+    # the rule the registry passes for typing events (declared with the type)
+    typing = CLIENT_RULES["typing"]
+
     assert plain.accepts("anything", {})
-    assert plain.accepts("typing", {"recipients": []})
-    assert not plain.accepts("typing", {"stream_id": 3})
-    assert typing_only.accepts("typing", {})
+    assert plain.accepts("typing", {"recipients": []}, typing)
+    assert not plain.accepts("typing", {"stream_id": 3}, typing)
+    assert typing_only.accepts("typing", {}, typing)
     assert not typing_only.accepts("message", {})
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from generation.events import CLIENT_RULES
 from queues.client import ClientDescriptor, QueueOptions
 from queues.event_queue import EventQueue
 from queues.specialize import NoticePayloads, is_public_channel_message
@@ -163,7 +164,7 @@ def test_only_explicitly_public_channel_messages_are_public(event, public):
 
 def test_presence_is_slim_or_legacy_by_client():
     event = {"type": "presence", "user_id": 5, "email": "a@b.c", "server_timestamp": 1.0}
-    payloads = NoticePayloads(event, encode)
+    payloads = NoticePayloads(event, encode, rule=CLIENT_RULES["presence"])
     slim = payloads.for_client(_client(slim_presence=True), None)
     legacy = payloads.for_client(_client("q1", slim_presence=False), None)
     assert slim.client_event(0) == {
@@ -178,7 +179,7 @@ def test_presence_is_slim_or_legacy_by_client():
 
 def test_deletions_are_one_event_per_message_without_bulk_message_deletion():
     event = {"type": "delete_message", "message_type": "private", "message_ids": [3, 4]}
-    payloads = NoticePayloads(event, encode)
+    payloads = NoticePayloads(event, encode, rule=CLIENT_RULES["delete_message"])
     bulk = payloads.for_client(_client(capabilities=frozenset({"bulk_message_deletion"})), None)
     legacy = payloads.for_client(_client("q1"), None)
     assert bulk.client_event(0) == {**event, "id": 0}
