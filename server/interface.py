@@ -1,6 +1,11 @@
 """What the HTTP layer (server/handlers/, server/routes.py,
-server/observability/metrics.py) may use of the server: a `Protocol` that
-`server.app.EventServer` satisfies structurally.
+server/observability/metrics.py) may use of the server: `Protocol`s that
+`server.app.EventServer` satisfies structurally, one per role. Every handler
+sees `HandlerApi` (authentication, limits, shutdown); each kind of handler
+sees its role's members besides, and no others: the domain endpoints
+`DomainApi`, the long poll `PollApi`, register `RegisterApi`, the internal
+endpoints `InternalApi`, the pages `PagesApi`, the metrics `MetricsApi`.
+`ServerApi` is all of them, for the routes that build every handler.
 
 It lives at the bottom of server/'s rooms so that imports run one way:
 handlers and routes import this module, app imports them and this module, and
@@ -35,10 +40,12 @@ if TYPE_CHECKING:
     from server.http.sessions import SessionSigner
     from server.observability.deliverylog import DeliveryLog
     from server.observability.looplag import GcPauses, LoopLagMonitor
+    from server.observability.metrics import Metrics
 
 
-class ServerApi(Protocol):
-    """One server process, as its request handlers and metrics see it. Every
+class HandlerApi(Protocol):
+    """What every request handler uses of the server: settings, the
+    registry, authentication and its limits, shutdown, the clock. Every
     member is used on the IO loop only. The attributes are read-only here:
     the server changes them, the HTTP layer reads them."""
 
@@ -47,18 +54,6 @@ class ServerApi(Protocol):
 
     @property
     def registry(self) -> QueueRegistry: ...
-
-    @property
-    def eventlog(self) -> EventLogReader:
-        """Positioned notices in position order (server/delivery/eventlog.py)."""
-        ...
-
-    @property
-    def db(self) -> Database: ...
-
-    @property
-    def background(self) -> Runner | None:
-        """The background updates' runner, when this process runs them."""
 
     @property
     def auth(self) -> Authenticator: ...
@@ -80,22 +75,48 @@ class ServerApi(Protocol):
         """What internal callers and other shards prove themselves with."""
 
     @property
-    def server_generation(self) -> int:
-        """Identifies this run of the server to clients."""
-
-    @property
     def stopping(self) -> bool:
         """True once shutdown has begun: new requests are refused."""
 
-    @property
-    def in_flight(self) -> int:
-        """Requests being served, parked long-polls included."""
+    def clock(self) -> float:
+        """The registry's clock: seconds, never going back."""
+
+    def request_started(self) -> None:
+        """Called once per request as it starts; `request_finished` once as it
+        ends, whatever the outcome (shutdown waits for every one)."""
+
+    def request_finished(self) -> None: ...
+
+
+class DomainApi(HandlerApi, Protocol):
+    """The domain's endpoints (messages, channels, users, sessions): the
+    database, and where their actions' events go."""
 
     @property
-    def loop_lag(self) -> LoopLagMonitor: ...
+    def db(self) -> Database: ...
+
+    async def sink(self, notice: Notice) -> None:
+        """Where this process's own actions send their committed events."""
+
+
+class QueueMaking(HandlerApi, Protocol):
+    """Making a queue (register, and the implicit register of a poll with
+    no queue)."""
+
+    def observe_registered(self, client: ClientDescriptor, latency_secs: float) -> None: ...
+
+    def journal_queue(self, client: ClientDescriptor) -> None:
+        """A queue just registered, to be rebuilt after a crash before the
+        next checkpoint has it."""
+
+
+class PollApi(QueueMaking, Protocol):
+    """The long poll (server/handlers/longpoll_flow.py, both paths)."""
 
     @property
-    def gc_pauses(self) -> GcPauses: ...
+    def eventlog(self) -> EventLogReader:
+        """Positioned notices in position order (server/delivery/eventlog.py)."""
+        ...
 
     @property
     def poll_paths(self) -> dict[str, int]:
@@ -111,29 +132,6 @@ class ServerApi(Protocol):
         """The heartbeat deadlines of parked requests: `start` when parking,
         `cancel` when answered."""
 
-    @property
-    def refusals(self) -> Refusals: ...
-
-    @property
-    def consumer(self) -> NoticeConsumer | None:
-        """None when the server consumes no RabbitMQ queue."""
-
-    @property
-    def delivery_log(self) -> DeliveryLog | None:
-        """None when there is no delivery log (no EVENTQ_LOG_DIR)."""
-
-    @property
-    def metrics_registry(self) -> CollectorRegistry: ...
-
-    def clock(self) -> float:
-        """The registry's clock: seconds, never going back."""
-
-    def request_started(self) -> None:
-        """Called once per request as it starts; `request_finished` once as it
-        ends, whatever the outcome (shutdown waits for every one)."""
-
-    def request_finished(self) -> None: ...
-
     def observe_response(
         self,
         client: ClientDescriptor,
@@ -143,11 +141,24 @@ class ServerApi(Protocol):
         waited_secs: float,
     ) -> None: ...
 
-    def observe_registered(self, client: ClientDescriptor, latency_secs: float) -> None: ...
+    def observe_poll_failed(
+        self, user_id: int, realm_id: int, queue_id: str | None, code: str
+    ) -> None: ...
 
-    def journal_queue(self, client: ClientDescriptor) -> None:
-        """A queue just registered, to be rebuilt after a crash before the
-        next checkpoint has it."""
+
+class RegisterApi(QueueMaking, Protocol):
+    """`POST /register`: the state from the database, or a resume from the
+    event log (server/durability/resume.py)."""
+
+    @property
+    def db(self) -> Database: ...
+
+    @property
+    def eventlog(self) -> EventLogReader: ...
+
+    @property
+    def server_generation(self) -> int:
+        """Identifies this run of the server to clients."""
 
     def record_floor(self, user_id: int, position: int) -> None:
         """A register (with state) gave `user_id` the stream position
@@ -156,16 +167,65 @@ class ServerApi(Protocol):
     async def stream_floor(self, user_id: int) -> int | None:
         """The lowest stream position registers gave `user_id` (None: none)."""
 
-    def observe_poll_failed(
-        self, user_id: int, realm_id: int, queue_id: str | None, code: str
-    ) -> None: ...
 
-    async def sink(self, notice: Notice) -> None:
-        """Where this process's own actions send their committed events."""
+class InternalApi(HandlerApi, Protocol):
+    """The internal endpoints: notices from producers, the stats."""
 
     def deliver(self, notice: Notice, encoded_size: int) -> DeliveryReport:
         """Deliver a validated notice whose wire form is `encoded_size` bytes.
         Raises `BadNotice` for an event no queue could hold."""
 
-    def stats(self, user_id: int | None) -> dict[str, Any]:
+    def stats(self, user_id: int | None = None) -> dict[str, Any]:
         """The internal stats body; with `user_id`, that user's queues too."""
+
+
+class MetricsApi(HandlerApi, Protocol):
+    """`/metrics` (server/observability/metrics.py reads the gauges at
+    scrape time)."""
+
+    @property
+    def metrics_registry(self) -> CollectorRegistry: ...
+
+    @property
+    def in_flight(self) -> int:
+        """Requests being served, parked long-polls included."""
+
+    @property
+    def loop_lag(self) -> LoopLagMonitor: ...
+
+    @property
+    def gc_pauses(self) -> GcPauses: ...
+
+    @property
+    def refusals(self) -> Refusals: ...
+
+    @property
+    def background(self) -> Runner | None:
+        """The background updates' runner, when this process runs them."""
+
+    @property
+    def consumer(self) -> NoticeConsumer | None:
+        """None when the server consumes no RabbitMQ queue."""
+
+    @property
+    def delivery_log(self) -> DeliveryLog | None:
+        """None when there is no delivery log (no EVENTQ_LOG_DIR)."""
+
+
+class PagesApi(InternalApi, Protocol):
+    """The operator page's figures: the stats, counters, the stream, the
+    background updates."""
+
+    @property
+    def metrics(self) -> Metrics:
+        """The counters the observers keep (server/observability/metrics.py)."""
+
+    @property
+    def eventlog(self) -> EventLogReader: ...
+
+    @property
+    def background(self) -> Runner | None: ...
+
+
+class ServerApi(DomainApi, PollApi, RegisterApi, PagesApi, MetricsApi, Protocol):
+    """One server process, every role: what the routes hand each handler."""

@@ -55,7 +55,7 @@ from server.database.db import LogRow
 from server.delivery.eventlog import CATCH_UP_PAGE
 from server.errors import ApiError
 from server.errors import access_changed as access_changed_error
-from server.interface import ServerApi
+from server.interface import RegisterApi
 from server.observability.observe import Origin
 
 log = logging.getLogger("eventq.register")
@@ -158,7 +158,7 @@ def _expired(msg: str, **fields: Any) -> ApiError:
     )
 
 
-async def _check_kept(server: ServerApi, resume_from: int) -> None:
+async def _check_kept(server: RegisterApi, resume_from: int) -> None:
     through = await server.db.log_pruned_through()
     if resume_from < through:
         raise _expired(
@@ -168,7 +168,7 @@ async def _check_kept(server: ServerApi, resume_from: int) -> None:
         )
 
 
-async def _check_given(server: ServerApi, user_id: int, resume_from: int) -> None:
+async def _check_given(server: RegisterApi, user_id: int, resume_from: int) -> None:
     """RESUME_POSITION_UNKNOWN unless `resume_from` may be one this user
     was given: not ahead of the stream (it only moves forward, and after a
     restart it catches up before it takes requests), and not below their
@@ -220,7 +220,7 @@ async def _parse(rows: list[LogRow], user_id: int, options: QueueOptions, found:
 
 
 async def _facts(
-    server: ServerApi, user_id: int, realm_id: int, found: _Found, after: int, upto: int
+    server: RegisterApi, user_id: int, realm_id: int, found: _Found, after: int, upto: int
 ) -> ReplayFacts:
     ids, channels = found.message_ids, set(found.channel_ids)
     if not ids and not channels:
@@ -239,7 +239,7 @@ async def _facts(
     return ReplayFacts(frozenset(deleted), channel_of, frozenset(knows), frozenset(sees))
 
 
-def _put(server: ServerApi, client: ClientDescriptor, notice: Notice, resume_from: int) -> None:
+def _put(server: RegisterApi, client: ClientDescriptor, notice: Notice, resume_from: int) -> None:
     """Into the detached queue, as a delivery would put it (if at all)."""
     payload = server.registry.payload_for(
         client,
@@ -253,7 +253,7 @@ def _put(server: ServerApi, client: ClientDescriptor, notice: Notice, resume_fro
 
 
 async def _fill(
-    server: ServerApi,
+    server: RegisterApi,
     client: ClientDescriptor,
     found: list[Notice],
     facts: ReplayFacts,
@@ -275,7 +275,7 @@ async def _fill(
 
 
 async def resume_queue(
-    server: ServerApi,
+    server: RegisterApi,
     user_id: int,
     realm_id: int,
     options: QueueOptions,
@@ -299,7 +299,7 @@ async def resume_queue(
 
 
 async def _resume(
-    server: ServerApi,
+    server: RegisterApi,
     user_id: int,
     realm_id: int,
     options: QueueOptions,

@@ -34,7 +34,7 @@ from server.http.forward import (
 from server.http.params import Params
 from server.http.responses import success_body
 from server.http.sessions import CSRF_HEADER, USER_HEADER, check_csrf, cookie_names
-from server.interface import ServerApi
+from server.interface import HandlerApi, ServerApi
 
 log = logging.getLogger("eventq.http")
 # Refused calls of the operators' endpoints (server/handlers/internal.py).
@@ -116,7 +116,7 @@ def client_address(peer: str, forwarded: str | None, shard_map: ShardMap | None)
     return peer
 
 
-def owned_queue(server: ServerApi, queue_id: str, user: AuthUser) -> ClientDescriptor:
+def owned_queue(server: HandlerApi, queue_id: str, user: AuthUser) -> ClientDescriptor:
     """The user's queue `queue_id`; another user's id fails exactly like an
     unknown one (and is logged)."""
     try:

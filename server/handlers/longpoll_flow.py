@@ -27,7 +27,7 @@ from server.errors import ApiError, bad_queue_id, from_queue_error
 from server.handlers.base import owned_queue
 from server.handlers.headers import shutting_down
 from server.http.auth import AuthUser
-from server.interface import ServerApi
+from server.interface import PollApi
 
 log = logging.getLogger("eventq.events")
 
@@ -50,7 +50,7 @@ def poll_outcome(items: list[Item]) -> str:
     return "heartbeat"
 
 
-def note_end(server: ServerApi, client: ClientDescriptor) -> None:
+def note_end(server: PollApi, client: ClientDescriptor) -> None:
     """Remember the stream position `client`'s queue ended at (the server
     calls this from its queue end hook)."""
     # Its own event included: a queue ends after that event's delivery.
@@ -58,7 +58,7 @@ def note_end(server: ServerApi, client: ClientDescriptor) -> None:
 
 
 def answer_position(
-    server: ServerApi, client: ClientDescriptor, extra: Mapping[str, bool] | None
+    server: PollApi, client: ClientDescriptor, extra: Mapping[str, bool] | None
 ) -> int | None:
     """The stream position an events answer gives: the queue holds every
     event up to it for the client. A queue that ended (a request parked on it
@@ -72,7 +72,7 @@ def answer_position(
 
 
 def begin_poll(
-    server: ServerApi,
+    server: PollApi,
     user: AuthUser,
     queue_id: str,
     last_event_id: int | None,
@@ -93,7 +93,7 @@ def begin_poll(
     return client
 
 
-def refuse_if_stopping(server: ServerApi) -> None:
+def refuse_if_stopping(server: PollApi) -> None:
     """Refuse a poll about to park once shutdown has begun (it began while
     the request was being authenticated): the 503 of `shutting_down`, but
     without its `Connection: close`, which this answer has never carried
@@ -102,13 +102,13 @@ def refuse_if_stopping(server: ServerApi) -> None:
         raise shutting_down(close=False)
 
 
-def poll_failed(server: ServerApi, user: AuthUser, queue_id: str | None, code: str) -> None:
+def poll_failed(server: PollApi, user: AuthUser, queue_id: str | None, code: str) -> None:
     """Tell the observers of a poll of `queue_id` refused with `code`."""
     server.observe_poll_failed(user.user_id, user.realm_id, queue_id, code)
 
 
 def poll_refused(
-    server: ServerApi,
+    server: PollApi,
     user: AuthUser,
     query: Mapping[str, list[bytes]],
     exc: ApiError | QueueError,
@@ -138,7 +138,7 @@ class ParkedPoll(abc.ABC):
 
     __slots__ = ("_client", "_done", "_heartbeat", "_parked_at", "_ready", "_woken", "server")
 
-    def __init__(self, server: ServerApi) -> None:
+    def __init__(self, server: PollApi) -> None:
         self.server = server
         self._client: ClientDescriptor | None = None
         self._parked_at = 0.0
@@ -260,7 +260,7 @@ class ParkedRequest(ParkedPoll):
 
     __slots__ = ("outcome",)
 
-    def __init__(self, server: ServerApi) -> None:
+    def __init__(self, server: PollApi) -> None:
         super().__init__(server)
         self.outcome: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from server.errors import ApiError
 from server.handlers.base import BaseHandler
+from server.interface import PagesApi
 
 log = logging.getLogger("eventq.pages")
 
@@ -197,7 +198,7 @@ class OperatorStatsHandler(OperatorHandler):
         self.write_success(operator_figures(self.server))
 
 
-def operator_figures(server: Any) -> dict[str, Any]:
+def operator_figures(server: PagesApi) -> dict[str, Any]:
     """The operator page's figures: what the shard holds now, and counters
     since it started (the page turns them into rates)."""
     stats = server.stats()

@@ -29,7 +29,7 @@ from queues.client import ClientDescriptor
 from queues.event_queue import Item
 from queues.registry import DeliveryReport, EndReason
 from server.database.background_status import STATES
-from server.interface import ServerApi
+from server.interface import MetricsApi
 from server.observability.observe import Observer, PollOutcome
 
 # Producers may send any event type; past this many distinct ones, the rest are
@@ -183,7 +183,7 @@ class _PollCounters(Collector):
 class ServerState(Collector):
     """What the server holds right now, read at scrape time."""
 
-    def __init__(self, server: ServerApi):
+    def __init__(self, server: MetricsApi):
         self.server = server
 
     def collect(self) -> Iterator[Metric]:
@@ -348,7 +348,7 @@ class ServerState(Collector):
         )
 
 
-def make_metrics(server: ServerApi) -> tuple[Metrics, CollectorRegistry]:
+def make_metrics(server: MetricsApi) -> tuple[Metrics, CollectorRegistry]:
     registry = CollectorRegistry()
     metrics = Metrics(registry)
     registry.register(ServerState(server))
