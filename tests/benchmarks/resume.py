@@ -51,10 +51,11 @@ and keeps the last 600 samples (60 s): before each phase the run waits
 every 10 s during the phase and at its end; the phase's lag is the largest
 `window_max_ms` (and `p99_ms`) so read; beside it the longest stop of
 Python's cyclic GC during the phase (the server's `python_gc.pauses`), one
-cause of lag told apart from the others. A first row `idle` is the same
-window with no request. Bar: the lag's max over the resume phases <= 5 ms,
-so that one client's resume does not hold up the others' deliveries. The
-ratio c/f (latency and CPU) is printed.
+cause of lag told apart from the others (the sampler sees a stop only
+when it overlaps one of its wake-ups; a GC stop is timed whole). A first
+row `idle` is the same window with no request. Bar: the longer of the two
+over the resume phases <= 5 ms, so that one client's resume does not hold
+up the others' deliveries. The ratio c/f (latency and CPU) is printed.
 
 Every answer is checked: a resumed queue must hold exactly the events logged
 for its user after the position (the guest's known by construction, the
@@ -1231,7 +1232,8 @@ def render(results: dict[str, Any]) -> str:
     bar = results.get("bar")
     if bar:
         lines.append(
-            f"bar: IO-loop lag max over the resume phases: {bar['value_ms']} ms"
+            f"bar: the IO loop's longest stop over the resume phases (lag max, or GC stop"
+            f" if longer): {bar['value_ms']} ms"
             f" <= {bar['limit_ms']} ms: {'met' if bar['met'] else 'MISSED'} ({bar['phase']})"
         )
     plans = results.get("plans", {})
@@ -1449,8 +1451,15 @@ def summarize(results: dict[str, Any], phases: list[Phase]) -> None:
         "postgres_cpu": ratio(c["postgres_cpu_ms_per_request"], f["postgres_cpu_ms_per_request"]),
     }
     resumes = [keys[k] for k in ("a", "b", "c", "d", "e", "g", "ax")]
-    worst = max(resumes, key=lambda label: measured[label]["loop_lag"]["window_max_ms"])
-    value = measured[worst]["loop_lag"]["window_max_ms"]
+
+    def stop(label: str) -> float:
+        # The sampler sees a stop only when it overlaps one of its wake-ups
+        # (every 100 ms); the GC's stops are timed whole. The longer counts.
+        lag = measured[label]["loop_lag"]
+        return float(max(lag["window_max_ms"], lag["gc"]["max_ms"]))
+
+    worst = max(resumes, key=stop)
+    value = stop(worst)
     results["bar"] = {
         "value_ms": value,
         "limit_ms": LOOP_LAG_BAR_MS,
