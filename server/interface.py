@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from server.http.sessions import SessionSigner
     from server.observability.deliverylog import DeliveryLog
     from server.observability.looplag import GcPauses, LoopLagMonitor
-    from server.observability.metrics import Metrics
 
 
 class HandlerApi(Protocol):
@@ -212,12 +211,24 @@ class MetricsApi(HandlerApi, Protocol):
         """None when there is no delivery log (no EVENTQ_LOG_DIR)."""
 
 
+class Counters(Protocol):
+    """What the operator page reads of the observers' counters
+    (server/observability/metrics.py's `Metrics`)."""
+
+    @property
+    def events_sent(self) -> int: ...
+
+    @property
+    def polls(self) -> dict[str, int]:
+        """Long polls answered, by outcome."""
+
+
 class PagesApi(InternalApi, Protocol):
     """The operator page's figures: the stats, counters, the stream, the
     background updates."""
 
     @property
-    def metrics(self) -> Metrics:
+    def metrics(self) -> Counters:
         """The counters the observers keep (server/observability/metrics.py)."""
 
     @property
