@@ -1,8 +1,10 @@
 """The OpenAPI document of eventq's API, built from the types that define it.
 
 Event schemas come from the event catalogue (`generation.events`), register's
-state keys from each state section's `state` TypedDict, so the document
-cannot drift from the code: adding an event type or a section adds it here.
+state keys from each state section's `state` TypedDict, the domain
+endpoints' parameters from the declaration that parses them (next to each
+handler, server/http/declared.py), so the document cannot drift from the
+code: adding an event type, a section or a parameter adds it here.
 Served at `GET /api/v1/openapi.json`; the tests validate real responses
 against it.
 """
@@ -18,7 +20,9 @@ import tornado.web
 from apply_events.sections import SECTIONS
 from generation.events import CATALOGUE
 from generation.schema import JsonSchema, schema_of
+from server.handlers.actions import declaration_of
 from server.handlers.domain import ROUTES as DOMAIN_ROUTES
+from server.http.declared import Field, fields_of
 from server.version import EVENTQ_VERSION, ZULIP_FEATURE_LEVEL
 
 OPENAPI_VERSION = "3.1.0"
@@ -138,91 +142,18 @@ _DOMAIN_SUCCESS: JsonSchema = {
 }
 _PATH_ID = re.compile(r"\(\[0-9\]\+\)")
 
-# The parameters each domain operation reads (route pattern, method): name,
-# kind, required. "string" arrives as is; the others JSON-encoded, "json"
-# being any JSON the handler validates itself (a list, an object, an id or
-# a name). tests/server/test_schemathesis.py fuzzes them.
-_S, _I, _B, _J = "string", "integer", "boolean", "json"
-_TOPIC = (("topic", _S, False), ("subject", _S, False))
-_EMOJI = (("emoji_name", _S, False), ("emoji_code", _S, False), ("reaction_type", _S, False))
-DOMAIN_PARAMS: dict[tuple[str, str], tuple[tuple[str, str, bool], ...]] = {
-    ("messages", "post"): (
-        ("type", _S, True),
-        ("to", _S, True),
-        ("content", _S, True),
-        *_TOPIC,
-        ("local_id", _S, False),
-        ("queue_id", _S, False),
-    ),
-    ("messages/([0-9]+)", "patch"): (
-        ("content", _S, False),
-        *_TOPIC,
-        ("propagate_mode", _S, False),
-        ("stream_id", _I, False),
-    ),
-    ("messages/flags", "post"): (("messages", _J, True), ("op", _S, True), ("flag", _S, True)),
-    ("messages/([0-9]+)/reactions", "post"): _EMOJI,
-    ("messages/([0-9]+)/reactions", "delete"): _EMOJI,
-    ("mark_stream_as_read", "post"): (("stream_id", _I, True),),
-    ("mark_topic_as_read", "post"): (("stream_id", _I, True), ("topic_name", _S, True)),
-    ("typing", "post"): (
-        ("op", _S, True),
-        ("type", _S, False),
-        ("to", _J, False),
-        ("stream_id", _I, False),
-        *_TOPIC,
-    ),
-    ("users/me/subscriptions", "get"): (("include_subscribers", _B, False),),
-    ("users/me/subscriptions", "post"): (
-        ("subscriptions", _J, True),
-        ("principals", _J, False),
-        ("invite_only", _B, False),
-        ("authorization_errors_fatal", _B, False),
-    ),
-    ("users/me/subscriptions", "delete"): (
-        ("subscriptions", _J, True),
-        ("principals", _J, False),
-    ),
-    ("users/me/subscriptions/properties", "post"): (("subscription_data", _J, True),),
-    ("streams", "get"): (
-        ("include_public", _B, False),
-        ("include_subscribed", _B, False),
-        ("include_default", _B, False),
-    ),
-    ("streams/([0-9]+)", "patch"): (
-        ("new_name", _S, False),
-        ("description", _S, False),
-        ("is_private", _J, False),
-    ),
-    ("default_streams", "post"): (("stream_id", _I, True),),
-    ("default_streams", "delete"): (("stream_id", _I, True),),
-    ("settings", "patch"): (("full_name", _S, False),),
-    ("users/me/presence", "post"): (
-        ("status", _S, True),
-        ("ping_only", _B, False),
-        ("new_user_input", _B, False),
-        ("slim_presence", _B, False),
-    ),
-    ("realm/presence", "get"): (("slim_presence", _B, False),),
-    ("users", "get"): (
-        ("client_gravatar", _B, False),
-        ("include_custom_profile_fields", _B, False),
-    ),
-    ("users", "post"): (("email", _S, True), ("full_name", _S, True)),
-    ("users/([0-9]+)", "get"): (
-        ("client_gravatar", _B, False),
-        ("include_custom_profile_fields", _B, False),
-    ),
-    ("users/([0-9]+)", "patch"): (("full_name", _S, False), ("role", _I, False)),
-}
 
-
-def _domain_param(name: str, kind: str, required: bool) -> JsonSchema:
-    if kind == _S:
-        return {"name": name, "in": "query", "required": required, "schema": {"type": "string"}}
-    schema: JsonSchema = {} if kind == _J else {"type": kind}
-    param = _json_param(name, schema, name)
-    param["required"] = required
+def _declared_param(field: Field) -> JsonSchema:
+    """A domain operation's parameter, as its declaration says it is parsed
+    (server/http/declared.py); tests/server/test_schemathesis.py fuzzes them."""
+    schema = field.schema
+    # A JSON integer's text is its plain form too: documented plainly, as
+    # Zulip's document does, so that a checker can read it back.
+    if field.json_encoded and schema.get("type") != "integer":
+        param = _json_param(field.name, schema, field.description)
+    else:
+        param = _form(field.name, schema, field.description)
+    param["required"] = field.required
     return param
 
 
@@ -232,8 +163,8 @@ _METHODS = ("get", "post", "patch", "delete")
 def domain_paths(routes: list[tuple[str, Any]]) -> dict[str, JsonSchema]:
     """The domain endpoints (messages, streams, users) from their routes:
     each method a handler defines, its id in the path, the errors every
-    endpoint may answer. Their parameters are described by their handlers'
-    docstrings (the `summary`); requests are form-encoded as Zulip's."""
+    endpoint may answer, and the parameters each operation declares
+    (`operation`); requests are form-encoded as Zulip's."""
     paths: dict[str, JsonSchema] = {}
     for pattern, handler in routes:
         # Every route has at most one id in its path.
@@ -258,10 +189,12 @@ def domain_paths(routes: list[tuple[str, Any]]) -> dict[str, JsonSchema]:
                     **responses["400"],
                 }
                 responses["404"] = {"description": "No such object", **responses["400"]}
-                declared = DOMAIN_PARAMS.get((pattern, method), ())
+                declared = declaration_of(handler, method)
+                if declared is None:
+                    raise TypeError(f"{handler.__name__}.{method} declares no parameters")
                 operations[method] = {
                     "summary": summary,
-                    "parameters": [*ids, *(_domain_param(*param) for param in declared)],
+                    "parameters": [*ids, *(_declared_param(f) for f in fields_of(declared))],
                     "responses": responses,
                 }
         if operations:

@@ -18,14 +18,17 @@ work unchanged:
 
 from __future__ import annotations
 
-from typing import Any, TypeGuard
+import dataclasses
+from typing import Annotated, Any, TypeGuard
 
 import orjson
 
 from generation.actions import messages as actions
 from server.errors import ApiError, missing_argument
-from server.handlers.actions import ActionHandler
-from server.http.params import INT_MAX, Params
+from server.handlers.actions import ActionHandler, Body, operation
+from server.http.auth import AuthUser
+from server.http.declared import JsonSchema, Nothing, Param
+from server.http.params import INT_MAX, check_length, decode_json
 
 # Far above Zulip's 10,000-character limit (longer content is truncated as
 # Zulip does); the request body limit bounds it anyway.
@@ -33,6 +36,7 @@ MAX_CONTENT_CHARS = 100_000
 MAX_RECIPIENTS = 1000
 MAX_FLAG_MESSAGES = 50_000
 MAX_EMAIL_CHARS = 254
+MAX_TOPIC_CHARS = 1000
 # A local id or queue id is an opaque token of the sending client.
 MAX_TOKEN_CHARS = 100
 
@@ -64,10 +68,20 @@ def _positive_ids(value: object, name: str, max_items: int) -> list[int]:
     return value
 
 
-def _recipients(params: Params, name: str = "to") -> list[int | str]:
+def _message_ids(name: str, raw: str) -> list[int]:
+    return _positive_ids(decode_json(name, raw), name, MAX_FLAG_MESSAGES)
+
+
+# Sizes stated in words (server/http/declared.py, QUERY_MAX_LENGTH).
+_MESSAGE_IDS: JsonSchema = {
+    "type": "array",
+    "items": {"type": "integer", "minimum": 1, "maximum": INT_MAX},
+}
+
+
+def _recipients(raw: str | None, name: str = "to") -> list[int | str]:
     """Users named by id or e-mail: a JSON list, one JSON id, or Zulip's
     legacy comma-separated e-mails."""
-    raw = params.raw(name)
     if raw is None:
         raise missing_argument(name)
     try:
@@ -88,12 +102,10 @@ def _recipients(params: Params, name: str = "to") -> list[int | str]:
     return recipients
 
 
-def _stream(params: Params) -> int | str:
+def _stream(raw: str) -> int | str:
     """A channel named by `to`: a JSON id, a name, or Zulip's legacy
     one-element list."""
-    raw = params.string("to", max_length=1000)
-    if raw is None:
-        raise missing_argument("to")
+    check_length("to", raw, 1000)
     try:
         value: object = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -109,11 +121,42 @@ def _stream(params: Params) -> int | str:
     return raw
 
 
-def _topic(params: Params) -> str | None:
+def _topic(topic: str | None, subject: str | None) -> str | None:
     """`topic`, or its legacy name `subject`."""
-    topic = params.string("topic", max_length=1000)
-    subject = params.string("subject", max_length=1000)
     return topic if topic is not None else subject
+
+
+Topic = Annotated[str | None, Param("The topic (of a channel)", max_length=MAX_TOPIC_CHARS)]
+Subject = Annotated[str | None, Param("Zulip's legacy name of `topic`", max_length=MAX_TOPIC_CHARS)]
+Emoji = Annotated[str | None, Param("The emoji's name", max_length=100)]
+EmojiCode = Annotated[str | None, Param("The emoji's code", max_length=100)]
+ReactionType = Annotated[
+    str | None, Param("unicode_emoji, realm_emoji or zulip_extra_emoji", max_length=50)
+]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SendMessage:
+    type: Annotated[str, Param("stream (or channel), or private (or direct)", max_length=20)]
+    content: Annotated[str, Param("The message, in Markdown", max_length=MAX_CONTENT_CHARS)]
+    local_id: Annotated[
+        str | None,
+        Param("The sender's token, in its own message event", max_length=MAX_TOKEN_CHARS),
+    ] = None
+    queue_id: Annotated[str | None, Param("The sender's queue", max_length=MAX_TOKEN_CHARS)] = None
+    client: Annotated[
+        str | None, Param("The client's name (default: from User-Agent)", max_length=1000)
+    ] = None
+    to: Annotated[
+        str,
+        Param(
+            "A channel: its id or name; users: a JSON list of ids or e-mails, or"
+            " comma-separated e-mails",
+            max_length=None,
+        ),
+    ]
+    topic: Topic = None
+    subject: Subject = None
 
 
 class MessagesHandler(ActionHandler):
@@ -121,25 +164,21 @@ class MessagesHandler(ActionHandler):
 
     SUPPORTED_METHODS = ("POST",)
 
-    async def post(self) -> None:
-        user = await self.authenticate()
-        params = self.params()
-        kind = params.required_string("type", max_length=20)
-        content = params.required_string("content", max_length=MAX_CONTENT_CHARS)
-        local_id = params.string("local_id", max_length=MAX_TOKEN_CHARS)
-        queue_id = params.string("queue_id", max_length=MAX_TOKEN_CHARS)
-        client = self.client_name(params)
-        if kind in STREAM_TYPES:
-            stream = _stream(params)
-            topic = _topic(params) or ""
+    @operation(SendMessage)
+    async def post(self, user: AuthUser, args: SendMessage) -> Body:
+        content, local_id, queue_id = args.content, args.local_id, args.queue_id
+        client = self.client_of(args.client)
+        if args.type in STREAM_TYPES:
+            stream = _stream(args.to)
+            topic = _topic(args.topic, args.subject) or ""
             message_id = await self.act(
                 lambda ctx: actions.do_send_stream_message(
                     ctx, user.user_id, stream, topic, content,
                     local_id=local_id, sender_queue_id=queue_id, client=client,
                 )
             )  # fmt: skip
-        elif kind in DIRECT_TYPES:
-            recipients = _recipients(params)
+        elif args.type in DIRECT_TYPES:
+            recipients = _recipients(args.to)
             message_id = await self.act(
                 lambda ctx: actions.do_send_direct_message(
                     ctx, user.user_id, recipients, content,
@@ -148,7 +187,21 @@ class MessagesHandler(ActionHandler):
             )  # fmt: skip
         else:
             raise ApiError("Invalid message type")
-        self.succeed(params, {"id": message_id})
+        return {"id": message_id}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class EditMessage:
+    content: Annotated[str | None, Param("The new content", max_length=MAX_CONTENT_CHARS)] = None
+    topic: Topic = None
+    subject: Subject = None
+    propagate_mode: Annotated[
+        str | None,
+        Param("change_one (default), change_later or change_all", max_length=20),
+    ] = None
+    stream_id: Annotated[
+        int | None, Param("Refused: moving messages to another channel is not supported")
+    ] = None
 
 
 class MessageHandler(ActionHandler):
@@ -156,28 +209,39 @@ class MessageHandler(ActionHandler):
 
     SUPPORTED_METHODS = ("PATCH", "DELETE")
 
-    async def patch(self, raw_id: str) -> None:
-        user = await self.authenticate()
-        params = self.params()
+    @operation(EditMessage)
+    async def patch(self, user: AuthUser, args: EditMessage, raw_id: str) -> Body:
         message_id = _message_id(raw_id)
-        content = params.string("content", max_length=MAX_CONTENT_CHARS)
-        topic = _topic(params)
-        mode = params.string("propagate_mode", max_length=20) or "change_one"
-        if params.integer("stream_id") is not None:
+        content, topic = args.content, _topic(args.topic, args.subject)
+        mode = args.propagate_mode or "change_one"
+        if args.stream_id is not None:
             raise ApiError("Moving messages to another channel is not supported")
         await self.act(
             lambda ctx: actions.do_update_message(
                 ctx, user.user_id, message_id, content=content, topic=topic, propagate_mode=mode
             )
         )
-        self.succeed(params, {"detached_uploads": []})
+        return {"detached_uploads": []}
 
-    async def delete(self, raw_id: str) -> None:
-        user = await self.authenticate()
-        params = self.params()
+    @operation(Nothing)
+    async def delete(self, user: AuthUser, args: Nothing, raw_id: str) -> Body:
         message_id = _message_id(raw_id)
         await self.act(lambda ctx: actions.do_delete_messages(ctx, user.user_id, [message_id]))
-        self.succeed(params)
+        return None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class UpdateFlags:
+    messages: Annotated[
+        list[int],
+        Param(
+            f"The messages' ids (at most {MAX_FLAG_MESSAGES:,})",
+            parse=_message_ids,
+            schema=_MESSAGE_IDS,
+        ),
+    ]
+    op: Annotated[str, Param("add or remove", max_length=20)]
+    flag: Annotated[str, Param("read or starred", max_length=50)]
 
 
 class FlagsHandler(ActionHandler):
@@ -185,18 +249,13 @@ class FlagsHandler(ActionHandler):
 
     SUPPORTED_METHODS = ("POST",)
 
-    async def post(self) -> None:
-        user = await self.authenticate()
-        params = self.params()
-        if "messages" not in params:
-            raise missing_argument("messages")
-        messages = _positive_ids(params.json("messages"), "messages", MAX_FLAG_MESSAGES)
-        op = params.required_string("op", max_length=20)
-        flag = params.required_string("flag", max_length=50)
+    @operation(UpdateFlags)
+    async def post(self, user: AuthUser, args: UpdateFlags) -> Body:
+        messages, op, flag = args.messages, args.op, args.flag
         await self.act(
             lambda ctx: actions.do_update_message_flags(ctx, user.user_id, op, flag, messages)
         )
-        self.succeed(params, {"messages": messages})
+        return {"messages": messages}
 
 
 class MarkAllAsReadHandler(ActionHandler):
@@ -204,40 +263,64 @@ class MarkAllAsReadHandler(ActionHandler):
 
     SUPPORTED_METHODS = ("POST",)
 
-    async def post(self) -> None:
-        user = await self.authenticate()
-        params = self.params()
+    @operation(Nothing)
+    async def post(self, user: AuthUser, args: Nothing) -> Body:
         await self.act(lambda ctx: actions.do_mark_all_as_read(ctx, user.user_id))
-        self.succeed(params, {"complete": True})
+        return {"complete": True}
+
+
+ChannelId = Annotated[int, Param("The channel's id", minimum=1)]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class MarkStreamAsRead:
+    stream_id: ChannelId
 
 
 class MarkStreamAsReadHandler(ActionHandler):
     """`POST mark_stream_as_read` (`stream_id`)."""
 
     SUPPORTED_METHODS = ("POST",)
-    topic = False
 
-    async def post(self) -> None:
-        user = await self.authenticate()
-        params = self.params()
-        stream_id = params.integer("stream_id", minimum=1)
-        if stream_id is None:
-            raise missing_argument("stream_id")
-        topic = None
-        if self.topic:
-            topic = params.string("topic_name", max_length=1000)
-            if topic is None:
-                raise missing_argument("topic_name")
+    @operation(MarkStreamAsRead)
+    async def post(self, user: AuthUser, args: MarkStreamAsRead) -> Body:
+        stream_id = args.stream_id
+        await self.act(lambda ctx: actions.do_mark_stream_as_read(ctx, user.user_id, stream_id))
+        return None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class MarkTopicAsRead:
+    stream_id: ChannelId
+    topic_name: Annotated[str, Param("The topic", max_length=MAX_TOPIC_CHARS)]
+
+
+class MarkTopicAsReadHandler(ActionHandler):
+    """`POST mark_topic_as_read` (`stream_id`, `topic_name`)."""
+
+    SUPPORTED_METHODS = ("POST",)
+
+    @operation(MarkTopicAsRead)
+    async def post(self, user: AuthUser, args: MarkTopicAsRead) -> Body:
+        stream_id, topic = args.stream_id, args.topic_name
         await self.act(
             lambda ctx: actions.do_mark_stream_as_read(ctx, user.user_id, stream_id, topic)
         )
-        self.succeed(params)
+        return None
 
 
-class MarkTopicAsReadHandler(MarkStreamAsReadHandler):
-    """`POST mark_topic_as_read` (`stream_id`, `topic_name`)."""
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class AddReaction:
+    emoji_name: Annotated[str, Param("The emoji's name", max_length=100)]
+    emoji_code: EmojiCode = None
+    reaction_type: ReactionType = None
 
-    topic = True
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RemoveReaction:
+    emoji_name: Emoji = None
+    emoji_code: EmojiCode = None
+    reaction_type: ReactionType = None
 
 
 class ReactionsHandler(ActionHandler):
@@ -245,34 +328,40 @@ class ReactionsHandler(ActionHandler):
 
     SUPPORTED_METHODS = ("POST", "DELETE")
 
-    def _emoji(self, params: Params) -> tuple[str | None, str | None, str | None]:
-        return (
-            params.string("emoji_name", max_length=100),
-            params.string("emoji_code", max_length=100),
-            params.string("reaction_type", max_length=50),
-        )
-
-    async def post(self, raw_id: str) -> None:
-        user = await self.authenticate()
-        params = self.params()
+    @operation(AddReaction)
+    async def post(self, user: AuthUser, args: AddReaction, raw_id: str) -> Body:
         message_id = _message_id(raw_id)
-        name, code, kind = self._emoji(params)
-        if name is None:
-            raise missing_argument("emoji_name")
+        name, code, kind = args.emoji_name, args.emoji_code, args.reaction_type
         await self.act(
             lambda ctx: actions.do_add_reaction(ctx, user.user_id, message_id, name, code, kind)
         )
-        self.succeed(params)
+        return None
 
-    async def delete(self, raw_id: str) -> None:
-        user = await self.authenticate()
-        params = self.params()
+    @operation(RemoveReaction)
+    async def delete(self, user: AuthUser, args: RemoveReaction, raw_id: str) -> Body:
         message_id = _message_id(raw_id)
-        name, code, kind = self._emoji(params)
+        name, code, kind = args.emoji_name, args.emoji_code, args.reaction_type
         await self.act(
             lambda ctx: actions.do_remove_reaction(ctx, user.user_id, message_id, name, code, kind)
         )
-        self.succeed(params)
+        return None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Typing:
+    type: Annotated[str | None, Param("direct (default) or stream", max_length=20)] = None
+    op: Annotated[str, Param("start or stop", max_length=20)]
+    stream_id: Annotated[int | None, Param("The channel (type stream)", minimum=1)] = None
+    to: Annotated[
+        str | None,
+        Param(
+            "The users (type direct), as `to` of `POST messages`; or Zulip's legacy"
+            " form of `stream_id` (type stream), a JSON list of one id",
+            max_length=None,
+        ),
+    ] = None
+    topic: Topic = None
+    subject: Subject = None
 
 
 class TypingHandler(ActionHandler):
@@ -281,32 +370,30 @@ class TypingHandler(ActionHandler):
 
     SUPPORTED_METHODS = ("POST",)
 
-    async def post(self) -> None:
-        user = await self.authenticate()
-        params = self.params()
-        kind = params.string("type", max_length=20) or "direct"
-        op = params.required_string("op", max_length=20)
+    @operation(Typing)
+    async def post(self, user: AuthUser, args: Typing) -> Body:
+        kind, op = args.type or "direct", args.op
         if kind in STREAM_TYPES:
-            stream_id = params.integer("stream_id", minimum=1)
-            if stream_id is None and "to" in params:
-                legacy = _positive_ids(params.json("to"), "to", 1)
+            stream_id = args.stream_id
+            if stream_id is None and args.to is not None:
+                legacy = _positive_ids(decode_json("to", args.to), "to", 1)
                 stream_id = legacy[0] if legacy else None
             if stream_id is None:
                 raise missing_argument("stream_id")
-            topic = _topic(params)
+            topic = _topic(args.topic, args.subject)
             if topic is None:
                 raise missing_argument("topic")
             await self.act(
                 lambda ctx: actions.do_send_stream_typing(ctx, user.user_id, op, stream_id, topic)
             )
         elif kind in DIRECT_TYPES:
-            recipients = _recipients(params)
+            recipients = _recipients(args.to)
             await self.act(
                 lambda ctx: actions.do_send_direct_typing(ctx, user.user_id, op, recipients)
             )
         else:
             raise ApiError("Invalid type")
-        self.succeed(params)
+        return None
 
 
 ROUTES: list[tuple[str, Any]] = [

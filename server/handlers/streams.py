@@ -7,44 +7,53 @@
 - `POST/DELETE default_streams`: the streams new users join.
 
 Parameters are decoded as Zulip clients encode them (JSON for non-strings);
-the rules and the events are the actions' (`generation/actions/streams.py`).
+the rules and the events are the actions' (the package `generation/actions/streams/`,
+whose docstring says which module holds which action).
 Parameters an endpoint does not know are reported back in
 `ignored_parameters_unsupported`, as Zulip does.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Annotated, Any
 
 from apply_events.fetch.streams import fetch_subscriptions, list_streams
 from apply_events.state import StateContext
 from generation.actions import streams as actions
 from generation.actions.base import ActionContext
 from server.errors import ApiError, missing_argument
-from server.handlers.actions import ActionHandler
-from server.http.params import INT_MAX, Params
+from server.handlers.actions import ActionHandler, Body, operation
+from server.http.auth import AuthUser
+from server.http.declared import JsonSchema, Nothing, Param
+from server.http.params import INT_MAX, decode_json
 
 # Upper bounds on list parameters: far above any real request, low enough
 # that one request cannot make the server work for minutes.
 MAX_STREAMS_PER_REQUEST = 500
 MAX_PRINCIPALS = 1000
 MAX_SUBSCRIPTION_CHANGES = 500
+MAX_NAME_CHARS = 1000
+MAX_DESCRIPTION_CHARS = 10_000
+MAX_EMAIL_CHARS = 254
+
+_ID: JsonSchema = {"type": "integer", "minimum": 1, "maximum": INT_MAX}
 
 
 def _stream_id(raw: str) -> int:
     return ActionHandler.path_id(raw, "Invalid channel ID")
 
 
-def _principals(params: Params) -> list[str | int] | None:
+def _principals(name: str, raw: str) -> list[str | int] | None:
     """`principals`: a JSON list of user emails or of user ids."""
-    value = params.json("principals")
+    value = decode_json(name, raw)
     if value is None:
         return None
     if not isinstance(value, list):
         raise ApiError("principals is not a list")
     if len(value) > MAX_PRINCIPALS:
         raise ApiError(f"principals has more than {MAX_PRINCIPALS} items")
-    if all(isinstance(item, str) and len(item) <= 254 for item in value):
+    if all(isinstance(item, str) and len(item) <= MAX_EMAIL_CHARS for item in value):
         return list(value)
     if all(isinstance(item, int) and not isinstance(item, bool) for item in value):
         if any(not 0 < item <= INT_MAX for item in value):
@@ -53,9 +62,26 @@ def _principals(params: Params) -> list[str | int] | None:
     raise ApiError("principals is not a list of emails or a list of user ids")
 
 
-def _stream_requests(params: Params) -> list[actions.StreamRequest]:
+# The sizes inside the JSON parameters below are stated in their
+# descriptions (server/http/declared.py, QUERY_MAX_LENGTH).
+_PRINCIPALS: JsonSchema = {
+    "type": ["array", "null"],
+    "anyOf": [{"items": {"type": "string"}}, {"items": _ID}],
+}
+Principals = Annotated[
+    list[str | int] | None,
+    Param(
+        f"The users, by e-mail or by id (default: you; at most {MAX_PRINCIPALS:,},"
+        f" e-mails of at most {MAX_EMAIL_CHARS} characters)",
+        parse=_principals,
+        schema=_PRINCIPALS,
+    ),
+]
+
+
+def _stream_requests(name: str, raw: str) -> list[actions.StreamRequest]:
     """`subscriptions` of POST: `[{"name": ..., "description"?: ...}, ...]`."""
-    value = params.json("subscriptions")
+    value = decode_json(name, raw)
     if value is None:
         raise missing_argument("subscriptions")
     if not isinstance(value, list):
@@ -66,23 +92,33 @@ def _stream_requests(params: Params) -> list[actions.StreamRequest]:
     for index, item in enumerate(value):
         if not isinstance(item, dict):
             raise ApiError(f"subscriptions[{index}] is not a dict")
-        name = item.get("name")
-        if name is None:
+        channel = item.get("name")
+        if channel is None:
             raise ApiError(f"subscriptions[{index}] is missing 'name'")
-        if not isinstance(name, str):
+        if not isinstance(channel, str):
             raise ApiError(f'subscriptions[{index}]["name"] is not a string')
         description = item.get("description", "")
         if not isinstance(description, str):
             raise ApiError(f'subscriptions[{index}]["description"] is not a string')
-        if len(name) > 1000 or len(description) > 10_000:
+        if len(channel) > MAX_NAME_CHARS or len(description) > MAX_DESCRIPTION_CHARS:
             raise ApiError(f"subscriptions[{index}] is too long")
-        requests.append(actions.StreamRequest(name, description))
+        requests.append(actions.StreamRequest(channel, description))
     return requests
 
 
-def _stream_names(params: Params) -> list[str]:
+_STREAM_REQUESTS: JsonSchema = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "description": {"type": "string"}},
+        "required": ["name"],
+    },
+}
+
+
+def _stream_names(name: str, raw: str) -> list[str]:
     """`subscriptions` of DELETE: a JSON list of stream names."""
-    value = params.json("subscriptions")
+    value = decode_json(name, raw)
     if value is None:
         raise missing_argument("subscriptions")
     if not isinstance(value, list):
@@ -92,14 +128,17 @@ def _stream_names(params: Params) -> list[str]:
     for index, item in enumerate(value):
         if not isinstance(item, str):
             raise ApiError(f"subscriptions[{index}] is not a string")
-        if len(item) > 1000:
+        if len(item) > MAX_NAME_CHARS:
             raise ApiError(f"subscriptions[{index}] is too long")
     return value
 
 
-def _subscription_changes(params: Params) -> list[tuple[int, str, Any]]:
+_STREAM_NAMES: JsonSchema = {"type": "array", "items": {"type": "string"}}
+
+
+def _subscription_changes(name: str, raw: str) -> list[tuple[int, str, Any]]:
     """`subscription_data`: `[{"stream_id": N, "property": ..., "value": ...}]`."""
-    value = params.json("subscription_data")
+    value = decode_json(name, raw)
     if value is None:
         raise missing_argument("subscription_data")
     if not isinstance(value, list):
@@ -125,39 +164,90 @@ def _subscription_changes(params: Params) -> list[tuple[int, str, Any]]:
     return changes
 
 
+_SUBSCRIPTION_CHANGES: JsonSchema = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {"stream_id": _ID, "property": {"type": "string"}, "value": {}},
+        "required": ["stream_id", "property", "value"],
+    },
+}
+
+
+def _optional_boolean(name: str, raw: str) -> bool | None:
+    """A JSON boolean, or null for "not given"."""
+    value = decode_json(name, raw)
+    if value is not None and not isinstance(value, bool):
+        raise ApiError(f"{name} is not a boolean")
+    return value
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ListSubscriptions:
+    include_subscribers: Annotated[bool, Param("Each subscription's subscribers")] = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Subscribe:
+    subscriptions: Annotated[
+        list[actions.StreamRequest],
+        Param(
+            "The channels, each a name and the description it gets if it is created"
+            f" (at most {MAX_STREAMS_PER_REQUEST:,}; names of at most {MAX_NAME_CHARS:,}"
+            f" characters, descriptions of at most {MAX_DESCRIPTION_CHARS:,})",
+            parse=_stream_requests,
+            schema=_STREAM_REQUESTS,
+        ),
+    ]
+    principals: Principals = None
+    invite_only: Annotated[bool, Param("The channels created are private")] = False
+    authorization_errors_fatal: Annotated[
+        bool, Param("Refuse it all when one channel is not allowed (else: `unauthorized`)")
+    ] = True
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Unsubscribe:
+    subscriptions: Annotated[
+        list[str],
+        Param(
+            f"The channels' names (at most {MAX_STREAMS_PER_REQUEST:,}, each of at most"
+            f" {MAX_NAME_CHARS:,} characters)",
+            parse=_stream_names,
+            schema=_STREAM_NAMES,
+        ),
+    ]
+    principals: Principals = None
+
+
 class SubscriptionsHandler(ActionHandler):
     """`users/me/subscriptions`."""
 
     SUPPORTED_METHODS = ("GET", "POST", "DELETE")
 
-    async def get(self) -> None:
-        user = await self.authenticate()
-        params = self.params()
+    @operation(ListSubscriptions)
+    async def get(self, user: AuthUser, args: ListSubscriptions) -> Body:
         ctx = StateContext(
             user_id=user.user_id,
             realm_id=user.realm_id,
             queue_id="",
-            include_subscribers=params.boolean("include_subscribers", False),
+            include_subscribers=args.include_subscribers,
         )
         async with self.server.db.connection() as conn:
             state = await fetch_subscriptions(conn, ctx)
-        self.succeed(params, {"subscriptions": state["subscriptions"]})
+        return {"subscriptions": state["subscriptions"]}
 
-    async def post(self) -> None:
-        user = await self.authenticate()
-        params = self.params()
-        requests = _stream_requests(params)
-        principals = _principals(params)
-        invite_only = params.boolean("invite_only", False)
-        fatal = params.boolean("authorization_errors_fatal", True)
+    @operation(Subscribe)
+    async def post(self, user: AuthUser, args: Subscribe) -> Body:
+        fatal = args.authorization_errors_fatal
         result = await self.act(
             lambda ctx: actions.do_add_subscriptions(
                 ctx,
                 user.user_id,
                 user.realm_id,
-                requests,
-                principals=principals,
-                invite_only=invite_only,
+                args.subscriptions,
+                principals=args.principals,
+                invite_only=args.invite_only,
                 authorization_errors_fatal=fatal,
             )
         )
@@ -168,19 +258,29 @@ class SubscriptionsHandler(ActionHandler):
         }
         if not fatal:
             body["unauthorized"] = result.unauthorized
-        self.succeed(params, body)
+        return body
 
-    async def delete(self) -> None:
-        user = await self.authenticate()
-        params = self.params()
-        names = _stream_names(params)
-        principals = _principals(params)
+    @operation(Unsubscribe)
+    async def delete(self, user: AuthUser, args: Unsubscribe) -> Body:
         result = await self.act(
             lambda ctx: actions.do_remove_subscriptions(
-                ctx, user.user_id, user.realm_id, names, principals=principals
+                ctx, user.user_id, user.realm_id, args.subscriptions, principals=args.principals
             )
         )
-        self.succeed(params, {"removed": result.removed, "not_removed": result.not_removed})
+        return {"removed": result.removed, "not_removed": result.not_removed}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class UpdateSubscriptionProperties:
+    subscription_data: Annotated[
+        list[tuple[int, str, Any]],
+        Param(
+            "The changes: the channel's id, the property and its new value (at most"
+            f" {MAX_SUBSCRIPTION_CHANGES:,})",
+            parse=_subscription_changes,
+            schema=_SUBSCRIPTION_CHANGES,
+        ),
+    ]
 
 
 class SubscriptionPropertiesHandler(ActionHandler):
@@ -188,14 +288,21 @@ class SubscriptionPropertiesHandler(ActionHandler):
 
     SUPPORTED_METHODS = ("POST",)
 
-    async def post(self) -> None:
-        user = await self.authenticate()
-        params = self.params()
-        changes = _subscription_changes(params)
+    @operation(UpdateSubscriptionProperties)
+    async def post(self, user: AuthUser, args: UpdateSubscriptionProperties) -> Body:
         stored = await self.act(
-            lambda ctx: actions.do_update_subscription_properties(ctx, user.user_id, changes)
+            lambda ctx: actions.do_update_subscription_properties(
+                ctx, user.user_id, args.subscription_data
+            )
         )
-        self.succeed(params, {"subscription_data": stored})
+        return {"subscription_data": stored}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ListStreams:
+    include_public: Annotated[bool, Param("The public channels")] = True
+    include_subscribed: Annotated[bool, Param("The channels you are subscribed to")] = True
+    include_default: Annotated[bool, Param("The realm's default channels")] = False
 
 
 class StreamsHandler(ActionHandler):
@@ -205,22 +312,36 @@ class StreamsHandler(ActionHandler):
 
     SUPPORTED_METHODS = ("GET",)
 
-    async def get(self) -> None:
-        user = await self.authenticate()
-        params = self.params()
-        include_public = params.boolean("include_public", True)
-        include_subscribed = params.boolean("include_subscribed", True)
-        include_default = params.boolean("include_default", False)
+    @operation(ListStreams)
+    async def get(self, user: AuthUser, args: ListStreams) -> Body:
         async with self.server.db.connection() as conn:
             streams = await list_streams(
                 conn,
                 user.user_id,
                 user.realm_id,
-                include_public=include_public,
-                include_subscribed=include_subscribed,
-                include_default=include_default,
+                include_public=args.include_public,
+                include_subscribed=args.include_subscribed,
+                include_default=args.include_default,
             )
-        self.succeed(params, {"streams": streams})
+        return {"streams": streams}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class UpdateStream:
+    # The zulip client's update_stream repeats the id in the body.
+    stream_id: Annotated[int | None, Param("Ignored: the path's id, repeated")] = None
+    new_name: Annotated[str | None, Param("The new name", max_length=MAX_NAME_CHARS)] = None
+    description: Annotated[
+        str | None, Param("The new description", max_length=MAX_DESCRIPTION_CHARS)
+    ] = None
+    is_private: Annotated[
+        bool | None,
+        Param(
+            "Private (true) or public (false); null: unchanged",
+            parse=_optional_boolean,
+            schema={"type": ["boolean", "null"]},
+        ),
+    ] = None
 
 
 class StreamHandler(ActionHandler):
@@ -230,17 +351,10 @@ class StreamHandler(ActionHandler):
 
     SUPPORTED_METHODS = ("PATCH", "DELETE")
 
-    async def patch(self, raw_stream_id: str) -> None:
-        user = await self.authenticate()
-        params = self.params()
+    @operation(UpdateStream)
+    async def patch(self, user: AuthUser, args: UpdateStream, raw_stream_id: str) -> Body:
         stream_id = _stream_id(raw_stream_id)
-        # The zulip client's update_stream repeats the id in the body.
-        params.integer("stream_id")
-        new_name = params.string("new_name", max_length=1000)
-        description = params.string("description", max_length=10_000)
-        is_private = params.json("is_private")
-        if is_private is not None and not isinstance(is_private, bool):
-            raise ApiError("is_private is not a boolean")
+        new_name, description, is_private = args.new_name, args.description, args.is_private
 
         async def change(ctx: ActionContext) -> None:
             async with ctx.transaction():
@@ -258,16 +372,20 @@ class StreamHandler(ActionHandler):
                     )
 
         await self.act(change)
-        self.succeed(params)
+        return None
 
-    async def delete(self, raw_stream_id: str) -> None:
-        user = await self.authenticate()
-        params = self.params()
+    @operation(Nothing)
+    async def delete(self, user: AuthUser, args: Nothing, raw_stream_id: str) -> Body:
         stream_id = _stream_id(raw_stream_id)
         await self.act(
             lambda ctx: actions.do_delete_stream(ctx, user.user_id, user.realm_id, stream_id)
         )
-        self.succeed(params)
+        return None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class DefaultStream:
+    stream_id: Annotated[int, Param("The channel's id", minimum=1)]
 
 
 class DefaultStreamsHandler(ActionHandler):
@@ -275,31 +393,23 @@ class DefaultStreamsHandler(ActionHandler):
 
     SUPPORTED_METHODS = ("POST", "DELETE")
 
-    def _stream_id(self, params: Params) -> int:
-        stream_id = params.integer("stream_id", minimum=1)
-        if stream_id is None:
-            raise missing_argument("stream_id")
-        return stream_id
-
-    async def post(self) -> None:
-        user = await self.authenticate()
-        params = self.params()
-        stream_id = self._stream_id(params)
+    @operation(DefaultStream)
+    async def post(self, user: AuthUser, args: DefaultStream) -> Body:
         await self.act(
-            lambda ctx: actions.do_add_default_stream(ctx, user.user_id, user.realm_id, stream_id)
-        )
-        self.succeed(params)
-
-    async def delete(self) -> None:
-        user = await self.authenticate()
-        params = self.params()
-        stream_id = self._stream_id(params)
-        await self.act(
-            lambda ctx: actions.do_remove_default_stream(
-                ctx, user.user_id, user.realm_id, stream_id
+            lambda ctx: actions.do_add_default_stream(
+                ctx, user.user_id, user.realm_id, args.stream_id
             )
         )
-        self.succeed(params)
+        return None
+
+    @operation(DefaultStream)
+    async def delete(self, user: AuthUser, args: DefaultStream) -> Body:
+        await self.act(
+            lambda ctx: actions.do_remove_default_stream(
+                ctx, user.user_id, user.realm_id, args.stream_id
+            )
+        )
+        return None
 
 
 ROUTES: list[tuple[str, Any]] = [

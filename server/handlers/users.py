@@ -15,9 +15,10 @@ Parameters an endpoint does not know are reported back in
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
 
@@ -25,9 +26,10 @@ from apply_events.fetch.users import fetch_people, fetch_presences
 from generation.actions import users as actions
 from generation.actions.base import ActionContext
 from server.errors import ApiError
-from server.handlers.actions import ActionHandler
+from server.handlers.actions import ActionHandler, Body, operation
 from server.http.auth import AuthUser
-from server.http.params import INT_MAX, Params
+from server.http.declared import JsonSchema, Nothing, Param
+from server.http.params import INT_MAX, check_length, decode_json
 
 Change = Callable[[ActionContext], Awaitable[Any]]
 
@@ -60,18 +62,11 @@ def _user_id(raw: str) -> int:
     return ActionHandler.path_id(raw, "No such user")
 
 
-def _json_value(params: Params, name: str) -> tuple[bool, Any]:
-    """(given, decoded value) of a JSON-encoded parameter."""
-    if name not in params:
-        return False, None
-    return True, params.json(name)
-
-
-def _plain_string(params: Params, name: str) -> str | None:
+def _plain_string(name: str, raw: str) -> str:
     """A string parameter, also accepted JSON-encoded (`"de"`, as clients of
     older Zulip servers send some)."""
-    value = params.string(name, max_length=1000)
-    if value is not None and value.startswith('"'):
+    value = check_length(name, raw, 1000)
+    if value.startswith('"'):
         try:
             decoded = orjson.loads(value)
         except orjson.JSONDecodeError:
@@ -79,6 +74,46 @@ def _plain_string(params: Params, name: str) -> str | None:
         if isinstance(decoded, str):
             return decoded
     return value
+
+
+# A setting the request does not change (JSON null is a value, refused by
+# the action).
+UNCHANGED = object()
+_SCHEMA_OF: dict[type, JsonSchema] = {
+    bool: {"type": "boolean"},
+    int: {"type": "integer"},
+    str: {"type": "string"},
+}
+
+
+def _setting(setting: str, kind: type) -> tuple[str, object, Any]:
+    """The declared parameter of a setting of `actions.USER_SETTINGS`: its
+    JSON value, checked by the action; a string one also as is."""
+    description = f"Your {setting} setting"
+    if kind is str:
+        param = Param(
+            description,
+            parse=_plain_string,
+            schema={"type": "string", "maxLength": 1000},
+            json=False,
+        )
+    else:
+        param = Param(description, parse=decode_json, schema=_SCHEMA_OF[kind])
+    return setting, Annotated[object, param], dataclasses.field(default=UNCHANGED)
+
+
+# `full_name`, then every setting the action knows, each `UNCHANGED` unless
+# given.
+SettingsChange: type[object] = dataclasses.make_dataclass(
+    "SettingsChange",
+    [
+        ("full_name", Annotated[str | None, Param("Your name")], dataclasses.field(default=None)),
+        *(_setting(setting, kind) for setting, kind in actions.USER_SETTINGS.items()),
+    ],
+    frozen=True,
+    kw_only=True,
+    slots=True,
+)
 
 
 def _setting_change(user_id: int, setting: str, value: object) -> Change:
@@ -92,11 +127,10 @@ class SettingsHandler(UsersAreaHandler):
 
     SUPPORTED_METHODS = ("PATCH",)
 
-    async def patch(self) -> None:
-        user = await self.authenticate()
-        params = self.params()
+    @operation(SettingsChange)
+    async def patch(self, user: AuthUser, args: object) -> Body:
         changes: list[Change] = []
-        full_name = params.string("full_name")
+        full_name: str | None = getattr(args, "full_name")  # noqa: B009 (declared dynamically)
         if full_name is not None:
             changes.append(
                 lambda ctx: actions.do_change_full_name(
@@ -104,15 +138,37 @@ class SettingsHandler(UsersAreaHandler):
                 )
             )
         for setting in actions.USER_SETTINGS:
-            if setting == "default_language":
-                language = _plain_string(params, setting)
-                given, value = language is not None, language
-            else:
-                given, value = _json_value(params, setting)
-            if given:
+            value = getattr(args, setting)
+            if value is not UNCHANGED:
                 changes.append(_setting_change(user.user_id, setting, value))
         await self.apply(changes)
-        self.succeed(params)
+        return None
+
+
+def _status(name: str, raw: str) -> str:
+    status = check_length(name, raw, 100)
+    if status not in ("active", "idle"):
+        raise ApiError(f"Invalid status: {status}")
+    return status
+
+
+SlimPresence = Annotated[bool, Param("Presence keyed by user id (else by e-mail)")]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class UpdatePresence:
+    status: Annotated[
+        str,
+        Param(
+            "active or idle",
+            parse=_status,
+            schema={"type": "string", "enum": ["active", "idle"]},
+            json=False,
+        ),
+    ]
+    ping_only: Annotated[bool, Param("Answer without the realm's presence")] = False
+    new_user_input: Annotated[bool, Param("Accepted; eventq keeps no activity log")] = False
+    slim_presence: SlimPresence = False
 
 
 class PresenceHandler(UsersAreaHandler):
@@ -122,22 +178,19 @@ class PresenceHandler(UsersAreaHandler):
 
     SUPPORTED_METHODS = ("POST",)
 
-    async def post(self) -> None:
-        user = await self.authenticate()
-        params = self.params()
-        status = params.required_string("status", max_length=100)
-        if status not in ("active", "idle"):
-            raise ApiError(f"Invalid status: {status}")
-        ping_only = params.boolean("ping_only", False)
-        params.boolean("new_user_input", False)
-        slim = params.boolean("slim_presence", False)
-        await self.act(lambda ctx: actions.do_update_presence(ctx, user.user_id, status))
-        if ping_only:
-            self.succeed(params)
-            return
+    @operation(UpdatePresence)
+    async def post(self, user: AuthUser, args: UpdatePresence) -> Body:
+        await self.act(lambda ctx: actions.do_update_presence(ctx, user.user_id, args.status))
+        if args.ping_only:
+            return None
         async with self.server.db.connection() as conn:
-            presences = await fetch_presences(conn, user.realm_id, slim=slim)
-        self.succeed(params, {"presences": presences, "server_timestamp": time.time()})
+            presences = await fetch_presences(conn, user.realm_id, slim=args.slim_presence)
+        return {"presences": presences, "server_timestamp": time.time()}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RealmPresence:
+    slim_presence: SlimPresence = False
 
 
 class RealmPresenceHandler(UsersAreaHandler):
@@ -146,13 +199,25 @@ class RealmPresenceHandler(UsersAreaHandler):
 
     SUPPORTED_METHODS = ("GET",)
 
-    async def get(self) -> None:
-        user = await self.authenticate()
-        params = self.params()
-        slim = params.boolean("slim_presence", False)
+    @operation(RealmPresence)
+    async def get(self, user: AuthUser, args: RealmPresence) -> Body:
         async with self.server.db.connection() as conn:
-            presences = await fetch_presences(conn, user.realm_id, slim=slim)
-        self.succeed(params, {"presences": presences, "server_timestamp": time.time()})
+            presences = await fetch_presences(conn, user.realm_id, slim=args.slim_presence)
+        return {"presences": presences, "server_timestamp": time.time()}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class People:
+    client_gravatar: Annotated[bool, Param("avatar_url null for Gravatars")] = True
+    include_custom_profile_fields: Annotated[
+        bool, Param("Accepted; there are no custom profile fields")
+    ] = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class CreateUser:
+    email: Annotated[str, Param("The new user's e-mail", max_length=1000)]
+    full_name: Annotated[str, Param("The new user's name", max_length=1000)]
 
 
 class UsersHandler(UsersAreaHandler):
@@ -163,24 +228,20 @@ class UsersHandler(UsersAreaHandler):
 
     SUPPORTED_METHODS = ("GET", "POST")
 
-    async def get(self) -> None:
-        user = await self.authenticate()
-        params = self.params()
-        client_gravatar = params.boolean("client_gravatar", True)
-        params.boolean("include_custom_profile_fields", False)  # there are none
+    @operation(People)
+    async def get(self, user: AuthUser, args: People) -> Body:
         async with self.server.db.connection() as conn:
-            members = await fetch_people(conn, user.realm_id, client_gravatar=client_gravatar)
-        self.succeed(params, {"members": members})
+            members = await fetch_people(conn, user.realm_id, client_gravatar=args.client_gravatar)
+        return {"members": members}
 
-    async def post(self) -> None:
-        user = await self.authenticate()
-        params = self.params()
-        email = params.required_string("email", max_length=1000)
-        full_name = params.required_string("full_name", max_length=1000)
+    @operation(CreateUser)
+    async def post(self, user: AuthUser, args: CreateUser) -> Body:
         created = await self.act(
-            lambda ctx: actions.do_create_user(ctx, user.user_id, user.realm_id, email, full_name)
+            lambda ctx: actions.do_create_user(
+                ctx, user.user_id, user.realm_id, args.email, args.full_name
+            )
         )
-        self.succeed(params, {"user_id": created.user_id})
+        return {"user_id": created.user_id}
 
 
 class OwnUserHandler(UsersAreaHandler):
@@ -188,11 +249,16 @@ class OwnUserHandler(UsersAreaHandler):
 
     SUPPORTED_METHODS = ("GET",)
 
-    async def get(self) -> None:
-        user = await self.authenticate()
-        params = self.params()
+    @operation(Nothing)
+    async def get(self, user: AuthUser, args: Nothing) -> Body:
         me = await self.person(user, user.user_id, client_gravatar=False)
-        self.succeed(params, dict(me))
+        return dict(me)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class UpdateUser:
+    full_name: Annotated[str | None, Param("The user's new name")] = None
+    role: Annotated[int | None, Param("The user's new role", minimum=0, maximum=INT_MAX)] = None
 
 
 class UserHandler(UsersAreaHandler):
@@ -201,27 +267,22 @@ class UserHandler(UsersAreaHandler):
 
     SUPPORTED_METHODS = ("GET", "PATCH", "DELETE")
 
-    async def get(self, raw_id: str) -> None:
-        user = await self.authenticate()
-        params = self.params()
-        client_gravatar = params.boolean("client_gravatar", True)
-        params.boolean("include_custom_profile_fields", False)
-        found = await self.person(user, _user_id(raw_id), client_gravatar=client_gravatar)
-        self.succeed(params, {"user": found})
+    @operation(People)
+    async def get(self, user: AuthUser, args: People, raw_id: str) -> Body:
+        found = await self.person(user, _user_id(raw_id), client_gravatar=args.client_gravatar)
+        return {"user": found}
 
-    async def patch(self, raw_id: str) -> None:
-        user = await self.authenticate()
-        params = self.params()
+    @operation(UpdateUser)
+    async def patch(self, user: AuthUser, args: UpdateUser, raw_id: str) -> Body:
         target = _user_id(raw_id)
         changes: list[Change] = []
-        full_name = params.string("full_name")
+        full_name, role = args.full_name, args.role
         if full_name is not None:
             changes.append(
                 lambda ctx: actions.do_change_full_name(
                     ctx, user.user_id, user.realm_id, target, full_name
                 )
             )
-        role = params.integer("role", minimum=0, maximum=INT_MAX)
         if role is not None:
             changes.append(
                 lambda ctx: actions.do_change_user_role(
@@ -229,16 +290,15 @@ class UserHandler(UsersAreaHandler):
                 )
             )
         await self.apply(changes)
-        self.succeed(params)
+        return None
 
-    async def delete(self, raw_id: str) -> None:
-        user = await self.authenticate()
-        params = self.params()
+    @operation(Nothing)
+    async def delete(self, user: AuthUser, args: Nothing, raw_id: str) -> Body:
         target = _user_id(raw_id)
         await self.act(
             lambda ctx: actions.do_deactivate_user(ctx, user.user_id, user.realm_id, target)
         )
-        self.succeed(params)
+        return None
 
 
 class ReactivateHandler(UsersAreaHandler):
@@ -246,14 +306,13 @@ class ReactivateHandler(UsersAreaHandler):
 
     SUPPORTED_METHODS = ("POST",)
 
-    async def post(self, raw_id: str) -> None:
-        user = await self.authenticate()
-        params = self.params()
+    @operation(Nothing)
+    async def post(self, user: AuthUser, args: Nothing, raw_id: str) -> Body:
         target = _user_id(raw_id)
         await self.act(
             lambda ctx: actions.do_reactivate_user(ctx, user.user_id, user.realm_id, target)
         )
-        self.succeed(params)
+        return None
 
 
 ROUTES: list[tuple[str, Any]] = [

@@ -20,6 +20,21 @@ INT_MAX = 2**63 - 1
 MAX_STRING = 10_000
 
 
+def decode_json(name: str, value: str) -> Any:
+    """A parameter's JSON value; the error names the parameter."""
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        raise ApiError(f'Argument "{name}" is not valid JSON.') from None
+
+
+def check_length(name: str, value: str, max_length: int) -> str:
+    """`value`, refused when longer than `max_length` characters."""
+    if len(value) > max_length:
+        raise ApiError(f"{name} is too long (limit: {max_length} characters)")
+    return value
+
+
 class Params:
     """The parameters of one request; remembers which ones were read so that
     the rest can be reported as `ignored_parameters_unsupported`."""
@@ -48,9 +63,7 @@ class Params:
 
     def string(self, name: str, *, max_length: int = MAX_STRING) -> str | None:
         value = self.raw(name)
-        if value is not None and len(value) > max_length:
-            raise ApiError(f"{name} is too long (limit: {max_length} characters)")
-        return value
+        return value if value is None else check_length(name, value, max_length)
 
     def required_string(self, name: str, *, max_length: int = MAX_STRING) -> str:
         value = self.string(name, max_length=max_length)
@@ -61,12 +74,7 @@ class Params:
     def json(self, name: str) -> Any:
         """The decoded JSON value, or None when absent."""
         value = self.raw(name)
-        if value is None:
-            return None
-        try:
-            return orjson.loads(value)
-        except orjson.JSONDecodeError:
-            raise ApiError(f'Argument "{name}" is not valid JSON.') from None
+        return None if value is None else decode_json(name, value)
 
     def boolean(self, name: str, default: bool) -> bool:
         """`default` when absent; JSON null is not a boolean (as in Zulip)."""
@@ -92,8 +100,9 @@ class Params:
             return default
         value = self.json(name)
         if isinstance(value, float) and abs(value) >= 2**63:
-            # orjson decodes integers beyond 64 bits as floats.
-            value = int(value)
+            # orjson decodes integers beyond 64 bits as floats, which may round
+            # onto -2**63 (-2**63 - 1 does): such a number is beyond any bound.
+            value = minimum - 1 if value < 0 else maximum + 1
         if not isinstance(value, int) or isinstance(value, bool):
             raise ApiError(f"{name} is not an integer")
         if value < minimum:
