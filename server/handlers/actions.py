@@ -18,6 +18,7 @@ from server.handlers.base import BaseHandler
 from server.http.auth import AuthUser
 from server.http.declared import fields_of, parse
 from server.http.params import INT_MAX, Params
+from server.interface import DomainApi
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -62,6 +63,8 @@ def declaration_of(handler: type[BaseHandler], method: str) -> type | None:
 
 
 class ActionHandler(BaseHandler):
+    server: DomainApi
+
     def params(self) -> Params:
         """Refused: an operation's parameters are those it declares
         (`operation`), so it cannot read one the document does not list."""

@@ -34,7 +34,7 @@ from server.http.forward import (
 from server.http.params import Params
 from server.http.responses import success_body
 from server.http.sessions import CSRF_HEADER, USER_HEADER, check_csrf, cookie_names
-from server.interface import HandlerApi, ServerApi
+from server.interface import HandlerApi
 
 log = logging.getLogger("eventq.http")
 # Refused calls of the operators' endpoints (server/handlers/internal.py).
@@ -141,7 +141,8 @@ class BaseHandler(tornado.web.RequestHandler):
     `caller_is_internal`: any other gets 403 "Access denied" from its
     request head, before any of its body is read."""
 
-    server: ServerApi
+    # Each kind of handler narrows this to its role (server/interface.py).
+    server: HandlerApi
     json_api: bool
     internal: bool = False
     # Sharding (server/http/forward.py): the request came from another shard; the
@@ -150,7 +151,7 @@ class BaseHandler(tornado.web.RequestHandler):
     upstream: tornado.iostream.IOStream | None = None
     client_gone = False
 
-    def initialize(self, server: ServerApi, json_api: bool = False) -> None:
+    def initialize(self, server: HandlerApi, json_api: bool = False) -> None:
         self.server = server
         self.json_api = json_api
         self._chunks: list[bytes] = []

@@ -25,11 +25,13 @@ from server.handlers.longpoll_flow import (
 from server.http.auth import AuthUser
 from server.http.options import implicit_options
 from server.http.responses import events_body
+from server.interface import PollApi
 
 _ALLOW = "OPTIONS, GET, DELETE"
 
 
 class EventsHandler(BaseHandler):
+    server: PollApi
     SUPPORTED_METHODS = ("GET", "DELETE", "OPTIONS")
 
     _parked: ParkedRequest | None = None

@@ -18,9 +18,11 @@ from generation.notice import parse_notice
 from server.errors import ApiError, missing_argument
 from server.handlers.base import BaseHandler
 from server.http.params import Params
+from server.interface import InternalApi
 
 
 class InternalHandler(BaseHandler):
+    server: InternalApi
     SUPPORTED_METHODS = ("POST",)
     internal = True
 

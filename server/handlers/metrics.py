@@ -10,10 +10,12 @@ from __future__ import annotations
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from server.handlers.base import BaseHandler
+from server.interface import MetricsApi
 from server.observability.metrics import exposition
 
 
 class MetricsHandler(BaseHandler):
+    server: MetricsApi
     SUPPORTED_METHODS = ("GET",)
     internal = True
 

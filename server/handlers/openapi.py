@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from server.handlers.base import BaseHandler
-from server.interface import ServerApi
+from server.interface import HandlerApi
 
 
 class OpenApiHandler(BaseHandler):
@@ -20,7 +20,7 @@ class OpenApiHandler(BaseHandler):
     _body: bytes | None = None
 
     def initialize(  # type: ignore[override]
-        self, server: ServerApi, document: Callable[[], dict[str, Any]]
+        self, server: HandlerApi, document: Callable[[], dict[str, Any]]
     ) -> None:
         super().initialize(server)
         self.document = document

@@ -193,6 +193,8 @@ class OperatorPageHandler(OperatorHandler):
 
 
 class OperatorStatsHandler(OperatorHandler):
+    server: PagesApi
+
     def get(self) -> None:
         self.set_header("Content-Type", "application/json")
         self.write_success(operator_figures(self.server))

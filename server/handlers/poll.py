@@ -51,7 +51,7 @@ from server.http.auth import AuthUser
 from server.http.http1 import Exchange
 from server.http.params import Params
 from server.http.responses import events_body
-from server.interface import ServerApi
+from server.interface import PollApi
 
 # `note_end` for the server's queue end hook, which imports it from here.
 __all__ = ["MAX_QUEUE_ID", "LeanPoll", "http_date", "note_end", "poll_arguments"]
@@ -161,7 +161,7 @@ class LeanPoll(ParkedPoll, tornado.httputil.HTTPMessageDelegate):
 
     def __init__(
         self,
-        server: ServerApi,
+        server: PollApi,
         conn: tornado.http1connection.HTTP1Connection | Exchange,
         uri: str,
         query: dict[str, list[bytes]] | None,

@@ -19,6 +19,7 @@ from server.durability.resume import resume_queue
 from server.errors import ApiError, access_changed
 from server.handlers.base import BaseHandler
 from server.http.options import include_subscribers, register_options
+from server.interface import RegisterApi
 from server.observability.observe import Origin
 from server.version import ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION
 
@@ -34,6 +35,7 @@ def _covered(origin: object, covered: frozenset[int]) -> bool:
 
 
 class RegisterHandler(BaseHandler):
+    server: RegisterApi
     SUPPORTED_METHODS = ("POST",)
 
     async def post(self) -> None:

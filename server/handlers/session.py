@@ -14,6 +14,7 @@ from generation.actions.users import do_end_sessions
 from server.errors import ApiError, missing_argument
 from server.handlers.base import BaseHandler
 from server.http.sessions import check_origin, cookie_names
+from server.interface import DomainApi
 
 log = logging.getLogger("eventq.sessions")
 
@@ -21,6 +22,7 @@ DEMO_REALM = "demo"
 
 
 class SessionHandler(BaseHandler):
+    server: DomainApi
     SUPPORTED_METHODS = ("POST",)
 
     async def start_session(self, user_id: int) -> None:
@@ -96,6 +98,7 @@ class DevLoginHandler(SessionHandler):
 
 
 class DevUsersHandler(BaseHandler):
+    server: DomainApi
     SUPPORTED_METHODS = ("GET",)
 
     async def get(self) -> None:
