@@ -51,6 +51,11 @@ class LoopLagMonitor:
                     lag * 1000,
                 )
 
+    @property
+    def sample_count(self) -> int:
+        """Samples in the window now."""
+        return len(self._samples)
+
     def percentiles(self) -> dict[str, float]:
         """p50, p99 and max over the recent window, and the max since start, in ms."""
         samples = sorted(self._samples)

@@ -14,7 +14,8 @@ def test_a_callback_that_holds_the_loop_shows_as_lag():
         monitor = LoopLagMonitor(interval=0.01, window=100)
         monitor.start()
         try:
-            await asyncio.sleep(0.03)  # a few quiet samples first
+            while monitor.sample_count < 3:  # noqa: ASYNC110 (a few quiet samples first)
+                await asyncio.sleep(0.01)
             time.sleep(0.08)  # noqa: ASYNC251 (the point: the loop held for 80 ms)
             # The sampler's next wake-up records it.
             while monitor.max_secs < 0.05:  # noqa: ASYNC110 (the sampler's own state)
