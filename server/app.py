@@ -10,17 +10,14 @@ queues and closes the pool.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 import time
 from collections.abc import Sequence
 from typing import Any
 
-import psycopg
 import tornado.netutil
 import tornado.web
-from tornado.ioloop import PeriodicCallback
 
 from generation.config import api_key_secret
 from generation.events import CLIENT_RULES
@@ -30,14 +27,14 @@ from queues.registry import EndReason, QueueRegistry
 from server.config import Settings
 from server.database.background import Runner
 from server.database.background_runner import make_runner
-from server.database.db import Database, DatabaseUnavailable
+from server.database.db import Database
 from server.database.migrate import latest_migration
 from server.delivering import Delivery
 from server.delivery.consumer import NoticeConsumer
 from server.delivery.longpoll import AnswerSlices, Heartbeats
 from server.durability.floors import StreamFloors
 from server.durability.journal import QueueJournal
-from server.durability.saved_queues import CHECKPOINT_SLICE_SECS, SavedQueues
+from server.durability.saved_queues import SavedQueues
 from server.handlers.poll import note_end
 from server.http.auth import Authenticator
 from server.http.http1 import FastHTTPServer
@@ -50,28 +47,16 @@ from server.observability.looplag import GcPauses, LoopLagMonitor
 from server.observability.metrics import gc_stats, make_metrics
 from server.observability.observe import Observers
 from server.routes import make_dispatcher
+from server.upkeep import Upkeep
 from server.version import ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION
 
 log = logging.getLogger("eventq.server")
 
-# How often the event log's tail is read for events whose notice never came.
-TAIL_SECS = 1.0
-# How often a server tells the retention update how far back it needs the log
-# (at most; after each checkpoint when they are more frequent), and how long
-# an unchanged floor goes without being said again.
-READER_FLOOR_SECS = 10.0
-READER_FLOOR_REFRESH_SECS = 60.0
 # How long start() waits for the consumer before accepting clients anyway.
 CONSUMER_START_WAIT_SECS = 5.0
 # Connections waiting this long for a request head are closed.
 IDLE_CONNECTION_SECS = 3600.0
 LISTEN_BACKLOG = 4096
-
-
-def _runner_ended(task: asyncio.Task[bool]) -> None:
-    """The runner returns only when stopped: say so if it did otherwise."""
-    if not task.cancelled() and task.exception() is not None:
-        log.error("background updates' runner ended", exc_info=task.exception())
 
 
 class StartupError(RuntimeError):
@@ -129,7 +114,6 @@ class EventServer:
         self.in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
-        self._gc: PeriodicCallback | None = None
         self._http: EventHTTPServer | None = None
         self._fast: FastHTTPServer | None = None
         # Requests whose head cannot be served (too large, not HTTP) are
@@ -162,7 +146,6 @@ class EventServer:
         self.eventlog = self.delivery.eventlog
         self.deliver = self.delivery.deliver
         self.sink = self.delivery.sink
-        self._checkpoint: PeriodicCallback | None = None
         # Queues registered since the last checkpoint (server/durability/journal.py).
         # Names this server's rows in queue_journal and stream_readers.
         self.reader_key = f"{settings.shard_name}:{settings.state_dir.resolve()}"
@@ -170,19 +153,14 @@ class EventServer:
         # The positions registers gave each user, which resume_from may not
         # go below (server/durability/floors.py).
         self.floors = StreamFloors(self.db)
-        # Tells the retention update how far back this server needs the log.
-        self._reader: PeriodicCallback | None = None
-        self._floor_said: tuple[int, float] = (-1, 0.0)
         # The background updates' runner, when this process runs them.
         self.background: Runner | None = None
-        self._background_task: asyncio.Task[bool] | None = None
         if settings.background_tasks:
             self.background = make_runner(
                 settings,
                 api_key_secret(),
                 application_name=f"eventq-background {settings.shard_name}",
             )
-        self._tail: PeriodicCallback | None = None
         self.consumer: NoticeConsumer | None = None
         if settings.amqp_url:
             self.consumer = NoticeConsumer(
@@ -203,6 +181,21 @@ class EventServer:
             clock=self.clock,
             server_generation=self.server_generation,
             restart_event=self.restart_event,
+        )
+        # The timers: idle-queue GC, the log's tail, checkpoints, the
+        # retention floor, the background runner (server/upkeep.py).
+        self.upkeep = Upkeep(
+            settings,
+            self.registry,
+            self.db,
+            self.eventlog,
+            self.saved,
+            self.observers,
+            (self.rate_limiter, self.auth_failures),
+            self.background,
+            self.reader_key,
+            self.clock,
+            lambda: self.stopping,
         )
 
     @staticmethod
@@ -260,20 +253,7 @@ class EventServer:
                 "no broker (EVENTQ_AMQP_URL is empty): notices arrive only through"
                 " /api/internal/notify_tornado"
             )
-        self._gc = PeriodicCallback(self.collect_garbage, self.settings.gc_interval_secs * 1000)
-        self._gc.start()
-        self._tail = PeriodicCallback(self._read_tail_soon, TAIL_SECS * 1000)
-        self._tail.start()
-        if self.settings.checkpoint_secs > 0:
-            self._checkpoint = PeriodicCallback(
-                self._checkpoint_soon, self.settings.checkpoint_secs * 1000
-            )
-            self._checkpoint.start()
-        every = READER_FLOOR_SECS
-        if self.settings.checkpoint_secs > 0:
-            every = min(every, self.settings.checkpoint_secs)
-        self._reader = PeriodicCallback(self._say_reader_floor_soon, every * 1000)
-        self._reader.start()
+        self.upkeep.start_timers()
         dispatcher = make_dispatcher(self)
         self._http = EventHTTPServer(
             dispatcher,
@@ -294,12 +274,10 @@ class EventServer:
             )
         if self.settings.checkpoint_secs > 0:
             # Right away: the restart event pushed to restored queues is in it.
-            await self.checkpoint()
+            await self.upkeep.checkpoint()
         # Said before the runner starts: retention must know what this needs.
-        await self.say_reader_floor()
-        if self.background is not None:
-            self._background_task = asyncio.get_running_loop().create_task(self.background.run())
-            self._background_task.add_done_callback(_runner_ended)
+        await self.upkeep.say_reader_floor()
+        self.upkeep.start_background()
         if self._fast is not None:
             await self._fast.add_sockets(sockets, LISTEN_BACKLOG)
         else:
@@ -326,11 +304,7 @@ class EventServer:
         if self.consumer is not None:
             await self.consumer.stop()
         log.info("shutting down: answering %d parked requests", self.registry.parked)
-        if self._gc is not None:
-            self._gc.stop()
-        for timer in (self._checkpoint, self._tail, self._reader):
-            if timer is not None:
-                timer.stop()
+        self.upkeep.stop_timers()
         now = self.clock()
         # A heartbeat is an answer every client already handles; it takes no
         # id, so the ids stay consistent across the restart.
@@ -349,8 +323,8 @@ class EventServer:
         await self.save_queues()
         # The saved queues need the log from here on.
         self.saved.checkpoint_floor = self.eventlog.position
-        await self.say_reader_floor()
-        await self._stop_background()
+        await self.upkeep.say_reader_floor()
+        await self.upkeep.stop_background()
         if self._fast is not None:
             await self._fast.close_all_connections()
         if self._http is not None:
@@ -376,58 +350,9 @@ class EventServer:
 
     # -- queues -------------------------------------------------------------
 
-    def _read_tail_soon(self) -> None:
-        if not self.stopping:
-            asyncio.get_running_loop().create_task(self.eventlog.read_tail())
-
-    async def _stop_background(self) -> None:
-        task = self._background_task
-        if self.background is None or task is None:
-            return
-        self.background.stop()  # after the batch in progress, if any
-        try:
-            await asyncio.wait_for(asyncio.shield(task), self.settings.shutdown_grace_secs)
-        except TimeoutError:
-            # A long one-shot update (an index build) starts again next time;
-            # `eventq db background run` is the place for those.
-            log.warning("background update still running at shutdown: cancelled")
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-
-    def _say_reader_floor_soon(self) -> None:
-        if not self.stopping:
-            asyncio.get_running_loop().create_task(self.say_reader_floor())
-
-    async def say_reader_floor(self) -> None:
-        """Tell the retention update (stream_readers) the lowest position
-        this server's saved queues need: its last checkpoint's, or where its
-        stream is when it saves none (then only a lagging stream needs it)."""
-        floor = self.eventlog.position
-        if self.settings.checkpoint_secs > 0:
-            floor = min(floor, self.saved.checkpoint_floor or 0)
-        said, at = self._floor_said
-        if floor == said and time.monotonic() - at < READER_FLOOR_REFRESH_SECS:
-            return
-        try:
-            await self.db.reader_floor(self.reader_key, floor)
-        except (DatabaseUnavailable, psycopg.Error) as exc:
-            log.warning("cannot record this server's event log floor (%s)", exc)
-            return
-        self._floor_said = (floor, time.monotonic())
-
-    def _checkpoint_soon(self) -> None:
-        if not self.saved.checkpointing and not self.stopping:
-            asyncio.get_running_loop().create_task(self.checkpoint())
-
     async def save_queues(self) -> None:
         """Save every queue for the next start (a graceful stop)."""
         await self.saved.save_queues()
-
-    async def checkpoint(self, slice_secs: float = CHECKPOINT_SLICE_SECS) -> float:
-        """Save every queue for recovery after a crash; returns the seconds
-        it took (`SavedQueues.checkpoint`)."""
-        return await self.saved.checkpoint(slice_secs)
 
     @property
     def last_checkpoint(self) -> dict[str, float]:
@@ -488,22 +413,6 @@ class EventServer:
     def heartbeat(self, client: ClientDescriptor) -> None:
         """`heartbeats`' callback: the parked request has waited a heartbeat period."""
         self.registry.wake_for_heartbeat(client, self.clock())
-
-    def collect_garbage(self) -> None:
-        started = time.monotonic()
-        collected = self.registry.collect_expired(self.clock())
-        for limiter in (self.rate_limiter, self.auth_failures):
-            if limiter is not None:
-                limiter.forget_idle(self.clock())
-        duration = time.monotonic() - started
-        self.observers.gc_ran(len(collected), duration)
-        if collected:
-            log.info(
-                "collected %d idle queues in %.1f ms; %d remain",
-                len(collected),
-                duration * 1000,
-                len(self.registry),
-            )
 
     def _on_queue_end(self, client: ClientDescriptor, reason: EndReason, last: bool) -> None:
         note_end(self, client)

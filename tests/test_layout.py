@@ -145,7 +145,13 @@ ROOMS = (
     ("admin", ("server/admin/", "server/__main__.py")),
     (
         "assembly",
-        ("server/app.py", "server/delivering.py", "server/routes.py", "server/openapi.py"),
+        (
+            "server/app.py",
+            "server/delivering.py",
+            "server/upkeep.py",
+            "server/routes.py",
+            "server/openapi.py",
+        ),
     ),
     ("handlers", ("server/handlers/",)),
     ("durability", ("server/durability/",)),
