@@ -122,7 +122,7 @@ from register import SECRET, populate_domain, run_phase
 
 from generation.config import NOTIFY_QUEUE, ProducerConfig
 from generation.send import close_for_thread, send_event
-from server.app import CHECKPOINT_SLICE_SECS
+from server.durability.saved_queues import CHECKPOINT_SLICE_SECS
 
 DEFAULT_AMQP_BASE = "amqp://guest:guest@127.0.0.1:5672"
 # Issue 15's bars.
