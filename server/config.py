@@ -23,6 +23,9 @@ from generation.config import (
 from queues.registry import QueueLimits
 
 _LIMITS = QueueLimits()
+# The realm `eventq demo` creates (server/admin/demo_commands.py) and whose
+# users the development login lists (server/handlers/session.py).
+DEMO_REALM = "demo"
 EVENT_LOOPS = ("uvloop", "asyncio")
 HTTP_SERVERS = ("eventq", "tornado")
 # A shard's name goes into file names (saved queues, delivery log).

@@ -31,13 +31,13 @@ from generation.errors import BadNotice
 from generation.send import PublishError
 from server.admin.analytics_commands import add_analytics_command
 from server.admin.db_commands import add_db_commands
-from server.admin.demo_commands import DEMO_REALM, add_demo_command
+from server.admin.demo_commands import add_demo_command
 from server.admin.event_commands import add_send_event_command
 from server.admin.log_commands import add_log_commands
 from server.admin.realm_commands import add_realm_commands
 from server.admin.sharding_commands import add_sharding_commands
 from server.admin.user_commands import add_user_commands
-from server.config import ConfigError, Settings, retired_advice
+from server.config import DEMO_REALM, ConfigError, Settings, retired_advice
 from server.database import background
 from server.database.migrate import MigrationError
 

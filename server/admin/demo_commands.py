@@ -15,9 +15,8 @@ from generation.actions import streams as stream_actions
 from generation.actions.base import ActionContext
 from generation.notice import Notice
 from server.admin.common import connect, print_json
-from server.config import Settings
+from server.config import DEMO_REALM, Settings
 
-DEMO_REALM = "demo"
 DEMO_USERS = (
     ("iago@demo.example.com", "Iago", "administrator"),
     ("hamlet@demo.example.com", "King Hamlet", "member"),

@@ -11,14 +11,13 @@ import time
 
 from generation.actions.base import ActionContext
 from generation.actions.users import do_end_sessions
+from server.config import DEMO_REALM
 from server.errors import ApiError, missing_argument
 from server.handlers.base import BaseHandler
 from server.http.sessions import check_origin, cookie_names
 from server.interface import DomainApi
 
 log = logging.getLogger("eventq.sessions")
-
-DEMO_REALM = "demo"
 
 
 class SessionHandler(BaseHandler):
