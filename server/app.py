@@ -11,19 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import time
-from collections.abc import Sequence
 from typing import Any
-
-import tornado.netutil
-import tornado.web
 
 from generation.config import api_key_secret
 from generation.events import CLIENT_RULES
 from queues.client import ClientDescriptor
-from queues.event_queue import Item
-from queues.registry import EndReason, QueueRegistry
+from queues.registry import QueueRegistry
 from server.config import Settings
 from server.database.background import Runner
 from server.database.background_runner import make_runner
@@ -34,34 +28,27 @@ from server.delivery.consumer import NoticeConsumer
 from server.delivery.longpoll import AnswerSlices, Heartbeats
 from server.durability.floors import StreamFloors
 from server.durability.journal import QueueJournal
+from server.durability.restore import restore_queues
 from server.durability.saved_queues import SavedQueues
-from server.handlers.poll import note_end
 from server.http.auth import Authenticator
-from server.http.http1 import FastHTTPServer
-from server.http.httpserver import EventHTTPServer, Refusals
-from server.http.ratelimit import RateLimiter
+from server.http.ratelimit import limiters
 from server.http.responses import encode
 from server.http.sessions import SessionSigner
-from server.observability.deliverylog import DeliveryLog
+from server.listener import Listener, StartupError
+from server.observability.deliverylog import delivery_log_for
 from server.observability.looplag import GcPauses, LoopLagMonitor
 from server.observability.metrics import gc_stats, make_metrics
 from server.observability.observe import Observers
 from server.routes import make_dispatcher
+from server.telling import Telling
 from server.upkeep import Upkeep
-from server.version import ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION
 
 log = logging.getLogger("eventq.server")
 
 # How long start() waits for the consumer before accepting clients anyway.
 CONSUMER_START_WAIT_SECS = 5.0
-# Connections waiting this long for a request head are closed.
-IDLE_CONNECTION_SECS = 3600.0
-LISTEN_BACKLOG = 4096
 
-
-class StartupError(RuntimeError):
-    """Raised by `EventServer.start` when the server cannot serve at all; the
-    message says what to do."""
+__all__ = ["EventServer", "StartupError"]
 
 
 class EventServer:
@@ -71,7 +58,6 @@ class EventServer:
         self.settings = settings
         # The capability rules come with the event types' declarations.
         self.registry = QueueRegistry(encode, settings.queue_limits, rules=CLIENT_RULES)
-        self.registry.end_hooks.append(self._on_queue_end)
         self.db = Database(
             settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max
         )
@@ -84,16 +70,7 @@ class EventServer:
             key_tag=self.sessions.key_tag,
             ttl_secs=settings.auth_cache_secs,
         )
-        self.rate_limiter: RateLimiter | None = None
-        if settings.rate_limit_requests > 0:
-            self.rate_limiter = RateLimiter(
-                settings.rate_limit_requests, settings.rate_limit_window_secs
-            )
-        self.auth_failures: RateLimiter | None = None
-        if settings.auth_failure_limit > 0:
-            self.auth_failures = RateLimiter(
-                settings.auth_failure_limit, settings.rate_limit_window_secs, "address"
-            )
+        self.rate_limiter, self.auth_failures = limiters(settings)
         self.shared_secret = settings.load_shared_secret()
         # Identifies this run of the server to clients (Zulip: start time, s).
         self.server_generation = int(time.time())
@@ -110,29 +87,16 @@ class EventServer:
         # (handlers/poll.py) or "full" (handlers/events.py); in stats.
         self.poll_paths = {"lean": 0, "full": 0}
         self.stopping = False
-        # Requests being served (including parked ones); shutdown waits for 0.
-        self.in_flight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._http: EventHTTPServer | None = None
-        self._fast: FastHTTPServer | None = None
-        # Requests whose head cannot be served (too large, not HTTP) are
-        # answered, counted and closed here (server/http/httpserver.py).
-        self.refusals = Refusals(settings.max_header_bytes)
-        self.port: int | None = None
+        # The sockets, the HTTP servers, the requests in flight (server/listener.py).
+        self.listener = Listener(settings)
+        self.refusals = self.listener.refusals
+        self.request_started = self.listener.request_started
+        self.request_finished = self.listener.request_finished
         # Told of every delivery, poll, register and queue end (server/observability/observe.py).
         self.observers = Observers()
         # The delivery log for the analytics jobs, when EVENTQ_LOG_DIR is set.
-        self.delivery_log: DeliveryLog | None = None
-        if settings.log_dir is not None:
-            self.delivery_log = DeliveryLog(
-                settings.log_dir,
-                settings.shard_name,
-                flush_secs=settings.log_flush_secs,
-                roll_secs=settings.log_roll_secs,
-                retention_days=settings.log_retention_days,
-                max_pending=settings.log_max_pending,
-            )
+        self.delivery_log = delivery_log_for(settings)
+        if self.delivery_log is not None:
             self.observers.add(self.delivery_log)
         # Prometheus figures (GET /metrics): counters kept by an observer,
         # gauges read from the server at scrape time.
@@ -153,6 +117,8 @@ class EventServer:
         # The positions registers gave each user, which resume_from may not
         # go below (server/durability/floors.py).
         self.floors = StreamFloors(self.db)
+        self.record_floor = self.floors.record
+        self.stream_floor = self.floors.lowest
         # The background updates' runner, when this process runs them.
         self.background: Runner | None = None
         if settings.background_tasks:
@@ -180,8 +146,15 @@ class EventServer:
             self.consumer,
             clock=self.clock,
             server_generation=self.server_generation,
-            restart_event=self.restart_event,
         )
+        self.journal_queue = self.saved.journal_queue
+        # Answers, registers, failed polls and queue ends, told to the
+        # observers; queue ends logged (server/telling.py).
+        telling = Telling(self.observers, self.journal, self.registry.limits, self, self.clock)
+        self.registry.end_hooks.append(telling.queue_ended)
+        self.observe_response = telling.responded
+        self.observe_registered = telling.registered
+        self.observe_poll_failed = telling.poll_failed
         # The timers: idle-queue GC, the log's tail, checkpoints, the
         # retention floor, the background runner (server/upkeep.py).
         self.upkeep = Upkeep(
@@ -212,23 +185,11 @@ class EventServer:
         if the port cannot be bound or the database schema is not migrated."""
         # Bind first: a taken port must fail before the saved queues are read
         # (and moved to .last). Connections wait in the backlog meanwhile.
-        try:
-            sockets = tornado.netutil.bind_sockets(
-                self.settings.port if port is None else port,
-                host or self.settings.host,
-                family=socket.AF_INET,
-                backlog=LISTEN_BACKLOG,
-            )
-        except OSError as exc:
-            raise StartupError(
-                f"cannot listen on {host or self.settings.host}:{port}: {exc.strerror}"
-            ) from exc
-        self.port = sockets[0].getsockname()[1]
+        self.port = self.listener.bind(port, host)
         if await self.db.open():
             missing = await self.db.missing_migrations(latest_migration())
             if missing:
-                for sock in sockets:
-                    sock.close()
+                self.listener.unbind()
                 raise StartupError(
                     f"the database schema is not up to date ({missing}): run `eventq db migrate`"
                 )
@@ -236,7 +197,7 @@ class EventServer:
         self.gc_pauses.start()
         if self.delivery_log is not None:
             self.delivery_log.start()
-        await self.saved.restore_queues()
+        await restore_queues(self.saved)
         # Consume before accepting clients: notices published while the server
         # was down reach the restored queues before clients come back.
         if self.consumer is not None:
@@ -254,34 +215,14 @@ class EventServer:
                 " /api/internal/notify_tornado"
             )
         self.upkeep.start_timers()
-        dispatcher = make_dispatcher(self)
-        self._http = EventHTTPServer(
-            dispatcher,
-            # The handlers enforce their own (smaller) limits with a JSON 413;
-            # this is the hard cap for a body without a Content-Length.
-            max_body_size=self.settings.max_internal_request_bytes,
-            refusals=self.refusals,
-            idle_connection_timeout=IDLE_CONNECTION_SECS,
-        )
-        if self.settings.http_server == "eventq":
-            # eventq's connections; Tornado's server gets those they hand over.
-            self._fast = FastHTTPServer(
-                dispatcher.application,
-                dispatcher.lean_poll,
-                self._http,
-                max_body_size=self.settings.max_internal_request_bytes,
-                idle_timeout=IDLE_CONNECTION_SECS,
-            )
+        self.listener.make_servers(make_dispatcher(self))
         if self.settings.checkpoint_secs > 0:
             # Right away: the restart event pushed to restored queues is in it.
             await self.upkeep.checkpoint()
         # Said before the runner starts: retention must know what this needs.
         await self.upkeep.say_reader_floor()
         self.upkeep.start_background()
-        if self._fast is not None:
-            await self._fast.add_sockets(sockets, LISTEN_BACKLOG)
-        else:
-            self._http.add_sockets(sockets)
+        await self.listener.serve()
         log.info(
             "listening on http://%s:%d (generation %d, %d queues)",
             host or self.settings.host,
@@ -295,10 +236,7 @@ class EventServer:
         if self.stopping:
             return
         self.stopping = True
-        if self._fast is not None:
-            self._fast.stop()
-        if self._http is not None:
-            self._http.stop()
+        self.listener.stop_accepting()
         # No notice may enter a queue after it is saved: stop consuming first
         # (what was taken is processed and acknowledged; the rest stays queued).
         if self.consumer is not None:
@@ -312,7 +250,7 @@ class EventServer:
             if client.waiter is not None:
                 self.registry.wake_for_heartbeat(client, now)
         try:
-            await asyncio.wait_for(self._idle.wait(), self.settings.shutdown_grace_secs)
+            await asyncio.wait_for(self.listener.requests_done(), self.settings.shutdown_grace_secs)
         except TimeoutError:
             log.warning(
                 "%d requests still in progress after %.0f s; saving queues anyway",
@@ -320,16 +258,12 @@ class EventServer:
                 self.settings.shutdown_grace_secs,
             )
         await self.eventlog.stop()
-        await self.save_queues()
+        await self.saved.save_queues()
         # The saved queues need the log from here on.
         self.saved.checkpoint_floor = self.eventlog.position
         await self.upkeep.say_reader_floor()
         await self.upkeep.stop_background()
-        if self._fast is not None:
-            await self._fast.close_all_connections()
-        if self._http is not None:
-            await self._http.close_all_connections()
-        await self.refusals.close()
+        await self.listener.close()
         # Last: every response and queue end is in the log by now.
         if self.delivery_log is not None:
             await self.delivery_log.stop()
@@ -339,123 +273,16 @@ class EventServer:
         self.delivery.close()
         log.info("stopped")
 
-    def request_started(self) -> None:
-        self.in_flight += 1
-        self._idle.clear()
-
-    def request_finished(self) -> None:
-        self.in_flight -= 1
-        if self.in_flight == 0:
-            self._idle.set()
-
-    # -- queues -------------------------------------------------------------
-
-    async def save_queues(self) -> None:
-        """Save every queue for the next start (a graceful stop)."""
-        await self.saved.save_queues()
-
     @property
-    def last_checkpoint(self) -> dict[str, float]:
-        """The last checkpoint: queues saved, its time, its longest stretch on the loop."""
-        return self.saved.last_checkpoint
-
-    def journal_queue(self, client: ClientDescriptor) -> None:
-        """Journal a queue just registered, as it is now (server/durability/journal.py);
-        only when checkpoints are on, the journal being their complement."""
-        if self.settings.checkpoint_secs > 0:
-            self.journal.record(client, self.eventlog.position, self.clock(), time.time())
-
-    def record_floor(self, user_id: int, position: int) -> None:
-        """A register gave `user_id` the stream position `position`."""
-        self.floors.record(user_id, position)
-
-    async def stream_floor(self, user_id: int) -> int | None:
-        """The lowest stream position registers gave `user_id`, those of
-        this process's registers not yet written included (not waited for:
-        under a flood of registers the writer is never done)."""
-        written = await self.db.stream_floor(user_id)
-        floors = [f for f in (written, self.floors.unwritten(user_id)) if f is not None]
-        return min(floors, default=None)
-
-    def restart_event(self) -> dict[str, Any]:
-        return {
-            "type": "restart",
-            "zulip_version": ZULIP_VERSION,
-            "zulip_merge_base": ZULIP_MERGE_BASE,
-            "zulip_feature_level": ZULIP_FEATURE_LEVEL,
-            "server_generation": self.server_generation,
-        }
-
-    def observe_response(
-        self,
-        client: ClientDescriptor,
-        items: Sequence[Item],
-        response_bytes: int,
-        outcome: str,
-        waited_secs: float,
-    ) -> None:
-        if self.observers:
-            wall = time.time()
-            self.observers.responded(client, items, response_bytes, outcome, waited_secs, wall)
-
-    def observe_registered(self, client: ClientDescriptor, latency_secs: float) -> None:
-        if self.observers:
-            wall = time.time()
-            self.observers.registered(client, latency_secs, wall)
-
-    def observe_poll_failed(
-        self, user_id: int, realm_id: int, queue_id: str | None, code: str
-    ) -> None:
-        if self.observers:
-            wall = time.time()
-            self.observers.poll_failed(user_id, realm_id, queue_id, code, wall)
+    def in_flight(self) -> int:
+        """Requests being served, parked long-polls included."""
+        return self.listener.in_flight
 
     def heartbeat(self, client: ClientDescriptor) -> None:
         """`heartbeats`' callback: the parked request has waited a heartbeat period."""
         self.registry.wake_for_heartbeat(client, self.clock())
 
-    def _on_queue_end(self, client: ClientDescriptor, reason: EndReason, last: bool) -> None:
-        note_end(self, client)
-        self.journal.ended(client.queue_id)
-        if self.observers:
-            lifetime = self.clock() - client.created_at
-            wall = time.time()
-            self.observers.queue_ended(client, reason, lifetime, wall)
-        if reason == "overflow":
-            log.warning(
-                "queue %s of user %d overflowed (%d events, %d bytes; limits %d events,"
-                " %d bytes) and was ended: its client is not reading; it will re-register",
-                client.queue_id,
-                client.user_id,
-                len(client.event_queue),
-                client.event_queue.bytes,
-                self.registry.limits.max_events,
-                self.registry.limits.max_bytes,
-            )
-        elif reason == "evicted":
-            log.info(
-                "queue %s of user %d evicted: the user reached %d queues",
-                client.queue_id,
-                client.user_id,
-                self.registry.limits.max_queues_per_user,
-            )
-        else:
-            log.debug("queue %s of user %d ended: %s", client.queue_id, client.user_id, reason)
-
-    def _http_stats(self) -> dict[str, Any]:
-        """Which HTTP server serves connections; for eventq's, how many are
-        open and how many it handed to Tornado's (server/http/http1.py)."""
-        fast = self._fast
-        if fast is None:
-            return {"server": "tornado"}
-        return {
-            "server": "eventq",
-            "connections": len(fast.connections),
-            "handed_off": fast.handed_off,
-            "write_buffer_bytes": fast.write_buffered(),
-        }
-
-    def stats(self, user_id: int | None = None) -> dict[str, Any]:
+    def stats(self) -> dict[str, Any]:
         events, size = self.registry.held()
         body: dict[str, Any] = {
             "server_generation": self.server_generation,
@@ -469,24 +296,12 @@ class EventServer:
             "auth_lookups": self.auth.lookups,
             "loop_lag": self.loop_lag.percentiles(),
             "poll_paths": dict(self.poll_paths),
-            "http": self._http_stats(),
+            "http": self.listener.stats(),
             "stream": self.eventlog.stats(),
-            "checkpoint": self.last_checkpoint,
+            "checkpoint": self.saved.last_checkpoint,
             "db_pool": self.db.stats(),
             "python_gc": {**gc_stats(), "pauses": self.gc_pauses.stats()},
         }
         if self.consumer is not None:
             body["consumer"] = self.consumer.stats()
-        if user_id is not None:
-            body["user_queues"] = [
-                {
-                    "queue_id": client.queue_id,
-                    "parked": client.waiter is not None,
-                    "events": len(client.event_queue),
-                    "idle_secs": round(self.clock() - client.last_active, 3),
-                    "lifespan_secs": client.options.lifespan_secs,
-                    "client_name": client.options.client_name,
-                }
-                for client in self.registry.user_queues(user_id)
-            ]
         return body

@@ -174,8 +174,8 @@ class InternalApi(HandlerApi, Protocol):
         """Deliver a validated notice whose wire form is `encoded_size` bytes.
         Raises `BadNotice` for an event no queue could hold."""
 
-    def stats(self, user_id: int | None = None) -> dict[str, Any]:
-        """The internal stats body; with `user_id`, that user's queues too."""
+    def stats(self) -> dict[str, Any]:
+        """The internal stats body (the stats endpoint adds a user's queues)."""
 
 
 class MetricsApi(HandlerApi, Protocol):

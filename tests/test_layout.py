@@ -149,6 +149,8 @@ ROOMS = (
             "server/app.py",
             "server/delivering.py",
             "server/upkeep.py",
+            "server/listener.py",
+            "server/telling.py",
             "server/routes.py",
             "server/openapi.py",
         ),

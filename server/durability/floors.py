@@ -56,6 +56,14 @@ class StreamFloors:
         floors = [f.get(user_id) for f in (self._pending, self._writing)]
         return min((f for f in floors if f is not None), default=None)
 
+    async def lowest(self, user_id: int) -> int | None:
+        """The lowest stream position registers gave `user_id`, those of
+        this process's registers not yet written included (not waited for:
+        under a flood of registers the writer is never done)."""
+        written = await self.db.stream_floor(user_id)
+        floors = [f for f in (written, self.unwritten(user_id)) if f is not None]
+        return min(floors, default=None)
+
     async def drain(self) -> None:
         """Wait until every floor recorded so far is written (or failed)."""
         while self._writer is not None and not self._writer.done():

@@ -65,4 +65,18 @@ class StatsHandler(InternalHandler):
         params = self.params()
         self.check_secret(params)
         user_id = params.integer("user_id")
-        self.write_success(self.server.stats(user_id))
+        body = self.server.stats()
+        if user_id is not None:
+            now = self.server.clock()
+            body["user_queues"] = [
+                {
+                    "queue_id": client.queue_id,
+                    "parked": client.waiter is not None,
+                    "events": len(client.event_queue),
+                    "idle_secs": round(now - client.last_active, 3),
+                    "lifespan_secs": client.options.lifespan_secs,
+                    "client_name": client.options.client_name,
+                }
+                for client in self.server.registry.user_queues(user_id)
+            ]
+        self.write_success(body)

@@ -15,6 +15,10 @@ drops the others.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from server.config import Settings
 
 log = logging.getLogger("eventq.ratelimit")
 
@@ -112,3 +116,16 @@ class RateLimiter:
             del self._windows[key]
             self._limited.discard(key)
         return len(idle)
+
+
+def limiters(settings: Settings) -> tuple[RateLimiter | None, RateLimiter | None]:
+    """The server's limiters, None where off: requests per user
+    (EVENTQ_RATE_LIMIT_REQUESTS) and failed authentications per address
+    (EVENTQ_AUTH_FAILURE_LIMIT), both over EVENTQ_RATE_LIMIT_WINDOW_SECS."""
+    window = settings.rate_limit_window_secs
+    requests = settings.rate_limit_requests
+    failures = settings.auth_failure_limit
+    return (
+        RateLimiter(requests, window) if requests > 0 else None,
+        RateLimiter(failures, window, "address") if failures > 0 else None,
+    )

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from queues.client import ClientDescriptor
 from queues.event_queue import Item
@@ -47,6 +47,9 @@ from server.observability.logfiles import (
     try_compact,
 )
 from server.observability.observe import Observer, Origin, PollOutcome
+
+if TYPE_CHECKING:
+    from server.config import Settings
 
 log = logging.getLogger("eventq.deliverylog")
 
@@ -440,3 +443,17 @@ class DeliveryLog(Observer):
             "dead_letter", now, notice_id=notice_id, failures=failures, error=error
         )
         self._add((record,))
+
+
+def delivery_log_for(settings: Settings) -> DeliveryLog | None:
+    """The server's delivery log as configured; None without EVENTQ_LOG_DIR."""
+    if settings.log_dir is None:
+        return None
+    return DeliveryLog(
+        settings.log_dir,
+        settings.shard_name,
+        flush_secs=settings.log_flush_secs,
+        roll_secs=settings.log_roll_secs,
+        retention_days=settings.log_retention_days,
+        max_pending=settings.log_max_pending,
+    )
