@@ -346,10 +346,18 @@ def _new_content(
     """The content after the edit, or None if it does not change."""
     if content is None:
         return None
+    check_content_editor(actor, realm, message, EDIT_GRACE_SECS)
+    new_content = normalize_content(content)
+    return None if new_content == message.content else new_content
+
+
+def check_content_editor(
+    actor: UserRow, realm: _Realm, message: _Message, grace_secs: float
+) -> None:
+    """`ActionError` unless `actor` may edit `message`'s content now: its
+    sender, within the realm's edit limit (if any) and `grace_secs` more."""
     if message.sender_id != actor.id:
         raise ActionError("You don't have permission to edit this message")
     limit = realm.message_content_edit_limit_seconds
-    if limit is not None and message.age_secs > limit + EDIT_GRACE_SECS:
+    if limit is not None and message.age_secs > limit + grace_secs:
         raise ActionError("The time limit for editing this message has passed")
-    new_content = normalize_content(content)
-    return None if new_content == message.content else new_content
