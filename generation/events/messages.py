@@ -231,6 +231,39 @@ class TypingStopEvent(TypedDict):
     topic: NotRequired[str]
 
 
+class TypingEditMessageRecipient(TypedDict):
+    """Where the edited message is: a channel topic (`channel_id`, `topic`)
+    or a direct conversation (`user_ids`: those told)."""
+
+    type: Literal["channel", "direct"]
+    channel_id: NotRequired[int]
+    topic: NotRequired[str]
+    user_ids: NotRequired[list[int]]
+
+
+class TypingEditMessageStartEvent(TypedDict):
+    """Someone started editing a message's content: to those who would see
+    the edit (the channel's subscribers, or the conversation's participants)."""
+
+    id: int
+    type: Literal["typing_edit_message"]
+    op: Literal["start"]
+    sender_id: int
+    message_id: int
+    recipient: TypingEditMessageRecipient
+
+
+class TypingEditMessageStopEvent(TypedDict):
+    """Someone stopped editing a message (same audience as `start`)."""
+
+    id: int
+    type: Literal["typing_edit_message"]
+    op: Literal["stop"]
+    sender_id: int
+    message_id: int
+    recipient: TypingEditMessageRecipient
+
+
 TYPES: tuple[EventType, ...] = (
     EventType(
         "message",
@@ -272,5 +305,12 @@ TYPES: tuple[EventType, ...] = (
         capability=ClientRule(
             "stream_typing_notifications", without_it="dropped", when_key="stream_id"
         ),
+    ),
+    EventType(
+        "typing_edit_message",
+        {"start": TypingEditMessageStartEvent, "stop": TypingEditMessageStopEvent},
+        state=Transient("who is editing now is not part of register's state (Zulip's neither)"),
+        # Zulip filters only channel `typing` by a capability, not this.
+        capability=None,
     ),
 )

@@ -14,6 +14,7 @@ work unchanged:
 - `POST` and `DELETE messages/{id}/reactions` (`emoji_name`, `emoji_code`,
   `reaction_type`).
 - `POST typing`: direct (`to`: user ids) or channel (`stream_id`, `topic`).
+- `POST messages/{id}/typing`: editing that message starts or stops (`op`).
 """
 
 from __future__ import annotations
@@ -396,11 +397,30 @@ class TypingHandler(ActionHandler):
         return None
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class EditTyping:
+    op: Annotated[str, Param("start or stop", max_length=20)]
+
+
+class EditTypingHandler(ActionHandler):
+    """`POST messages/{id}/typing`: the user started or stopped editing
+    their message `id` (Zulip's set-typing-status-for-message-edit)."""
+
+    SUPPORTED_METHODS = ("POST",)
+
+    @operation(EditTyping)
+    async def post(self, user: AuthUser, args: EditTyping, raw_id: str) -> Body:
+        message_id, op = _message_id(raw_id), args.op
+        await self.act(lambda ctx: actions.do_send_edit_typing(ctx, user.user_id, op, message_id))
+        return None
+
+
 ROUTES: list[tuple[str, Any]] = [
     (r"messages", MessagesHandler),
     (r"messages/flags", FlagsHandler),
     (r"messages/([0-9]+)", MessageHandler),
     (r"messages/([0-9]+)/reactions", ReactionsHandler),
+    (r"messages/([0-9]+)/typing", EditTypingHandler),
     (r"mark_all_as_read", MarkAllAsReadHandler),
     (r"mark_stream_as_read", MarkStreamAsReadHandler),
     (r"mark_topic_as_read", MarkTopicAsReadHandler),

@@ -19,6 +19,7 @@ from generation.actions.messages import (
     do_remove_reaction,
     do_send_direct_message,
     do_send_direct_typing,
+    do_send_edit_typing,
     do_send_stream_message,
     do_send_stream_typing,
     do_update_message,
@@ -1167,6 +1168,84 @@ def test_typing_refusals(domain):
         ),
         "does not exist",
     )
+
+
+# -- typing while editing ------------------------------------------------------
+
+
+def without_id(event):
+    return {key: value for key, value in event.items() if key != "id"}
+
+
+@covers(("typing_edit_message", "start"), ("typing_edit_message", "stop"))
+def test_typing_while_editing_a_channel_message(domain):
+    hamlet, denmark = domain.id("hamlet"), domain.streams["Denmark"]
+    message_id = send(domain, "hamlet", "Denmark", topic="lunch")
+    for op in ("start", "stop"):
+        [event] = domain.verify(
+            lambda ctx, o=op: do_send_edit_typing(ctx, hamlet, o, message_id),
+            user="othello",
+            state_change_expected=False,
+        )
+        assert without_id(event) == {
+            "type": "typing_edit_message",
+            "op": op,
+            "sender_id": hamlet,
+            "message_id": message_id,
+            "recipient": {"type": "channel", "channel_id": denmark, "topic": "lunch"},
+        }
+    # Those who would not see the edit are not told: a guest outside the channel.
+    domain.verify(
+        lambda ctx: do_send_edit_typing(ctx, hamlet, "start", message_id),
+        user="polonius",
+        num_events=0,
+        state_change_expected=False,
+    )
+
+
+@covers(("typing_edit_message", "start"))
+def test_typing_while_editing_a_direct_message(domain):
+    hamlet, othello = domain.id("hamlet"), domain.id("othello")
+    note = direct(domain, "othello", [hamlet])
+    [event] = domain.verify(
+        lambda ctx: do_send_edit_typing(ctx, othello, "start", note),
+        state_change_expected=False,
+    )
+    assert event["recipient"] == {"type": "direct", "user_ids": sorted([hamlet, othello])}
+    domain.verify(
+        lambda ctx: do_send_edit_typing(ctx, othello, "start", note),
+        user="iago",
+        num_events=0,
+        state_change_expected=False,
+    )
+
+
+def test_typing_while_editing_refusals(domain):
+    hamlet, othello, iago = (domain.id(n) for n in ("hamlet", "othello", "iago"))
+    message_id = send(domain, "othello", "Denmark")
+    refused(
+        domain, lambda ctx: do_send_edit_typing(ctx, othello, "maybe", message_id), "Invalid op"
+    )
+    refused(domain, lambda ctx: do_send_edit_typing(ctx, hamlet, "start", message_id), "permission")
+    secret = send(domain, "iago", "Scotland")
+    refused(domain, lambda ctx: do_send_edit_typing(ctx, hamlet, "start", secret), INVALID)
+    refused(domain, lambda ctx: do_send_edit_typing(ctx, othello, "start", 10**9), INVALID)
+    # No grace past the edit limit (600 s), unlike saving the edit.
+    sql(
+        domain,
+        "UPDATE messages SET date_sent = now() - interval '610 seconds' WHERE id = %s",
+        (message_id,),
+    )
+    refused(
+        domain, lambda ctx: do_send_edit_typing(ctx, othello, "start", message_id), "time limit"
+    )
+    domain.run(lambda ctx: do_update_message(ctx, othello, message_id, content="still in time"))
+    domain.run(
+        lambda ctx: do_set_realm_property(
+            ctx, iago, domain.realm_id, "allow_message_editing", False
+        )
+    )
+    refused(domain, lambda ctx: do_send_edit_typing(ctx, othello, "stop", message_id), "turned off")
 
 
 @covers(FLAGS_ADD, FLAGS_REMOVE)

@@ -127,7 +127,7 @@ def test_the_zulip_clients_message_methods(server, domain, apis):
     watch = apis["hamlet"]
     queue_id = watch.register(
         event_types=["message", "update_message", "delete_message", "update_message_flags",
-                     "reaction", "typing"],
+                     "reaction", "typing", "typing_edit_message"],
         client_capabilities={"notification_settings_null": True, "bulk_message_deletion": True,
                              "stream_typing_notifications": True},
     )["queue_id"]  # fmt: skip
@@ -167,6 +167,11 @@ def test_the_zulip_clients_message_methods(server, domain, apis):
         {"op": "stop", "type": "stream", "stream_id": domain.streams["Denmark"], "topic": "u"}
     )
     assert typing["result"] == "success", typing
+    # Zulip's documented call for the edit's typing notification.
+    typing = iago.call_endpoint(
+        f"messages/{message_id}/typing", method="POST", request={"op": "start"}
+    )
+    assert typing["result"] == "success", typing
     deleted = iago.delete_message(to_id["id"])
     assert deleted["result"] == "success", deleted
 
@@ -178,6 +183,7 @@ def test_the_zulip_clients_message_methods(server, domain, apis):
         ("update_message_flags", "add"), ("update_message_flags", "add"),
         ("update_message_flags", "add"),
         ("typing", "start"), ("typing", "stop"),
+        ("typing_edit_message", "start"),
         ("delete_message", None),
     ]  # fmt: skip
     state = watch.register(fetch_event_types=["message", "update_message_flags",
@@ -294,6 +300,8 @@ def test_reactions_and_flags_reach_call_on_each_event(server, domain):
         ("POST", "typing", {"op": "start", "type": "stream", "topic": "t"}, "stream_id"),
         ("POST", "typing", {"op": "start", "type": "stream", "stream_id": 1}, "Missing 'topic'"),
         ("POST", "typing", {"to": [1]}, "Missing 'op'"),
+        ("POST", "messages/1/typing", {}, "Missing 'op'"),
+        ("POST", "messages/99999999999/typing", {"op": "start"}, "Invalid message(s)"),
         ("POST", "mark_stream_as_read", {}, "Missing 'stream_id'"),
         ("POST", "mark_stream_as_read", {"stream_id": 10**12}, "Invalid channel ID"),
         ("POST", "mark_topic_as_read", {"stream_id": 1}, "Missing 'topic_name'"),

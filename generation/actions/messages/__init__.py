@@ -44,6 +44,7 @@ from generation.actions.messages.send import (
 from generation.actions.messages.typing import (
     TYPING_OPS,
     do_send_direct_typing,
+    do_send_edit_typing,
     do_send_stream_typing,
 )
 
@@ -66,6 +67,7 @@ __all__ = [
     "do_remove_reaction",
     "do_send_direct_message",
     "do_send_direct_typing",
+    "do_send_edit_typing",
     "do_send_stream_message",
     "do_send_stream_typing",
     "do_update_message",
