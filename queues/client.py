@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
 from queues.errors import BadNarrow
 from queues.event_queue import EventQueue
 from queues.narrow import Narrow, parse_narrow
-from queues.payload import Encoder
+from queues.payload import Decoder, Encoder
 
 # Client capabilities a queue can hold (register's `client_capabilities`, or the
 # flags of an implicit GET /events). Only some change
@@ -229,14 +230,17 @@ class ClientDescriptor:
         return self.waiter is None and now - self.last_active >= self.options.lifespan_secs
 
     def to_dict(
-        self, now: float, option_forms: dict[QueueOptions, dict[str, Any]] | None = None
+        self,
+        now: float,
+        option_forms: dict[QueueOptions, dict[str, Any]] | None = None,
+        decode: Decoder = json.loads,
     ) -> dict[str, Any]:
         """Saved form. Clock values are stored as ages, so a restart's downtime
         does not count against a queue's idle time. `option_forms` keeps the
         saved form of each distinct QueueOptions for a caller saving many
         queues (most share a few): building it was 40 % of the work. Those
         forms are then shared between the queues' saved forms: not to be
-        modified."""
+        modified. `decode` reads the queued events' encodings back."""
         options = None if option_forms is None else option_forms.get(self.options)
         if options is None:
             options = self.options.to_dict()
@@ -249,7 +253,7 @@ class ClientDescriptor:
             "options": options,
             "idle_secs": max(0.0, now - self.last_active),
             "age_secs": max(0.0, now - self.created_at),
-            "event_queue": self.event_queue.to_dict(),
+            "event_queue": self.event_queue.to_dict(decode),
         } | ({"covered": sorted(self.covered)} if self.covered else {})
 
     @classmethod

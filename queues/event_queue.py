@@ -5,10 +5,11 @@ Pure and single-threaded: called only from the server's IO loop.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from queues.errors import EventAlreadyPruned, EventNotInQueue
-from queues.payload import Encoder, Event, Payload, collapse_key
+from queues.payload import Decoder, Encoder, Event, Payload
 
 Item = tuple[int, Payload]
 
@@ -59,31 +60,35 @@ class EventQueue:
     event still uses up an id, so delivered ids may skip).
     """
 
-    __slots__ = ("_encode", "_items", "_virtual", "bytes", "newest_pruned_id", "next_event_id")
+    __slots__ = ("_encode", "_flat", "_virtual", "bytes", "newest_pruned_id", "next_event_id")
 
     def __init__(self, encode: Encoder) -> None:
         self._encode = encode
-        # Ids in `_items` strictly increase; all are > newest_pruned_id. A
-        # list, not a deque: most queues are empty most of the time, and an
-        # empty deque takes 760 bytes (its first block), a list 56; a partial
-        # prune moves the few items behind the acknowledged ones.
-        self._items: list[Item] = []
+        # The events held, flat: id, payload, id, payload... Ids strictly
+        # increase; all are > newest_pruned_id. Flat, not a list of (id,
+        # payload) tuples: a held event then adds no object of its own for
+        # Python's cyclic GC to scan (ints are not tracked; the payload is
+        # shared by every queue it went to). A list, not a deque: most queues
+        # are empty most of the time, and an empty deque takes 760 bytes (its
+        # first block), a list 56; a partial prune moves the few items behind
+        # the acknowledged ones.
+        self._flat: list[Any] = []
         # Collapsible events not yet read, by full type; each one's id is the
-        # newest id folded into it and is larger than every id in `_items` that
-        # existed when it was created. Materialized into `_items` on read.
+        # newest id folded into it and is larger than every id in `_flat` that
+        # existed when it was created. Materialized into `_flat` on read.
         self._virtual: dict[str, _Collapsing] = {}
         # The id the next push gets; every id in the queue is below it.
         self.next_event_id = 0
         # The newest id acknowledged and dropped; -1 before the first prune.
         self.newest_pruned_id = -1
-        # Sum of `Payload.size` over `_items` and `_virtual`: the byte budget used.
+        # Sum of `Payload.size` over `_flat` and `_virtual`: the byte budget used.
         self.bytes = 0
 
     def __len__(self) -> int:
-        return len(self._items) + len(self._virtual)
+        return len(self._flat) // 2 + len(self._virtual)
 
     def empty(self) -> bool:
-        return not self._items and not self._virtual
+        return not self._flat and not self._virtual
 
     def push(self, payload: Payload) -> int:
         """Append `payload` with the next id and return that id.
@@ -94,11 +99,13 @@ class EventQueue:
         event_id = self.next_event_id
         self.next_event_id += 1
         self.bytes += payload.size
-        if self._virtual and payload.event.get("type") == "update_message_flags":
+        if self._virtual and payload.type == "update_message_flags":
             self._settle_opposite(payload.event)
         key = payload.collapse
         if key is None:
-            self._items.append((event_id, payload))
+            flat = self._flat
+            flat.append(event_id)
+            flat.append(payload)
             return event_id
         collapsing = self._virtual.get(key)
         if collapsing is None:
@@ -137,27 +144,25 @@ class EventQueue:
             return
         if last_event_id >= self.next_event_id:
             raise EventNotInQueue(last_event_id)
-        items = self._items
-        if items and items[-1][0] <= last_event_id:
+        flat = self._flat
+        if flat and flat[-2] <= last_event_id:
             # The usual case: the client acknowledges all it was sent.
-            if items[-1][0] != last_event_id:
+            if flat[-2] != last_event_id:
                 raise EventNotInQueue(last_event_id)
-            items.clear()
+            flat.clear()
             self.bytes = 0  # nothing collapsed is left after _materialize
             self.newest_pruned_id = last_event_id
             return
-        count = 0
+        end = 0
         dropped = 0
         boundary = self.newest_pruned_id
-        for event_id, payload in items:
-            if event_id > last_event_id:
-                break
-            count += 1
-            dropped += payload.size
-            boundary = event_id
+        while end < len(flat) and flat[end] <= last_event_id:
+            boundary = flat[end]
+            dropped += flat[end + 1].size
+            end += 2
         if boundary != last_event_id:
             raise EventNotInQueue(last_event_id)
-        del items[:count]
+        del flat[:end]
         self.bytes -= dropped
         self.newest_pruned_id = last_event_id
 
@@ -168,7 +173,8 @@ class EventQueue:
         become ordinary events, so later flag changes start a new collapse.
         """
         self._materialize()
-        return list(self._items)
+        flat = self._flat
+        return list(zip(flat[::2], flat[1::2], strict=True))
 
     def _materialize(self) -> None:
         if not self._virtual:
@@ -177,24 +183,30 @@ class EventQueue:
         self.bytes += sum(payload.size for _, payload in folded) - sum(
             collapsing.size for collapsing in self._virtual.values()
         )
+        flat = self._flat
         # Both runs are sorted: Timsort merges them in linear time.
-        self._items = sorted([*self._items, *folded], key=lambda item: item[0])
+        merged = sorted([*zip(flat[::2], flat[1::2], strict=True), *folded], key=_item_id)
+        self._flat = [part for item in merged for part in item]
         self._virtual.clear()
 
     def last_id(self) -> int | None:
         """The id of the newest event held (read or not), or None when empty."""
-        newest = self._items[-1][0] if self._items else None
+        newest: int | None = self._flat[-2] if self._flat else None
         for collapsing in self._virtual.values():
             if newest is None or collapsing.event_id > newest:
                 newest = collapsing.event_id
         return newest
 
-    def to_dict(self) -> dict[str, Any]:
-        """The queue as plain JSON-able data (stored form, internal keys kept)."""
+    def to_dict(self, decode: Decoder = json.loads) -> dict[str, Any]:
+        """The queue as plain JSON-able data (stored form, internal keys kept);
+        `decode` reads the events' encodings back."""
         return {
             "next_event_id": self.next_event_id,
             "newest_pruned_id": self.newest_pruned_id,
-            "events": [payload.stored_event(event_id) for event_id, payload in self._items],
+            "events": [
+                payload.stored_event(event_id, decode)
+                for event_id, payload in zip(self._flat[::2], self._flat[1::2], strict=True)
+            ],
             "virtual_events": {
                 key: {**collapsing.merged_event(), "id": collapsing.event_id}
                 for key, collapsing in self._virtual.items()
@@ -213,15 +225,16 @@ class EventQueue:
             if event_id <= previous:
                 raise ValueError(f"event ids out of order at {event_id}")
             previous = event_id
-            queue._items.append((event_id, payload))
+            queue._flat.append(event_id)
+            queue._flat.append(payload)
             queue.bytes += payload.size
         virtual = data.get("virtual_events", {})
         if not isinstance(virtual, dict):
             raise ValueError("virtual_events is not an object")
-        held = {event_id for event_id, _ in queue._items}
+        held = set(queue._flat[::2])
         for key, raw in virtual.items():
             event_id, payload = _stored_item(raw, encode)
-            if collapse_key(payload.event) != key:
+            if payload.collapse != key:
                 raise ValueError(f"virtual event {key!r} has another type")
             if event_id <= queue.newest_pruned_id or event_id in held:
                 raise ValueError(f"virtual event {key!r} reuses id {event_id}")
@@ -234,6 +247,10 @@ class EventQueue:
         if queue.newest_pruned_id >= queue.next_event_id:
             raise ValueError("newest_pruned_id is not below next_event_id")
         return queue
+
+
+def _item_id(item: Item) -> int:
+    return item[0]
 
 
 def _int(data: dict[str, Any], key: str, default: int | None = None) -> int:

@@ -8,6 +8,7 @@ front of the pre-encoded bytes.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -16,6 +17,8 @@ Event = dict[str, Any]
 # Encodes a JSON object to bytes. Injected (orjson in the server, json in tests)
 # because this package imports nothing outside the standard library.
 Encoder = Callable[[Mapping[str, Any]], bytes]
+# Decodes what an `Encoder` wrote (json.loads unless the server gives orjson's).
+Decoder = Callable[[bytes], Any]
 
 # Keys a stored event may carry for the server's own use; never sent to clients.
 INTERNAL_KEYS = frozenset({"internal_data"})
@@ -46,48 +49,79 @@ def collapse_key(event: Event) -> str | None:
 
 
 class Payload:
-    """One event in stored form plus its client-visible encoding.
+    """One event in stored form: its client-visible encoding and a few scalars.
 
-    Invariants: `event` has a string "type" and no "id" (ids are per queue);
-    `tail` is the encoding of `event` minus `INTERNAL_KEYS`, without its opening
-    brace, so `b'{"id":%d,' % id + tail` is the event as a client sees it;
-    `collapse` is `collapse_key(event)`, computed once for every queue.
-    A payload in more than one queue is never mutated.
+    Invariants: `tail` is the encoding of the event minus `INTERNAL_KEYS`,
+    without its opening brace, so `b'{"id":%d,' % id + tail` is the event as
+    a client sees it; `internal` is the encoding of its internal keys (None
+    when it has none); `type` is its "type"; `collapse` is
+    `collapse_key(event)`, computed once for every queue. A payload in more
+    than one queue is never mutated.
+
+    The event itself is not kept (but for flag changes, which queues fold
+    together): a queued event is then one object for Python's cyclic GC to
+    scan, not the ten or so of a decoded message event, so that a burst of
+    queued events (a resume fills a queue with a thousand) does not make a
+    collection stop the IO loop for tens of milliseconds. `event` decodes it
+    again, for the rare readers (snapshots, register's own queue, tests).
     """
 
-    __slots__ = ("collapse", "event", "origin", "size", "tail")
+    __slots__ = ("_event", "collapse", "internal", "origin", "size", "tail", "type")
 
-    def __init__(self, event: Event, tail: bytes):
-        self.event = event
+    def __init__(self, event: Event, tail: bytes, internal: bytes | None = None):
         self.tail = tail
+        self.internal = internal
         self.size = len(tail) + PER_EVENT_OVERHEAD
+        self.type: str = event["type"]
         self.collapse = collapse_key(event)
+        # Kept for the flag changes only: `EventQueue` folds and settles them.
+        self._event: Event | None = event if self.type == "update_message_flags" else None
         # Whatever the server attached to the notice this came from (its
-        # times, for the delivery log); opaque here.
+        # times, for the delivery log); opaque here. Best a tuple of numbers,
+        # which the cyclic GC stops tracking.
         self.origin: object = None
 
     @classmethod
     def build(cls, event: Event, encode: Encoder) -> Payload:
         """Encode `event` once; `event` must not be mutated afterwards."""
+        internal: bytes | None = None
         if INTERNAL_KEYS.isdisjoint(event):
             visible: Mapping[str, Any] = event
         else:
             visible = {k: v for k, v in event.items() if k not in INTERNAL_KEYS}
+            internal = encode({k: v for k, v in event.items() if k in INTERNAL_KEYS})
         encoded = encode(visible)
         # Every event has "type", so the object is never empty and the tail is
         # never just "}".
         assert encoded[:1] == b"{", encoded[:20]
         assert len(encoded) > 2, encoded
-        return cls(event, encoded[1:])
+        return cls(event, encoded[1:], internal)
 
-    def client_event(self, event_id: int) -> Event:
+    def stored(self, decode: Decoder = json.loads) -> Event:
+        """The event as stored (internal keys included), as a new dict."""
+        if self._event is not None:
+            return dict(self._event)
+        event: Event = decode(b"{" + self.tail)
+        if self.internal is not None:
+            event.update(decode(self.internal))
+        return event
+
+    @property
+    def event(self) -> Event:
+        """The event (internal keys included), decoded anew: not for hot paths."""
+        return self.stored()
+
+    def client_event(self, event_id: int, decode: Decoder = json.loads) -> Event:
         """The event as a client sees it, as a new dict (for tests and register)."""
-        out = {k: v for k, v in self.event.items() if k not in INTERNAL_KEYS}
+        if self._event is not None:
+            out = {k: v for k, v in self._event.items() if k not in INTERNAL_KEYS}
+        else:
+            out = decode(b"{" + self.tail)
         out["id"] = event_id
         return out
 
-    def stored_event(self, event_id: int) -> Event:
+    def stored_event(self, event_id: int, decode: Decoder = json.loads) -> Event:
         """The event with its id, internal keys included (for snapshots)."""
-        out = dict(self.event)
+        out = self.stored(decode)
         out["id"] = event_id
         return out

@@ -14,6 +14,8 @@ import logging
 import time
 from typing import Any
 
+import orjson
+
 from generation.config import api_key_secret
 from generation.events import CLIENT_RULES
 from queues.client import ClientDescriptor
@@ -57,7 +59,9 @@ class EventServer:
     def __init__(self, settings: Settings):
         self.settings = settings
         # The capability rules come with the event types' declarations.
-        self.registry = QueueRegistry(encode, settings.queue_limits, rules=CLIENT_RULES)
+        self.registry = QueueRegistry(
+            encode, settings.queue_limits, rules=CLIENT_RULES, decode=orjson.loads
+        )
         self.db = Database(
             settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max
         )

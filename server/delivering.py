@@ -35,7 +35,7 @@ from server.database.db import Database
 from server.delivery.eventlog import EventLogReader
 from server.http.auth import Authenticator
 from server.http.responses import encode
-from server.observability.observe import Observers, Origin
+from server.observability.observe import Observers, make_origin
 
 log = logging.getLogger("eventq.server")
 
@@ -157,7 +157,7 @@ class Delivery:
             notice.users,
             notice.realm_id,
             now,
-            Origin(wall, published_at, notice.position),
+            make_origin(wall, published_at, notice.position),
             notice.position,
         )
         self.observers.notice_delivered(notice.event["type"], report, wall)

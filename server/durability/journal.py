@@ -47,7 +47,9 @@ class QueueJournal:
 
     def record(self, client: ClientDescriptor, position: int, now: float, wall: float) -> None:
         """Journal `client` as it is now, complete up to `position`."""
-        body = orjson.dumps(client.to_dict(now) | {"stream_position": position})
+        body = orjson.dumps(
+            client.to_dict(now, decode=orjson.loads) | {"stream_position": position}
+        )
         self._recent.add(client.queue_id)
         self._add(("write", client.queue_id, wall, body))
 

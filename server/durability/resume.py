@@ -56,7 +56,7 @@ from server.delivery.eventlog import CATCH_UP_PAGE
 from server.errors import ApiError
 from server.errors import access_changed as access_changed_error
 from server.interface import RegisterApi
-from server.observability.observe import Origin
+from server.observability.observe import make_origin
 
 log = logging.getLogger("eventq.register")
 
@@ -246,7 +246,7 @@ def _put(server: RegisterApi, client: ClientDescriptor, notice: Notice, resume_f
         notice.event,
         notice.users,
         notice.realm_id,
-        Origin(time.time(), None, notice.position),
+        make_origin(time.time(), None, notice.position),
     )
     if payload is not None and not server.registry.fill(client, payload):
         raise _expired(f"The events since position {resume_from} are more than a queue holds")

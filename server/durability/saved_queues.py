@@ -153,7 +153,8 @@ class SavedQueues:
                     if client in self.registry:
                         saved.append(
                             orjson.dumps(
-                                client.to_dict(now, option_forms) | {"stream_position": position}
+                                client.to_dict(now, option_forms, orjson.loads)
+                                | {"stream_position": position}
                             )
                         )
                 longest = max(longest, time.perf_counter() - slice_started)

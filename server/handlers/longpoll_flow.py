@@ -45,7 +45,7 @@ def poll_outcome(items: list[Item]) -> str:
     if not items:
         return "empty"
     for _, payload in items:
-        if payload.event.get("type") != "heartbeat":
+        if payload.type != "heartbeat":
             return "events"
     return "heartbeat"
 

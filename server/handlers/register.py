@@ -20,7 +20,7 @@ from server.errors import ApiError, access_changed
 from server.handlers.base import BaseHandler
 from server.http.options import include_subscribers, register_options
 from server.interface import RegisterApi
-from server.observability.observe import Origin
+from server.observability.observe import is_origin
 from server.version import ZULIP_FEATURE_LEVEL, ZULIP_MERGE_BASE, ZULIP_VERSION
 
 log = logging.getLogger("eventq.register")
@@ -31,7 +31,7 @@ _KNOWN_WITHOUT_EFFECT = ("presence_history_limit_days",)
 
 
 def _covered(origin: object, covered: frozenset[int]) -> bool:
-    return isinstance(origin, Origin) and origin.position in covered
+    return is_origin(origin) and origin[2] in covered
 
 
 class RegisterHandler(BaseHandler):

@@ -46,7 +46,7 @@ from server.observability.logfiles import (
     prune,
     try_compact,
 )
-from server.observability.observe import Observer, Origin, PollOutcome
+from server.observability.observe import Observer, PollOutcome, is_origin
 
 if TYPE_CHECKING:
     from server.config import Settings
@@ -354,14 +354,14 @@ class DeliveryLog(Observer):
         if items and outcome != "heartbeat":
             batch = len(items)
             for event_id, payload in items:
-                event_type = payload.event["type"]
+                event_type = payload.type
                 if event_type == "heartbeat":
                     batch -= 1
                     continue
                 origin = payload.origin
-                if isinstance(origin, Origin):
-                    enqueued_at: float | None = origin.enqueued_at
-                    published_at = origin.published_at
+                if is_origin(origin):
+                    enqueued_at: float | None = origin[0]
+                    published_at = origin[1]
                 else:  # restored from a saved queue, or a collapsed event
                     enqueued_at = published_at = None
                 records.append(

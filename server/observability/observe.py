@@ -9,8 +9,8 @@ overrides only what it needs.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
+from typing import TypeGuard
 
 from queues.client import ClientDescriptor
 from queues.event_queue import Item
@@ -20,17 +20,25 @@ from queues.registry import DeliveryReport, EndReason
 PollOutcome = str  # "events" | "heartbeat" | "displaced" | "empty" | "deleted" | "error"
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Origin:
-    """Where a notice's events came from; one per notice, shared by every
-    payload built from it (`queues.payload.Payload.origin`)."""
+# Where a notice's events came from; one per notice, shared by every payload
+# built from it (`queues.payload.Payload.origin`): wall-clock seconds when the
+# server took the notice, when the producer published it (None when it did
+# not say), and the event's place in the event log (None: not logged). A
+# plain tuple of numbers, not a class: Python's cyclic GC stops tracking it
+# at its first collection, and a resumed queue holds one per event.
+Origin = tuple[float, float | None, int | None]
 
-    # Wall-clock seconds: when the server took the notice, and when the
-    # producer published it (None when it did not say).
-    enqueued_at: float
-    published_at: float | None = None
-    # The event's place in the event log (None: not logged).
-    position: int | None = None
+
+def make_origin(
+    enqueued_at: float, published_at: float | None = None, position: int | None = None
+) -> Origin:
+    return (enqueued_at, published_at, position)
+
+
+def is_origin(value: object) -> TypeGuard[Origin]:
+    """Whether a payload's `origin` is one the server attached (a restored
+    or collapsed event has none)."""
+    return type(value) is tuple and len(value) == 3
 
 
 class Observer:

@@ -30,7 +30,7 @@ from queues.registry import EndReason
 from server.errors import bad_queue_id
 from server.observability import logfiles
 from server.observability.deliverylog import DeliveryLog
-from server.observability.observe import Origin
+from server.observability.observe import make_origin
 from tests.logrecords import payload, push, queue_client
 
 SHARD = "contract-1"
@@ -116,8 +116,8 @@ def write_every_kind(log_dir: Path) -> list[dict[str, Any]]:
     # is no delivery and does not count in batch_events.
     items = push(
         mobile,
-        payload("message", Origin(H23 - 0.5, H23 - 0.75)),
-        payload("typing", Origin(H23 - 0.25)),
+        payload("message", make_origin(H23 - 0.5, H23 - 0.75)),
+        payload("typing", make_origin(H23 - 0.25)),
         payload("message"),
         payload("heartbeat"),
     )

@@ -61,7 +61,7 @@ from queues.registry import QueueRegistry
 from server.http.responses import encode, events_body
 from server.observability.deliverylog import ENCODE_CHUNK, DeliveryLog
 from server.observability.logfiles import encode_records
-from server.observability.observe import Observer, Origin
+from server.observability.observe import Observer, make_origin
 
 # --quick: every phase, small, to check the script (a test runs it); options
 # given beside --quick still win.
@@ -95,7 +95,7 @@ MESSAGE = {
 
 def message_payload(n: int) -> Payload:
     payload = Payload.build(MESSAGE | {"n": n}, encode)
-    payload.origin = Origin(time.time(), time.time() - 0.001)
+    payload.origin = make_origin(time.time(), time.time() - 0.001)
     return payload
 
 
@@ -229,7 +229,7 @@ def fanout(directory: Path, clients: int, rounds: int) -> dict[str, Any]:
             for client in queues:
                 registry.park(client, Waiter(), 0.0)
             started = time.process_time()
-            registry.deliver(MESSAGE | {"n": n}, users, 1, 0.0, Origin(time.time()))
+            registry.deliver(MESSAGE | {"n": n}, users, 1, 0.0, make_origin(time.time()))
             wall = time.time()
             for client in queues:
                 items = client.event_queue.contents()

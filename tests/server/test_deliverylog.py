@@ -29,7 +29,7 @@ from server.config import ConfigError, Settings
 from server.observability import logfiles
 from server.observability.deliverylog import DeliveryLog
 from server.observability.logfiles import Record, Spool, compact, encode_record, prune
-from server.observability.observe import Origin
+from server.observability.observe import make_origin
 from tests.logrecords import payload, push, queue_client
 from tests.support import error, ok, run_eventq, wait_for
 
@@ -111,7 +111,7 @@ def test_every_kind_of_record_reads_back_from_parquet(tmp_path):
     log.start()
     client = make_client(event_types=frozenset({"message"}), lifespan_secs=300.0)
     log.registered(client, 0.25, BEFORE_HOUR)
-    message = payload("message", Origin(BEFORE_HOUR - 2, BEFORE_HOUR - 3))
+    message = payload("message", make_origin(BEFORE_HOUR - 2, BEFORE_HOUR - 3))
     restored = payload("message")  # restored from a saved queue: times unknown
     items = push(client, message, restored, payload("heartbeat"))
     log.responded(client, items, 321, "events", 1.5, BEFORE_HOUR + 0.1)
