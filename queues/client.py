@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
 from queues.errors import BadNarrow
 from queues.event_queue import EventQueue
 from queues.narrow import Narrow, parse_narrow
-from queues.payload import Decoder, Encoder
+from queues.payload import Embed, Encoder
 
 # Client capabilities a queue can hold (register's `client_capabilities`, or the
 # flags of an implicit GET /events). Only some change
@@ -233,14 +232,14 @@ class ClientDescriptor:
         self,
         now: float,
         option_forms: dict[QueueOptions, dict[str, Any]] | None = None,
-        decode: Decoder = json.loads,
+        embed: Embed | None = None,
     ) -> dict[str, Any]:
         """Saved form. Clock values are stored as ages, so a restart's downtime
         does not count against a queue's idle time. `option_forms` keeps the
         saved form of each distinct QueueOptions for a caller saving many
         queues (most share a few): building it was 40 % of the work. Those
         forms are then shared between the queues' saved forms: not to be
-        modified. `decode` reads the queued events' encodings back."""
+        modified. `embed`: see `EventQueue.to_dict`."""
         options = None if option_forms is None else option_forms.get(self.options)
         if options is None:
             options = self.options.to_dict()
@@ -253,7 +252,7 @@ class ClientDescriptor:
             "options": options,
             "idle_secs": max(0.0, now - self.last_active),
             "age_secs": max(0.0, now - self.created_at),
-            "event_queue": self.event_queue.to_dict(decode),
+            "event_queue": self.event_queue.to_dict(embed),
         } | ({"covered": sorted(self.covered)} if self.covered else {})
 
     @classmethod

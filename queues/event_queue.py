@@ -5,11 +5,10 @@ Pure and single-threaded: called only from the server's IO loop.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from queues.errors import EventAlreadyPruned, EventNotInQueue
-from queues.payload import Decoder, Encoder, Event, Payload
+from queues.payload import Embed, Encoder, Event, Payload
 
 Item = tuple[int, Payload]
 
@@ -197,15 +196,19 @@ class EventQueue:
                 newest = collapsing.event_id
         return newest
 
-    def to_dict(self, decode: Decoder = json.loads) -> dict[str, Any]:
-        """The queue as plain JSON-able data (stored form, internal keys kept);
-        `decode` reads the events' encodings back."""
+    def to_dict(self, embed: Embed | None = None) -> dict[str, Any]:
+        """The queue as plain JSON-able data (stored form, internal keys kept).
+        With `embed`, each event is its encoding wrapped by `embed` (for the
+        encoder that writes the snapshot), else a dict decoded from it."""
+        pairs = zip(self._flat[::2], self._flat[1::2], strict=True)
         return {
             "next_event_id": self.next_event_id,
             "newest_pruned_id": self.newest_pruned_id,
             "events": [
-                payload.stored_event(event_id, decode)
-                for event_id, payload in zip(self._flat[::2], self._flat[1::2], strict=True)
+                payload.stored_event(event_id)
+                if embed is None
+                else embed(payload.stored_json(event_id))
+                for event_id, payload in pairs
             ],
             "virtual_events": {
                 key: {**collapsing.merged_event(), "id": collapsing.event_id}

@@ -17,8 +17,12 @@ Event = dict[str, Any]
 # Encodes a JSON object to bytes. Injected (orjson in the server, json in tests)
 # because this package imports nothing outside the standard library.
 Encoder = Callable[[Mapping[str, Any]], bytes]
-# Decodes what an `Encoder` wrote (json.loads unless the server gives orjson's).
+# Decodes what an `Encoder` wrote.
 Decoder = Callable[[bytes], Any]
+# Wraps an event's encoding so that the encoder of a snapshot writes it as it
+# is (the server's is `orjson.Fragment`): a snapshot then neither decodes nor
+# re-encodes the queued events.
+Embed = Callable[[bytes], Any]
 
 # Keys a stored event may carry for the server's own use; never sent to clients.
 INTERNAL_KEYS = frozenset({"internal_data"})
@@ -96,6 +100,14 @@ class Payload:
         assert encoded[:1] == b"{", encoded[:20]
         assert len(encoded) > 2, encoded
         return cls(event, encoded[1:], internal)
+
+    def stored_json(self, event_id: int) -> bytes:
+        """`stored_event`'s encoding, from the encodings held."""
+        head = b'{"id":%d,' % event_id
+        if self.internal is None:
+            return head + self.tail
+        # tail ends with "}", internal begins with "{" and holds a key at least.
+        return head + self.tail[:-1] + b"," + self.internal[1:]
 
     def stored(self, decode: Decoder = json.loads) -> Event:
         """The event as stored (internal keys included), as a new dict."""

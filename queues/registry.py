@@ -10,7 +10,6 @@ server's IO loop.
 from __future__ import annotations
 
 import dataclasses
-import json
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -19,7 +18,7 @@ from typing import Any, Literal
 from queues.client import ClientDescriptor, ClientRules, QueueOptions, Waiter
 from queues.errors import BadQueueId, TooManyQueues
 from queues.event_queue import EventQueue, Item
-from queues.payload import Decoder, Encoder, Event, Payload
+from queues.payload import Embed, Encoder, Event, Payload
 from queues.specialize import NoticePayloads, is_public_channel_message
 
 # Why a queue ended; passed to end hooks and, for some, shown to its client.
@@ -87,14 +86,14 @@ class QueueRegistry:
         new_queue_id: Callable[[], str] = lambda: str(uuid.uuid4()),
         *,
         rules: ClientRules,
-        decode: Decoder = json.loads,
+        embed: Embed | None = None,
     ):
         """`rules`: event type -> the capability rule its events are
         delivered by (the server hands over `generation.events.CLIENT_RULES`;
         with none, every queue takes every event as sent)."""
         self.encode = encode
-        # Reads the queued events' encodings back, for snapshots.
-        self.decode = decode
+        # Wraps queued events' encodings for a snapshot's encoder (`EventQueue.to_dict`).
+        self.embed = embed
         self.rules = rules
         self.limits = limits if limits is not None else QueueLimits()
         self._new_queue_id = new_queue_id
@@ -525,9 +524,7 @@ class QueueRegistry:
         """Every queue as plain data (parked requests are not saved)."""
         return {
             "version": SNAPSHOT_VERSION,
-            "queues": [
-                client.to_dict(now, decode=self.decode) for client in self._clients.values()
-            ],
+            "queues": [client.to_dict(now, embed=self.embed) for client in self._clients.values()],
             "tombstones": [[qid, user, reason] for qid, (user, reason) in self._tombstones.items()],
         }
 

@@ -60,7 +60,7 @@ class EventServer:
         self.settings = settings
         # The capability rules come with the event types' declarations.
         self.registry = QueueRegistry(
-            encode, settings.queue_limits, rules=CLIENT_RULES, decode=orjson.loads
+            encode, settings.queue_limits, rules=CLIENT_RULES, embed=orjson.Fragment
         )
         self.db = Database(
             settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max

@@ -48,7 +48,7 @@ class QueueJournal:
     def record(self, client: ClientDescriptor, position: int, now: float, wall: float) -> None:
         """Journal `client` as it is now, complete up to `position`."""
         body = orjson.dumps(
-            client.to_dict(now, decode=orjson.loads) | {"stream_position": position}
+            client.to_dict(now, embed=orjson.Fragment) | {"stream_position": position}
         )
         self._recent.add(client.queue_id)
         self._add(("write", client.queue_id, wall, body))

@@ -153,7 +153,7 @@ class SavedQueues:
                     if client in self.registry:
                         saved.append(
                             orjson.dumps(
-                                client.to_dict(now, option_forms, orjson.loads)
+                                client.to_dict(now, option_forms, orjson.Fragment)
                                 | {"stream_position": position}
                             )
                         )

@@ -92,6 +92,19 @@ def test_snapshot_restore_round_trip_preserves_every_queue():
     assert fancy_saved["events"][-1]["internal_data"] == {"mentioned": True}
 
 
+def test_a_snapshot_with_embedded_encodings_is_the_same_snapshot():
+    """The server's snapshots embed each queued event's encoding as it is
+    (`embed=orjson.Fragment`) instead of decoding it: the file must read back
+    as the decoded snapshot would, internal keys and collapsed flags included."""
+    orjson = pytest.importorskip("orjson")
+    registry, plain, fancy = _populated()
+    decoded = _saved(registry, 1000.0)
+    registry.embed = orjson.Fragment
+    embedded = orjson.loads(orjson.dumps(registry.snapshot(1000.0)))
+    assert embedded == decoded
+    assert any("internal_data" in e for q in embedded["queues"] for e in q["event_queue"]["events"])
+
+
 def test_restored_queue_continues_its_ids_and_acknowledgements():
     registry, plain, fancy = _populated()
     restored = make_registry()
