@@ -79,7 +79,12 @@ async def _serve(settings: Settings, port: int | None, host: str | None) -> int:
     # at 100,000 the send->delivery p99 of tests/benchmarks/stream_costs.py
     # was 67-72 ms with the event log off, 5.6-7.0 ms at 10,000 (log on:
     # 15-18 against 10-13 ms), with fanout.py's figures within their noise.
-    gc.set_threshold(10_000, 50, 100)
+    # 5,000 rather than 10,000: a young collection while a resume parses its
+    # rows (every object young and alive) stopped the loop for 4.2-4.7 ms at
+    # 10,000, with the server alone on its core (tests/benchmarks/resume.py);
+    # a young object is scanned once whatever the threshold, so the CPU
+    # spent is about the same, in stops half as long.
+    gc.set_threshold(5_000, 50, 100)
     for name in settings.ignored:
         log.warning("%s is set but no longer used: %s", name, retired_advice(name))
     if settings.demo:
