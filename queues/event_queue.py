@@ -183,7 +183,8 @@ class EventQueue:
             collapsing.size for collapsing in self._virtual.values()
         )
         flat = self._flat
-        # Both runs are sorted: Timsort merges them in linear time.
+        # The held run is sorted and the folded ones are few: Timsort merges
+        # them in about linear time.
         merged = sorted([*zip(flat[::2], flat[1::2], strict=True), *folded], key=_item_id)
         self._flat = [part for item in merged for part in item]
         self._virtual.clear()

@@ -67,9 +67,10 @@ class Listener:
         """Bind the listening socket (connections wait in the backlog until
         `serve`); `port` 0 picks a free port. Returns the port bound."""
         host = host or self.settings.host
+        port = self.settings.port if port is None else port
         try:
             self._sockets = tornado.netutil.bind_sockets(
-                self.settings.port if port is None else port,
+                port,
                 host,
                 family=socket.AF_INET,
                 backlog=LISTEN_BACKLOG,

@@ -118,7 +118,7 @@ def per_call_us(
 ) -> float:
     """Best of 5 runs of `calls` responded() calls, microseconds per call."""
     best = float("inf")
-    outcome = "events" if items and items[0][1].event["type"] != "heartbeat" else "heartbeat"
+    outcome = "events" if items and items[0][1].type != "heartbeat" else "heartbeat"
     for _ in range(5):
         now = time.time()
         started = time.perf_counter()
@@ -147,7 +147,7 @@ def loop_cost(directory: Path, budget: int) -> list[dict[str, Any]]:
         calls = max(budget // 100, budget // max(len(items), 1))
         base = per_call_us(nothing, client, items, calls)
         cost = per_call_us(log, client, items, calls) - base
-        deliveries = sum(1 for _, p in items if p.event["type"] != "heartbeat")
+        deliveries = sum(1 for _, p in items if p.type != "heartbeat")
         results.append(
             {
                 "response": name,

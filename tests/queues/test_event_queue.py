@@ -6,6 +6,7 @@ semantics of its current code (`restart` events no longer collapse).
 
 from __future__ import annotations
 
+import gc
 import json
 
 import pytest
@@ -17,6 +18,7 @@ from tests.queues.helpers import (
     encode,
     flag_event,
     ids,
+    message_event,
     payload,
     push,
     read_events,
@@ -532,3 +534,26 @@ def test_an_opposite_flag_change_stops_the_collapse_before_it():
         (3, None, None),
         (4, "add", [2, 3]),
     ]
+
+
+def test_a_queued_message_is_one_object_for_the_gc():
+    """A queue may hold thousands of events (a resume fills one with a
+    thousand): each must add at most its payload for Python's cyclic GC to
+    scan, not the decoded event's dicts and lists, nor a tuple per event."""
+    event = message_event(internal_data={"mentioned": True}) | {"flags": ["read"]}
+    built = Payload.build(event, encode)
+    built.origin = (1.0, None, 3)
+    queue = EventQueue(encode)
+    queue.push(built)
+    queue.push(built)
+    gc.collect()
+    # (Its class aside: one object for all payloads.)
+    tracked = [r for r in gc.get_referents(built) if gc.is_tracked(r) and r is not Payload]
+    assert tracked == []
+    # The queue's own storage: ids (not tracked) and the shared payload.
+    assert [r for r in gc.get_referents(queue._flat) if gc.is_tracked(r)] == [built, built]
+    # What it held is all still there for a client and a snapshot.
+    assert built.client_event(5) == {k: v for k, v in event.items() if k != "internal_data"} | {
+        "id": 5
+    }
+    assert json.loads(built.stored_json(5)) == built.stored_event(5) == event | {"id": 5}

@@ -97,12 +97,28 @@ def test_a_snapshot_with_embedded_encodings_is_the_same_snapshot():
     (`embed=orjson.Fragment`) instead of decoding it: the file must read back
     as the decoded snapshot would, internal keys and collapsed flags included."""
     orjson = pytest.importorskip("orjson")
-    registry, plain, fancy = _populated()
+    registry, _, fancy = _populated()
     decoded = _saved(registry, 1000.0)
     registry.embed = orjson.Fragment
     embedded = orjson.loads(orjson.dumps(registry.snapshot(1000.0)))
     assert embedded == decoded
     assert any("internal_data" in e for q in embedded["queues"] for e in q["event_queue"]["events"])
+    # Payloads merged from collapsed flags, and payloads restored from a file.
+    fancy.event_queue.contents()
+    registry.embed = None
+    decoded = _saved(registry, 1000.0)
+    assert {**flag_event("read", "add", [7, 8], 301), "id": 4} in [
+        e for q in decoded["queues"] for e in q["event_queue"]["events"]
+    ]
+    restored = make_registry()
+    restored.restore(decoded, 1000.0)
+    restored.embed = orjson.Fragment
+    again = orjson.loads(orjson.dumps(restored.snapshot(1000.0)))
+
+    def by_id(snapshot):
+        return {q["queue_id"]: q["event_queue"] for q in snapshot["queues"]}
+
+    assert by_id(again) == by_id(decoded)
 
 
 def test_restored_queue_continues_its_ids_and_acknowledgements():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from queues.registry import DeliveryReport
-from server.observability.observe import Observer, Observers
+from server.handlers.register import _covered
+from server.observability.observe import Observer, Observers, is_origin, make_origin
 
 
 class Recorder(Observer):
@@ -57,3 +59,20 @@ def test_the_composite_overrides_every_observer_method():
     hooks = {name for name in vars(Observer) if not name.startswith("_")}
     assert hooks
     assert all(name in vars(Observers) for name in hooks), hooks - set(vars(Observers))
+
+
+def test_an_origin_is_a_plain_tuple_the_gc_stops_tracking():
+    origin = make_origin(1.0, 0.5, 42)
+    assert is_origin(origin)
+    assert origin == (1.0, 0.5, 42)
+    gc.collect()
+    assert not gc.is_tracked(origin)
+    for other in (None, 42, [1.0, None, 3], (1.0, None), (1.0, None, 3, 4)):
+        assert not is_origin(other)
+
+
+def test_register_skips_an_event_a_resume_covered_by_its_origins_position():
+    assert _covered(make_origin(1.0, None, 7), frozenset({7}))
+    assert not _covered(make_origin(1.0, None, 8), frozenset({7}))
+    assert not _covered(make_origin(1.0, None, None), frozenset({7}))
+    assert not _covered(None, frozenset({7}))
