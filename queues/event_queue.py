@@ -172,6 +172,10 @@ class EventQueue:
         become ordinary events, so later flag changes start a new collapse.
         """
         self._materialize()
+        return self._held()
+
+    def _held(self) -> list[Item]:
+        """The events of `_flat` as (id, payload) pairs, in id order."""
         flat = self._flat
         return list(zip(flat[::2], flat[1::2], strict=True))
 
@@ -182,10 +186,9 @@ class EventQueue:
         self.bytes += sum(payload.size for _, payload in folded) - sum(
             collapsing.size for collapsing in self._virtual.values()
         )
-        flat = self._flat
         # The held run is sorted and the folded ones are few: Timsort merges
         # them in about linear time.
-        merged = sorted([*zip(flat[::2], flat[1::2], strict=True), *folded], key=_item_id)
+        merged = sorted([*self._held(), *folded], key=_item_id)
         self._flat = [part for item in merged for part in item]
         self._virtual.clear()
 
@@ -201,7 +204,6 @@ class EventQueue:
         """The queue as plain JSON-able data (stored form, internal keys kept).
         With `embed`, each event is its encoding wrapped by `embed` (for the
         encoder that writes the snapshot), else a dict decoded from it."""
-        pairs = zip(self._flat[::2], self._flat[1::2], strict=True)
         return {
             "next_event_id": self.next_event_id,
             "newest_pruned_id": self.newest_pruned_id,
@@ -209,7 +211,7 @@ class EventQueue:
                 payload.stored_event(event_id)
                 if embed is None
                 else embed(payload.stored_json(event_id))
-                for event_id, payload in pairs
+                for event_id, payload in self._held()
             ],
             "virtual_events": {
                 key: {**collapsing.merged_event(), "id": collapsing.event_id}

@@ -1,9 +1,9 @@
 """An event as it is held in queues: stored once, shared by every queue it went to.
 
 One notice fanned out to thousands of queues produces one `Payload` per distinct
-client variant (usually one), not one per queue: the queue keeps only
-`(event_id, payload)` pairs, and the response writer splices the per-queue id in
-front of the pre-encoded bytes.
+client variant (usually one), not one per queue: a queue keeps only each
+event's id and its payload, and the response writer splices the per-queue id
+in front of the pre-encoded bytes.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ Embed = Callable[[bytes], Any]
 INTERNAL_KEYS = frozenset({"internal_data"})
 
 # Fixed cost charged to a queue's byte budget per event, on top of its encoding:
-# the (id, payload) tuple and the deque slot.
+# the payload object and the queue's two list slots (id, payload).
 PER_EVENT_OVERHEAD = 64
 
 
