@@ -217,6 +217,12 @@ class ServerState(Collector):
             "The worst IO loop lag since the server started",
             value=lag["max_ms"] / 1000,
         )
+        yield GaugeMetricFamily(
+            "eventq_loop_lag_own_max_seconds",
+            "The last minute's longest IO loop lag less the time the loop's thread waited"
+            " for a CPU (Linux): the stop the process's own work made",
+            value=lag["own_window_max_ms"] / 1000,
+        )
         pauses = server.gc_pauses.stats()
         gc_seconds = CounterMetricFamily(
             "eventq_gc_pause_seconds",

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
-from server.observability.looplag import GcPauses, LoopLagMonitor
+import pytest
+
+from server.observability.looplag import GcPauses, LoopLagMonitor, RunQueueWait
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_callback_that_holds_the_loop_shows_as_lag():
@@ -28,6 +36,58 @@ def test_a_callback_that_holds_the_loop_shows_as_lag():
     assert lag["window_max_ms"] >= 50
     assert lag["max_ms"] == lag["window_max_ms"]
     assert lag["p50_ms"] < lag["window_max_ms"]
+    # The process was on a CPU all along: the lag is its own work (less
+    # whatever wait for a CPU the host added: a few ms at most here).
+    assert lag["own_window_max_ms"] >= 50
+    assert lag["own_max_ms"] == lag["own_window_max_ms"] <= lag["window_max_ms"]
+
+
+_COMPETE = """
+import os, sys, time
+from server.observability.looplag import RunQueueWait
+
+os.sched_setaffinity(0, {int(sys.argv[1])})
+waits = RunQueueWait()
+before = waits.read()
+print("ready", flush=True)
+sys.stdin.readline()  # the competitor is on the same CPU
+began = time.monotonic()
+while time.monotonic() - began < 0.4:
+    pass
+print(waits.read() - before)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists(RunQueueWait.PATH), reason="the kernel gives no schedstat")
+def test_the_time_a_thread_waits_for_a_cpu_is_counted():
+    # Two busy processes on one CPU: each runs about half the time, and
+    # waits for the CPU the other half.
+    cpu = min(os.sched_getaffinity(0))
+    measured = subprocess.Popen(
+        [sys.executable, "-c", _COMPETE, str(cpu)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    spin = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nprint(flush=True)\nwhile True: pass"
+    competitor = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE)
+    try:
+        assert measured.stdout is not None
+        assert measured.stdin is not None
+        assert competitor.stdout is not None
+        assert measured.stdout.readline() == "ready\n"
+        competitor.stdout.readline()  # spinning
+        measured.stdin.write("go\n")
+        measured.stdin.flush()
+        waited = float(measured.stdout.readline())
+        assert measured.wait(30) == 0
+    finally:
+        for proc in (competitor, measured):
+            proc.kill()
+            proc.communicate()  # and closes its pipes
+    # 0.4 s of wall time shared with a competitor: about 0.2 s waited.
+    assert 0.05 < waited < 0.4
 
 
 def test_each_collection_is_timed_by_generation():
