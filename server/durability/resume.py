@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
 import psycopg
 
 from generation.errors import BadNotice
@@ -189,12 +190,33 @@ async def _check_given(server: RegisterApi, user_id: int, resume_from: int) -> N
         )
 
 
+# A notice read for the queue, held until the fill: its position, its event
+# and the user's own entry encoded (`[event, users]`), and its realm. Bytes,
+# not the decoded event: a resume holds up to a thousand of them across its
+# slices, and decoded (ten or so tracked objects each) they survived into the
+# GC's middle generation and lengthened its stops (tests/benchmarks/README.md,
+# resume.py); a tuple of bytes and numbers the GC stops tracking. Decoding the
+# event again costs a few microseconds; the notice's hundreds of users are
+# not decoded again.
+_Held = tuple[int, bytes, int | None]
+
+
+def _hold(notice: Notice, position: int) -> _Held:
+    return (position, orjson.dumps([notice.event, notice.users]), notice.realm_id)
+
+
+def _unhold(held: _Held) -> Notice:
+    position, encoded, realm_id = held
+    event, users = orjson.loads(encoded)
+    return Notice(event, users, realm_id, position)
+
+
 @dataclasses.dataclass(slots=True)
 class _Found:
     """The notices read for the queue so far, each holding only the user's
     own entry (`parse_notice_for`), and the messages and channels they name."""
 
-    notices: list[Notice] = dataclasses.field(default_factory=list)
+    notices: list[_Held] = dataclasses.field(default_factory=list)
     message_ids: set[int] = dataclasses.field(default_factory=set)
     channel_ids: set[int] = dataclasses.field(default_factory=set)
 
@@ -214,7 +236,7 @@ async def _parse(rows: list[LogRow], user_id: int, options: QueueOptions, found:
         if is_control(notice.event):
             continue  # for the servers, never for a queue
         if not unknown or _may_reach(notice, user_id, options):
-            found.notices.append(notice)
+            found.notices.append(_hold(notice, position))
             found.message_ids.update(message_ids(notice.event))
             found.channel_ids.update(channel_ids(notice.event))
 
@@ -255,7 +277,7 @@ def _put(server: RegisterApi, client: ClientDescriptor, notice: Notice, resume_f
 async def _fill(
     server: RegisterApi,
     client: ClientDescriptor,
-    found: list[Notice],
+    found: list[_Held],
     facts: ReplayFacts,
     resume_from: int,
 ) -> int:
@@ -263,10 +285,11 @@ async def _fill(
     a time; returns how many were withheld."""
     withheld = 0
     began = time.perf_counter()
-    for notice in found:
+    for held in found:
         if time.perf_counter() - began > SLICE_SECS:
             await asyncio.sleep(0)
             began = time.perf_counter()
+        notice = _unhold(held)
         if replayable(notice.event, facts):
             _put(server, client, notice, resume_from)
         else:
@@ -359,7 +382,7 @@ async def _resume(
         if access_changed():
             raise access_changed_error()
         now = server.clock()
-        replayed = {notice.position for notice in found.notices}
+        replayed = {position for position, _, _ in found.notices}
         for notice in arrived:
             if notice.position in replayed or is_control(notice.event):
                 continue  # a late event read from the log too; a servers' notice
