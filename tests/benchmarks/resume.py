@@ -855,6 +855,10 @@ class LagWatcher:
         longest = max(during, key=lambda p: p["ms"], default=None)
         return {
             "window_max_ms": max(r["window_max_ms"] for r in self.reads),
+            # Less the time the loop's thread waited for a CPU (the server's
+            # sampler reads the kernel's count): what the server's own work
+            # stopped the loop for, not the host's other processes.
+            "own_window_max_ms": max(r.get("own_window_max_ms", 0.0) for r in self.reads),
             "p99_ms": max(r["p99_ms"] for r in self.reads),
             "reads": len(self.reads),
             "window_max_before_ms": self.before["window_max_ms"],
@@ -1200,17 +1204,18 @@ def render(results: dict[str, Any]) -> str:
         lines += [
             "",
             f"{'phase':<46}{'answer':>24}{'first':>8}{'p50':>8}{'p99':>8}{'max':>8}"
-            f"{'srv CPU':>9}{'PG CPU':>8}{'lag max':>9}{'lag p99':>9}{'GC max':>9}{'ok':>4}",
+            f"{'srv CPU':>9}{'PG CPU':>8}{'lag max':>9}{'own max':>9}{'lag p99':>9}"
+            f"{'GC max':>9}{'ok':>4}",
             f"{'':<46}{'':>24}{'ms':>8}{'ms':>8}{'ms':>8}{'ms':>8}{'ms/req':>9}{'ms/req':>8}"
-            f"{'ms':>9}{'ms':>9}{'ms (gen)':>9}",
+            f"{'ms':>9}{'ms':>9}{'ms':>9}{'ms (gen)':>9}",
         ]
     idle = results.get("idle")
     if idle:
         lag = idle["loop_lag"]
         lines.append(
             f"{'idle (' + str(idle['secs']) + ' s, no request)':<46}{'':>24}{'':>8}{'':>8}"
-            f"{'':>8}{'':>8}{'':>9}{'':>8}{lag['window_max_ms']:>9}{lag['p99_ms']:>9}"
-            f"{_gc(lag):>9}"
+            f"{'':>8}{'':>8}{'':>9}{'':>8}{lag['window_max_ms']:>9}"
+            f"{lag.get('own_window_max_ms', '-'):>9}{lag['p99_ms']:>9}{_gc(lag):>9}"
         )
     for name, p in phases.items():
         answer = p["answer"] + (f" ({p['events_expected']})" if p["events_expected"] else "")
@@ -1218,7 +1223,7 @@ def render(results: dict[str, Any]) -> str:
             f"{name:<46}{answer:>24}{p['first_ms']:>8}{p['p50_ms']:>8}{p['p99_ms']:>8}"
             f"{p['max_ms']:>8}{p['server_cpu_ms_per_request']:>9}"
             f"{p['postgres_cpu_ms_per_request']:>8}{p['loop_lag']['window_max_ms']:>9}"
-            f"{p['loop_lag']['p99_ms']:>9}{_gc(p['loop_lag']):>9}"
+            f"{p['loop_lag']['own_window_max_ms']:>9}{p['loop_lag']['p99_ms']:>9}{_gc(p['loop_lag']):>9}"
             f"{'yes' if p['correct'] else 'NO':>4}"
         )
     ratios = results.get("ratios")
@@ -1232,9 +1237,10 @@ def render(results: dict[str, Any]) -> str:
     bar = results.get("bar")
     if bar:
         lines.append(
-            f"bar: the IO loop's longest stop over the resume phases (lag max, or GC stop"
-            f" if longer): {bar['value_ms']} ms"
-            f" <= {bar['limit_ms']} ms: {'met' if bar['met'] else 'MISSED'} ({bar['phase']})"
+            f"bar: the IO loop's longest stop of the server's making over the resume phases"
+            f" (own lag max, or GC stop if longer): {bar['value_ms']} ms"
+            f" <= {bar['limit_ms']} ms: {'met' if bar['met'] else 'MISSED'} ({bar['phase']});"
+            f" lag max with the host's share: {bar['lag_max_ms']} ms ({bar['lag_max_phase']})"
         )
     plans = results.get("plans", {})
     if plans:
@@ -1455,16 +1461,25 @@ def summarize(results: dict[str, Any], phases: list[Phase]) -> None:
     def stop(label: str) -> float:
         # The sampler sees a stop only when it overlaps one of its wake-ups
         # (every 100 ms); the GC's stops are timed whole. The longer counts.
+        # The sampler's own lag leaves out the time the loop's thread waited
+        # for a CPU: on two cores shared with PostgreSQL and the clients, the
+        # host's doing, not the resume's.
         lag = measured[label]["loop_lag"]
-        return float(max(lag["window_max_ms"], lag["gc"]["max_ms"]))
+        return float(max(lag["own_window_max_ms"], lag["gc"]["max_ms"]))
+
+    def lag_max(label: str) -> float:
+        return float(measured[label]["loop_lag"]["window_max_ms"])
 
     worst = max(resumes, key=stop)
     value = stop(worst)
+    slowest = max(resumes, key=lag_max)
     results["bar"] = {
         "value_ms": value,
         "limit_ms": LOOP_LAG_BAR_MS,
         "met": value <= LOOP_LAG_BAR_MS,
         "phase": worst,
+        "lag_max_ms": lag_max(slowest),
+        "lag_max_phase": slowest,
     }
     for label, phase in measured.items():
         results["problems"] += [f"{label}: {wrong}" for wrong in phase["wrong"]]
