@@ -31,7 +31,8 @@ OPENAPI_VERSION = "3.1.0"
 # Every error: `code` is what a program matches; some carry data fields
 # (`queue_id` and `reason` with BAD_EVENT_QUEUE_ID, `var_name` with
 # REQUEST_VARIABLE_MISSING, `retry-after` in seconds with RATE_LIMIT_HIT,
-# `pruned_through` with RESUME_EXPIRED).
+# `pruned_through` with RESUME_EXPIRED, `parameters` with an unsupported
+# combination of GET messages' parameters).
 # The functional form: "retry-after" is not an identifier.
 ErrorResponse = TypedDict(
     "ErrorResponse",
@@ -45,6 +46,9 @@ ErrorResponse = TypedDict(
         "retry-after": NotRequired[float],
         # RESUME_EXPIRED (eventq): how far the event log is pruned.
         "pruned_through": NotRequired[int],
+        # GET messages: the parameters that may not be combined (Zulip's
+        # IncompatibleParametersError).
+        "parameters": NotRequired[list[str]],
     },
 )
 

@@ -12,6 +12,9 @@
   that let `resume_from` read one user's events (its recipients, a realm's
   public channel messages, rows written by an earlier version), built
   `CONCURRENTLY` too.
+- `message_history_indexes` (migration 0013, one shot): the indexes of
+  message history's reads (server/database/history.py): a channel's
+  messages by id, a sender's, full-text search; `CONCURRENTLY` too.
 - `event_log_retention`, `queue_journal_retention` (recurring, every
   EVENTQ_EVENT_LOG_PRUNE_SECS): server/database/retention.py. Listed even where that
   is 0 (their rows are then `disabled here`, not `unknown`), run only where
@@ -125,8 +128,18 @@ EVENT_LOG_RECIPIENT_INDEXES = {
 }
 
 
-async def _build_index(conn: Conn, name: str, definition: str) -> bool:
-    """`CREATE INDEX CONCURRENTLY name ON event_log definition`, unless a
+# Message history's reads (server/database/history.py): a channel's messages
+# by id, a sender's, and full-text search of topic and content (the
+# expression `search` queries with).
+MESSAGE_HISTORY_INDEXES = {
+    "messages_channel": "(stream_id, id) WHERE stream_id IS NOT NULL",
+    "messages_sender": "(sender_id, id)",
+    "messages_search": "USING gin (to_tsvector('english', topic || ' ' || content))",
+}
+
+
+async def _build_index(conn: Conn, name: str, definition: str, table: str = "event_log") -> bool:
+    """`CREATE INDEX CONCURRENTLY name ON table definition`, unless a
     valid one of that name is there; True if it built one. A build that was
     interrupted (its runner killed) left an invalid index, which writers
     still maintain: it is dropped and built again."""
@@ -146,8 +159,8 @@ async def _build_index(conn: Conn, name: str, definition: str) -> bool:
         await conn.execute(sql.SQL("DROP INDEX CONCURRENTLY {}").format(identifier))
     # The definitions are this module's constants, not input.
     await conn.execute(
-        sql.SQL("CREATE INDEX CONCURRENTLY {} ON event_log {}").format(
-            identifier, sql.SQL(definition)
+        sql.SQL("CREATE INDEX CONCURRENTLY {} ON {} {}").format(
+            identifier, sql.Identifier(table), sql.SQL(definition)
         )
     )
     return True
@@ -183,6 +196,23 @@ def event_log_recipients_index() -> BackgroundUpdate:
     )
 
 
+def message_history_indexes() -> BackgroundUpdate:
+    async def build(conn: Conn, progress: dict[str, Any], size: int) -> Batch:
+        built = [
+            name
+            for name, definition in MESSAGE_HISTORY_INDEXES.items()
+            if await _build_index(conn, name, definition, "messages")
+        ]
+        return Batch(len(built), {"built": built}, done=True)
+
+    return BackgroundUpdate(
+        "message_history_indexes",
+        build,
+        one_shot=True,
+        description="index messages by channel, sender and text for GET /messages",
+    )
+
+
 def standard_updates(settings: Settings, api_key_secret: bytes) -> list[BackgroundUpdate]:
     """Every update this version knows, configured from `settings`: the
     retention updates are not `enabled` when pruning is off here."""
@@ -197,5 +227,6 @@ def standard_updates(settings: Settings, api_key_secret: bytes) -> list[Backgrou
         wrap_legacy_api_key_hashes(api_key_secret),
         event_log_realm_index(),
         event_log_recipients_index(),
+        message_history_indexes(),
         *(dataclasses.replace(update, enabled=pruning) for update in retention),
     ]

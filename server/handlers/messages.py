@@ -4,6 +4,7 @@ parameters (JSON-encoded non-strings), so that the `zulip` client's
 `mark_all_as_read`, `add_reaction`, `remove_reaction` and `set_typing_status`
 work unchanged:
 
+- `GET messages`, `GET messages/{id}`: history (server/handlers/history.py).
 - `POST messages`: send (`type`, `to`, `topic`/`subject`, `content`,
   `local_id`, `queue_id`); answers the new message's `id`.
 - `PATCH messages/{id}`: edit content and/or topic (`propagate_mode`).
@@ -27,6 +28,7 @@ import orjson
 from generation.actions import messages as actions
 from server.errors import ApiError, missing_argument
 from server.handlers.actions import ActionHandler, Body, operation
+from server.handlers.history import GetMessage, GetMessages, get_message, get_messages
 from server.http.auth import AuthUser
 from server.http.declared import JsonSchema, Nothing, Param
 from server.http.params import INT_MAX, check_length, decode_json
@@ -161,9 +163,14 @@ class SendMessage:
 
 
 class MessagesHandler(ActionHandler):
-    """`POST messages`: send a channel or direct message."""
+    """`GET messages`: history (server/handlers/history.py); `POST
+    messages`: send a channel or direct message."""
 
-    SUPPORTED_METHODS = ("POST",)
+    SUPPORTED_METHODS = ("GET", "POST")
+
+    @operation(GetMessages)
+    async def get(self, user: AuthUser, args: GetMessages) -> Body:
+        return await get_messages(self.server.db, user, args)
 
     @operation(SendMessage)
     async def post(self, user: AuthUser, args: SendMessage) -> Body:
@@ -206,9 +213,14 @@ class EditMessage:
 
 
 class MessageHandler(ActionHandler):
-    """`PATCH messages/{id}` (edit) and `DELETE messages/{id}`."""
+    """`GET messages/{id}` (server/handlers/history.py), `PATCH
+    messages/{id}` (edit) and `DELETE messages/{id}`."""
 
-    SUPPORTED_METHODS = ("PATCH", "DELETE")
+    SUPPORTED_METHODS = ("GET", "PATCH", "DELETE")
+
+    @operation(GetMessage)
+    async def get(self, user: AuthUser, args: GetMessage, raw_id: str) -> Body:
+        return await get_message(self.server.db, user, args, _message_id(raw_id))
 
     @operation(EditMessage)
     async def patch(self, user: AuthUser, args: EditMessage, raw_id: str) -> Body:

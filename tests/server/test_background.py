@@ -1043,6 +1043,7 @@ def test_a_freshly_migrated_database_lists_the_updates_of_its_migrations_as_pend
         ("wrap_legacy_api_key_hashes", "pending", 0),  # 0009
         ("event_log_realm_index", "pending", 0),  # 0009
         ("event_log_recipients_index", "pending", 0),  # 0012
+        ("message_history_indexes", "pending", 0),  # 0013
     ]
 
 

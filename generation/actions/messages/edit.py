@@ -203,6 +203,14 @@ async def _checked_edit(
     return _Edit(actor, message, new_topic, new_content, propagate_mode)
 
 
+# An edit history entry's common part (Zulip's `edit_history`, server/database
+# /message_rows.py reads it): who edited, and when.
+_EDIT_ENTRY = (
+    "jsonb_build_object('user_id', %(user)s::bigint,"
+    " 'timestamp', extract(epoch FROM now())::bigint)"
+)
+
+
 async def _store_edit(conn: Connection, edit: _Edit) -> tuple[list[int], Rendered | None]:
     """Write the edit: the new topic on every message it moves, the new
     content (rendered) and the mention flags that follow it. Returns the
@@ -213,18 +221,41 @@ async def _store_edit(conn: Connection, edit: _Edit) -> tuple[list[int], Rendere
     if edit.new_topic is not None:
         moved = await _topic_message_ids(conn, message, edit.propagate_mode)
         await conn.execute(
-            "UPDATE messages SET topic = %s, last_edit_time = now() WHERE id = ANY(%s)",
-            (edit.new_topic, moved),
+            f"""
+            UPDATE messages SET topic = %(topic)s, last_edit_time = now(),
+                   edit_history = COALESCE(edit_history, '[]'::jsonb)
+                       || jsonb_build_array({_EDIT_ENTRY} || jsonb_build_object(
+                            'prev_topic', topic, 'topic', %(topic)s::text))
+            WHERE id = ANY(%(ids)s)
+            """,  # noqa: S608 (a fixed fragment)
+            {"topic": edit.new_topic, "ids": moved, "user": edit.actor.id},
         )
     rendered = None
     if edit.new_content is not None:
         rendered = await _render(conn, edit.actor.realm_id, edit.new_content)
+        # One entry per edit: a topic changed with the content is in the
+        # entry the move just added.
+        prev = (
+            "jsonb_build_object('prev_content', content, 'prev_rendered_content', rendered_content)"
+        )
+        entry = (
+            f"jsonb_set(edit_history, '{{-1}}', (edit_history -> -1) || {prev})"
+            if edit.new_topic is not None
+            else f"COALESCE(edit_history, '[]'::jsonb)"
+            f" || jsonb_build_array({_EDIT_ENTRY} || {prev})"
+        )
         await conn.execute(
-            """
-            UPDATE messages SET content = %s, rendered_content = %s, last_edit_time = now()
-            WHERE id = %s
-            """,
-            (edit.new_content, rendered.html, message.id),
+            f"""
+            UPDATE messages SET content = %(content)s, rendered_content = %(html)s,
+                   last_edit_time = now(), edit_history = {entry}
+            WHERE id = %(id)s
+            """,  # noqa: S608 (fixed fragments)
+            {
+                "content": edit.new_content,
+                "html": rendered.html,
+                "id": message.id,
+                "user": edit.actor.id,
+            },
         )
         await conn.execute(
             """

@@ -49,17 +49,21 @@ async def _insert(
     content: str,
     rendered: Rendered,
     flags: Mapping[int, list[str]],
+    client: str,
 ) -> tuple[int, int]:
     """Store a message and its recipients' rows; returns (id, timestamp)."""
     cur = await conn.execute(
         """
         INSERT INTO messages (realm_id, sender_id, stream_id, topic, participant_ids,
-                              content, rendered_content)
-        VALUES (%s, %s, %s, %s, %s, %s, %s)
+                              content, rendered_content, client)
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
         RETURNING id, extract(epoch FROM date_sent)::bigint
         """,
-        (sender.realm_id, sender.id, stream_id, topic, participant_ids, content, rendered.html),
-    )
+        (
+            sender.realm_id, sender.id, stream_id, topic, participant_ids, content,
+            rendered.html, client,
+        ),
+    )  # fmt: skip
     row = await cur.fetchone()
     assert row is not None
     message_id, timestamp = row
@@ -175,6 +179,7 @@ async def do_send_stream_message(
             content=content,
             rendered=rendered,
             flags=flags,
+            client=client,
         )
         message = _message_dict(
             sender, realm, message_id, timestamp, content, rendered, client,
@@ -222,6 +227,7 @@ async def do_send_direct_message(
             content=content,
             rendered=rendered,
             flags=flags,
+            client=client,
         )
         display = [
             {"id": u.id, "email": u.email, "full_name": u.full_name, "is_mirror_dummy": False}
