@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from apply_events.section import Applier
 from apply_events.state import Event, State, StateContext
@@ -18,6 +18,17 @@ class RealmState(TypedDict, total=False):
     realm_message_content_edit_limit_seconds: int | None
     event_queue_longpoll_timeout_seconds: int
     server_generation: int
+    realm_message_retention_days: int
+
+
+class UnmodelledState(TypedDict, total=False):
+    """Sections of what Zulip's clients read at start (zulip-term indexes
+    each) and eventq does not model yet: no custom emoji, user groups or
+    muted topics exist in an eventq realm, so each is empty."""
+
+    realm_emoji: dict[str, Any]
+    realm_user_groups: list[dict[str, Any]]
+    muted_topics: list[list[Any]]
 
 
 # Realm properties a `realm` update event may carry, and the state key of each.

@@ -104,6 +104,9 @@ class UserSettings(TypedDict, total=False):
     color_scheme: int
     default_language: str
     send_read_receipts: bool
+    pm_content_in_desktop_notifications: bool
+    send_private_typing_notifications: bool
+    send_stream_typing_notifications: bool
     timezone: str
 
 
@@ -125,6 +128,15 @@ class LegacyDisplaySettingsState(TypedDict, total=False):
     timezone: str
 
 
+class LegacyNotificationSettingsState(TypedDict, total=False):
+    """The `update_global_notifications` section: Zulip's top-level copies
+    of the notification settings, only for clients without the
+    `user_settings_object` capability. Kept current by `user_settings`
+    events."""
+
+    pm_content_in_desktop_notifications: bool
+
+
 # Settings that Zulip also keeps at the top level for legacy clients.
 LEGACY_DISPLAY_SETTINGS = (
     "twenty_four_hour_time",
@@ -132,6 +144,9 @@ LEGACY_DISPLAY_SETTINGS = (
     "color_scheme",
     "default_language",
 )
+
+# Notification settings Zulip also keeps at the top level for legacy clients.
+LEGACY_NOTIFICATION_SETTINGS = ("pm_content_in_desktop_notifications",)
 
 # The lists of streams whose entries carry `subscribers` (the streams area's
 # sections), from which a deactivated user disappears.
@@ -379,6 +394,13 @@ def apply_legacy_display_settings(state: State, event: Event, ctx: StateContext)
         state[prop] = event.get("value")
 
 
+def apply_legacy_notification_settings(state: State, event: Event, ctx: StateContext) -> None:
+    """The top-level copies follow the `user_settings` events."""
+    prop = event.get("property")
+    if event.get("op") == "update" and prop in LEGACY_NOTIFICATION_SETTINGS and prop in state:
+        state[prop] = event.get("value")
+
+
 REALM_USER_APPLIERS: dict[str, Applier] = {"realm_user": apply_realm_user}
 PRESENCE_APPLIERS: dict[str, Applier] = {
     "presence": apply_presence,
@@ -386,3 +408,6 @@ PRESENCE_APPLIERS: dict[str, Applier] = {
 }
 USER_SETTINGS_APPLIERS: dict[str, Applier] = {"user_settings": apply_user_settings}
 LEGACY_DISPLAY_APPLIERS: dict[str, Applier] = {"user_settings": apply_legacy_display_settings}
+LEGACY_NOTIFICATION_APPLIERS: dict[str, Applier] = {
+    "user_settings": apply_legacy_notification_settings
+}

@@ -3,6 +3,7 @@ and the server facts Zulip reports with them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -37,10 +38,25 @@ async def fetch_realm(conn: Connection, ctx: StateContext) -> State:
         "realm_mandatory_topics": row[3],
         "realm_message_content_edit_limit_seconds": row[4],
         "event_queue_longpoll_timeout_seconds": ctx.longpoll_timeout_secs,
+        # Zulip's "forever": eventq keeps every message (no retention policy).
+        "realm_message_retention_days": -1,
         "server_generation": ctx.server_generation,
     }
 
 
+def _none_yet(key: str, empty: Callable[[], object]) -> Section:
+    """The section of what an eventq realm has none of
+    (`appliers.UnmodelledState`): empty, and no event changes it."""
+
+    async def fetch(conn: Connection, ctx: StateContext) -> State:
+        return {key: empty()}
+
+    return Section(key, fetch, state=appliers.UnmodelledState)
+
+
 SECTIONS: tuple[Section, ...] = (
     Section("realm", fetch_realm, appliers.APPLIERS, state=appliers.RealmState),
+    _none_yet("realm_emoji", dict),
+    _none_yet("realm_user_groups", list),
+    _none_yet("muted_topics", list),
 )

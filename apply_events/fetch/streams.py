@@ -18,7 +18,11 @@ from apply_events.appliers import streams as appliers
 from apply_events.section import Section
 from apply_events.state import State, StateContext
 from generation.accounts import ROLE_GUEST
-from generation.events.streams import render_description
+from generation.events.streams import (
+    CHANNEL_POLICIES,
+    SUBSCRIPTION_NOTIFICATIONS,
+    render_description,
+)
 
 Connection = psycopg.AsyncConnection[Any]
 
@@ -40,6 +44,7 @@ def _basic_stream(row: tuple[Any, ...]) -> dict[str, Any]:
         "rendered_description": render_description(row[2]),
         "invite_only": row[3],
         "date_created": row[4],
+        **CHANNEL_POLICIES,
     }
 
 
@@ -91,6 +96,7 @@ async def fetch_subscriptions(conn: Connection, ctx: StateContext) -> State:
             entry.update(
                 color=color, is_muted=is_muted, in_home_view=not is_muted, pin_to_top=pin_to_top
             )
+            entry.update(SUBSCRIPTION_NOTIFICATIONS)
         if subscribers is not None:
             entry["subscribers"] = list(subscribers)
         key = (

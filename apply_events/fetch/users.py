@@ -136,7 +136,10 @@ async def fetch_presences(conn: Connection, realm_id: int, *, slim: bool) -> dic
 _SETTINGS_QUERY = """
     SELECT coalesce(s.twenty_four_hour_time, false), coalesce(s.enter_sends, false),
            coalesce(s.color_scheme, 1), coalesce(s.default_language, 'en'),
-           coalesce(s.send_read_receipts, true), u.timezone
+           coalesce(s.send_read_receipts, true),
+           coalesce(s.pm_content_in_desktop_notifications, true),
+           coalesce(s.send_private_typing_notifications, true),
+           coalesce(s.send_stream_typing_notifications, true), u.timezone
     FROM users u LEFT JOIN user_settings s ON s.user_id = u.id
     WHERE u.id = %s
 """
@@ -147,6 +150,9 @@ _SETTINGS = (
     "color_scheme",
     "default_language",
     "send_read_receipts",
+    "pm_content_in_desktop_notifications",
+    "send_private_typing_notifications",
+    "send_stream_typing_notifications",
     "timezone",
 )
 
@@ -161,6 +167,15 @@ async def _settings(conn: Connection, user_id: int) -> dict[str, Any]:
 
 async def fetch_user_settings(conn: Connection, ctx: StateContext) -> State:
     return {"user_settings": await _settings(conn, ctx.user_id)}
+
+
+async def fetch_legacy_notification_settings(conn: Connection, ctx: StateContext) -> State:
+    """Zulip's top-level notification settings, for clients that did not
+    declare `user_settings_object`."""
+    if "user_settings_object" in ctx.capabilities:
+        return {}
+    settings = await _settings(conn, ctx.user_id)
+    return {name: settings[name] for name in appliers.LEGACY_NOTIFICATION_SETTINGS}
 
 
 async def fetch_legacy_display_settings(conn: Connection, ctx: StateContext) -> State:
@@ -198,5 +213,11 @@ SECTIONS: tuple[Section, ...] = (
         fetch_legacy_display_settings,
         appliers.LEGACY_DISPLAY_APPLIERS,
         state=appliers.LegacyDisplaySettingsState,
+    ),
+    Section(
+        "update_global_notifications",
+        fetch_legacy_notification_settings,
+        appliers.LEGACY_NOTIFICATION_APPLIERS,
+        state=appliers.LegacyNotificationSettingsState,
     ),
 )

@@ -101,6 +101,9 @@ USER_SETTINGS: dict[str, type] = {
     "color_scheme": int,
     "default_language": str,
     "send_read_receipts": bool,
+    "pm_content_in_desktop_notifications": bool,
+    "send_private_typing_notifications": bool,
+    "send_stream_typing_notifications": bool,
 }
 
 PresenceStatus = Literal["active", "idle"]

@@ -26,7 +26,8 @@ SubscriptionProperty = Literal["color", "is_muted", "in_home_view", "pin_to_top"
 
 
 class BasicStream(TypedDict):
-    """A stream as every user who can see it knows it."""
+    """A stream as every user who can see it knows it. The last five fields
+    are what every eventq channel is (`CHANNEL_POLICIES`)."""
 
     stream_id: int
     name: str
@@ -36,6 +37,34 @@ class BasicStream(TypedDict):
     invite_only: bool
     # UNIX seconds.
     date_created: int
+    history_public_to_subscribers: bool
+    is_web_public: bool
+    stream_post_policy: int
+    is_announcement_only: bool
+    message_retention_days: int | None
+
+
+# What every eventq channel is, beside what it stores, in the fields Zulip's
+# clients read: its history is shared with its subscribers (docs/behaviour.md,
+# "Message history"), it is not web-public, anyone who may post does (Zulip's
+# post policy 1), and its messages are kept as long as the realm keeps them
+# (None: the realm's policy).
+CHANNEL_POLICIES: dict[str, bool | int | None] = {
+    "history_public_to_subscribers": True,
+    "is_web_public": False,
+    "stream_post_policy": 1,
+    "is_announcement_only": False,
+    "message_retention_days": None,
+}
+# A subscription's own notification settings: None everywhere, the user's
+# settings apply (eventq keeps no per-channel ones).
+SUBSCRIPTION_NOTIFICATIONS: dict[str, bool | None] = {
+    "desktop_notifications": None,
+    "audible_notifications": None,
+    "push_notifications": None,
+    "email_notifications": None,
+    "wildcard_mentions_notify": None,
+}
 
 
 class SubscribedStream(BasicStream):
@@ -48,6 +77,11 @@ class SubscribedStream(BasicStream):
     in_home_view: bool
     pin_to_top: bool
     subscribers: list[int]
+    desktop_notifications: bool | None
+    audible_notifications: bool | None
+    push_notifications: bool | None
+    email_notifications: bool | None
+    wildcard_mentions_notify: bool | None
 
 
 class StreamCreateEvent(TypedDict):

@@ -108,7 +108,14 @@ class PresenceEvent(TypedDict):
 
 
 UserSetting = Literal[
-    "twenty_four_hour_time", "enter_sends", "color_scheme", "default_language", "send_read_receipts"
+    "twenty_four_hour_time",
+    "enter_sends",
+    "color_scheme",
+    "default_language",
+    "send_read_receipts",
+    "pm_content_in_desktop_notifications",
+    "send_private_typing_notifications",
+    "send_stream_typing_notifications",
 ]
 
 
@@ -144,7 +151,7 @@ TYPES: tuple[EventType, ...] = (
         "user_settings",
         {"update": UserSettingsUpdateEvent},
         # the settings object, and the legacy top-level copies
-        state=("user_settings", "update_display_settings"),
+        state=("user_settings", "update_display_settings", "update_global_notifications"),
         # Zulip's legacy settings events (eventq never sends them, a backend
         # may) reach only clients without the settings object: the others get
         # `user_settings` events instead.

@@ -26,7 +26,7 @@ from generation.actions.base import (
     UserRow,
     get_user,
 )
-from generation.events.streams import render_description
+from generation.events.streams import CHANNEL_POLICIES, render_description
 
 MAX_NAME_LENGTH = 60
 MAX_DESCRIPTION_LENGTH = 1024
@@ -56,6 +56,7 @@ class StreamRow:
             "rendered_description": render_description(self.description),
             "invite_only": self.invite_only,
             "date_created": self.date_created,
+            **CHANNEL_POLICIES,
         }
 
 

@@ -16,6 +16,7 @@ from generation.actions.streams.common import (
     _subscribers,
     _viewers,
 )
+from generation.events.streams import SUBSCRIPTION_NOTIFICATIONS
 
 # Colors given to new subscriptions, the first one the user does not use yet.
 PALETTE = (
@@ -96,6 +97,7 @@ async def _subscribe(
                     "in_home_view": not is_muted,
                     "pin_to_top": pin_to_top,
                     "subscribers": sorted(after[stream.id]),
+                    **SUBSCRIPTION_NOTIFICATIONS,
                 }
             )
         outbox.send(
