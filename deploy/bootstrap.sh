@@ -363,6 +363,29 @@ ensure_client_typescript() {
 
 # --- Python -----------------------------------------------------------------
 
+# Zulip's own clients, unchanged, for the tests that run them against eventq
+# (tests/clients): the terminal client zulip-term 0.7.0 (it declares
+# Python < 3.11 but runs on 3.11: --ignore-requires-python; pygments before
+# 2.16, whose styles its themes cannot read) and the bot framework (which
+# imports importlib_metadata without declaring it), in a virtualenv of their
+# own (their pins are not eventq's).
+ZULIP_CLIENTS_PINS=(zulip-term==0.7.0 'pygments~=2.15.1' zulip-bots==0.9.0 importlib-metadata==10.2.0)
+ensure_zulip_clients() {
+    local venv="$EVENTQ_VAR/zulip-clients" stamp want py
+    stamp="$venv/.installed"
+    want="${ZULIP_CLIENTS_PINS[*]}"
+    if [[ -x $venv/bin/zulip-term && -f $stamp && "$(cat "$stamp")" == "$want" ]]; then
+        say "zulip clients: installed ($want)"
+        return
+    fi
+    py="$(find_python)" || die "zulip clients: need python3 >= 3.11 with the venv module"
+    "$py" -m venv --clear "$venv" || die "zulip clients: could not create $venv"
+    "$venv/bin/python" -m pip install -q --ignore-requires-python "${ZULIP_CLIENTS_PINS[@]}" ||
+        die "zulip clients: pip install ${want} failed"
+    printf '%s' "$want" >"$stamp"
+    say "zulip clients: installed ($want)"
+}
+
 python_ok() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }
 
 find_python() {  # prints a python >= 3.11 that can create venvs

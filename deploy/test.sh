@@ -12,5 +12,6 @@ ensure_systemd_analyze
 ensure_chromium
 ensure_node
 ensure_client_typescript
+ensure_zulip_clients
 cd "$EVENTQ_REPO"
 exec .venv/bin/pytest "$@"

@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 
 from generation import accounts
+from generation.actions import messages as message_actions
 from generation.actions import streams as stream_actions
 from generation.actions.base import ActionContext
 from generation.notice import Notice
@@ -22,6 +23,10 @@ DEMO_USERS = (
     ("hamlet@demo.example.com", "King Hamlet", "member"),
     ("othello@demo.example.com", "Othello, the Moor of Venice", "member"),
     ("polonius@demo.example.com", "Polonius", "guest"),
+)
+WELCOME = (
+    "Welcome to eventq's demo realm. Everyone here is in #**general**;"
+    " send a message, and every client of the realm has it at once."
 )
 
 
@@ -49,12 +54,19 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
             return None
 
         async def general(conn: psycopg.AsyncConnection[Any]) -> None:
+            ctx = ActionContext(conn, nowhere)
             await stream_actions.do_add_subscriptions(
-                ActionContext(conn, nowhere),
+                ctx,
                 None,
                 realm_id,
                 [stream_actions.StreamRequest("general", "Everyone in the demo")],
                 principals=[user["user_id"] for user in users],
+            )
+            # A first message, as a new Zulip realm has its welcome messages:
+            # history is where a client starts (zulip-term 0.7.0 stops at
+            # start on a realm with none).
+            await message_actions.do_send_stream_message(
+                ctx, users[0]["user_id"], "general", "welcome", WELCOME, client="eventq demo"
             )
 
         async def create() -> None:
