@@ -177,6 +177,30 @@ def test_register_quick_measures_every_phase_on_the_realm_it_built(database_url)
 
 
 @pytest.mark.timeout(RUN_LIMIT_SECS + CLEANUP_SECS + 30)
+def test_history_quick_measures_every_phase_on_the_realm_it_built(database_url):
+    figures = run_quick("history.py")
+    config = figures["config"]
+    assert config["quick"]
+    assert figures["completed"]
+    assert figures["rows"]["messages"] == config["messages"]
+    # Every message has its recipients' rows: a channel's subscribers, a
+    # direct message's two users.
+    assert figures["rows"]["user_messages"] > config["messages"]
+    assert set(figures["phases"]) == set("abcdef")
+    for key, phase in figures["phases"].items():
+        assert 0 < phase["p50_ms"] <= phase["p99_ms"] <= phase["max_ms"], key
+        assert phase["server_cpu_ms_per_request"] >= 0, key
+    # Full pages where the realm has the messages; one message for f.
+    assert figures["phases"]["a"]["messages_per_answer"] == 50
+    assert figures["phases"]["c"]["messages_per_answer"] == 50
+    assert figures["phases"]["f"]["messages_per_answer"] == 1
+    assert figures["phases"]["d"]["messages_per_answer"] > 0
+    assert figures["peer"]["p50_ms"] > 0
+    assert not database_exists(database_url, figures["database"])
+    assert not Path(figures["workdir"]).exists()
+
+
+@pytest.mark.timeout(RUN_LIMIT_SECS + CLEANUP_SECS + 30)
 def test_resume_quick_measures_every_phase(database_url):
     figures = run_quick("resume.py")
     config = figures["config"]

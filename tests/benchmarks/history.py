@@ -129,7 +129,7 @@ def build(database: Database, users: Sequence[User], args: argparse.Namespace) -
         conn.execute(
             """
             INSERT INTO user_messages (user_id, message_id, read)
-            SELECT r.user_id, m.id, hashint8(m.id * 1000003 + r.user_id) %% 10 <> 0
+            SELECT r.user_id, m.id, hashint8(m.id * 1000003 + r.user_id) % 10 <> 0
             FROM messages m
             CROSS JOIN LATERAL (
                 SELECT s.user_id FROM subscriptions s WHERE s.stream_id = m.stream_id
@@ -337,7 +337,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     database = Database(args.database_url)
     workdir = Path(tempfile.mkdtemp(prefix="eventq-history-bench-"))
     server: ServerProcess | None = None
-    results: dict[str, Any] = {"source": source_state(), "config": vars(args), "problems": []}
+    results: dict[str, Any] = {
+        "source": source_state(),
+        "config": vars(args),
+        "database": database.name,
+        "workdir": str(workdir),
+    }
     try:
         log(f"creating {database.name}")
         database.create()
