@@ -276,10 +276,13 @@ async def matcher(
     return found
 
 
-_SEARCH = (
-    f"to_tsvector('{SEARCH_CONFIG}', m.topic || ' ' || m.content)"
-    f" @@ websearch_to_tsquery('{SEARCH_CONFIG}', %(p)s)"
-)
+def search_document(prefix: str = "") -> str:
+    """The text `search` looks in, as SQL: the expression of its GIN index
+    (server/database/updates.py), which a query must repeat to use it."""
+    return f"to_tsvector('{SEARCH_CONFIG}', {prefix}topic || ' ' || {prefix}content)"
+
+
+_SEARCH = f"{search_document('m.')} @@ websearch_to_tsquery('{SEARCH_CONFIG}', %(p)s)"
 
 
 async def _condition(
@@ -293,6 +296,8 @@ async def _condition(
         found.add("m.stream_id = ANY(%(p)s)", await _readable_public(conn, reader))
     elif operator == "topic":
         found.add("(m.stream_id IS NOT NULL AND lower(m.topic) = lower(%(p)s))", operand)
+    elif operator == "dm" and operand == []:
+        found.add("false")  # no conversation is among nobody (as Zulip)
     elif operator == "dm":
         assert not isinstance(operand, int)
         users = await user_ids(conn, reader, operand, several=True)
@@ -340,14 +345,16 @@ def _has_condition(found: Matcher, operand: str) -> None:
 def _is_condition(found: Matcher, operand: str) -> None:
     if operand == "dm":
         found.add("m.participant_ids IS NOT NULL")
+    # These read the reader's own rows (`matcher`): `um` is there, and the
+    # bare column lets the partial indexes (unread, starred) serve them.
     elif operand == "starred":
-        found.add("COALESCE(um.starred, false)")
+        found.add("um.starred")
     elif operand == "mentioned":
-        found.add("COALESCE(um.mentioned OR um.wildcard_mentioned, false)")
+        found.add("(um.mentioned OR um.wildcard_mentioned)")
     elif operand == "alerted":
         found.add("false")  # no alert words in eventq
     elif operand == "unread":
-        found.add("COALESCE(NOT um.read, false)")
+        found.add("NOT um.read")
     elif operand == "resolved":
         found.add("(m.stream_id IS NOT NULL AND starts_with(m.topic, %(p)s))", RESOLVED_PREFIX)
     else:  # parse_narrow admits no other
@@ -423,12 +430,29 @@ async def topics(conn: Connection, reader: Reader, stream_id: int) -> list[tuple
         SELECT name, max_id FROM (
             SELECT DISTINCT ON (lower(m.topic)) m.topic AS name, m.id AS max_id
             FROM messages m WHERE m.stream_id = %s
-            ORDER BY lower(m.topic), m.id DESC
+            ORDER BY lower(m.topic) DESC, m.id DESC
         ) t ORDER BY max_id DESC
         """,
         (stream_id,),
     )
     return [(str(r[0]), int(r[1])) for r in await cur.fetchall()]
+
+
+def _html_escaped(column: str) -> str:
+    """SQL of `column` HTML-escaped as Zulip escapes a topic: & < > " '."""
+    for char, entity in (
+        ("&", "&amp;"),
+        ("<", "&lt;"),
+        (">", "&gt;"),
+        ('"', "&quot;"),
+        ("'", "&#x27;"),
+    ):
+        quoted = char.replace("'", "''")
+        column = f"replace({column}, '{quoted}', '{entity}')"
+    return column
+
+
+_ESCAPED_TOPIC = _html_escaped("m.topic")
 
 
 async def highlights(
@@ -438,14 +462,13 @@ async def highlights(
     HTML and its (escaped) topic, the words the narrow's `search` terms
     match set in `<span class="highlight">`; unmarked without a search."""
     searched = " ".join(str(t.operand) for t in terms if t.operator == "search" and not t.negated)
-    escaped_topic = "replace(replace(replace(m.topic, '&', '&amp;'), '<', '&lt;'), '>', '&gt;')"
     options = 'HighlightAll=true, StartSel="<span class=""highlight"">", StopSel=</span>'
     if searched:
         query = f"websearch_to_tsquery('{SEARCH_CONFIG}', %(search)s)"
         content = f"ts_headline('{SEARCH_CONFIG}', m.rendered_content, {query}, %(options)s)"
-        subject = f"ts_headline('{SEARCH_CONFIG}', {escaped_topic}, {query}, %(options)s)"
+        subject = f"ts_headline('{SEARCH_CONFIG}', {_ESCAPED_TOPIC}, {query}, %(options)s)"
     else:
-        content, subject = "m.rendered_content", escaped_topic
+        content, subject = "m.rendered_content", _ESCAPED_TOPIC
     cur = await conn.execute(
         f"SELECT m.id, {content}, {subject} FROM messages m WHERE m.id = ANY(%(ids)s)",  # noqa: S608
         {"ids": list(ids), "search": searched, "options": options},

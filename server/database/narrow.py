@@ -37,6 +37,7 @@ that asks for a channel message and a direct message at once is refused.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from server.errors import ApiError
@@ -122,7 +123,7 @@ def _is_int(value: object) -> bool:
 
 def _message_id(index: int, operator: str, operand: object) -> int:
     """A message id operand: a JSON integer, or a string of digits."""
-    if isinstance(operand, str) and operand.strip().isdigit():
+    if isinstance(operand, str) and re.fullmatch(r"[0-9]{1,19}", operand.strip()):
         operand = int(operand.strip())
     if not _is_int(operand) or not 0 < operand <= INT_MAX:  # type: ignore[operator]
         if operator == "with":

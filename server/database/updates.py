@@ -14,7 +14,8 @@
   `CONCURRENTLY` too.
 - `message_history_indexes` (migration 0013, one shot): the indexes of
   message history's reads (server/database/history.py): a channel's
-  messages by id, a sender's, full-text search; `CONCURRENTLY` too.
+  messages by id, a sender's, a direct conversation's, full-text search;
+  `CONCURRENTLY` too.
 - `event_log_retention`, `queue_journal_retention` (recurring, every
   EVENTQ_EVENT_LOG_PRUNE_SECS): server/database/retention.py. Listed even where that
   is 0 (their rows are then `disabled here`, not `unknown`), run only where
@@ -32,6 +33,7 @@ from psycopg import sql
 
 from server.config import Settings
 from server.database.background_update import BackgroundUpdate, Batch, Conn
+from server.database.history import search_document
 from server.database.retention import event_log_retention, queue_journal_retention
 
 # Hashes computed between two yields to the IO loop (about a millisecond).
@@ -134,7 +136,9 @@ EVENT_LOG_RECIPIENT_INDEXES = {
 MESSAGE_HISTORY_INDEXES = {
     "messages_channel": "(stream_id, id) WHERE stream_id IS NOT NULL",
     "messages_sender": "(sender_id, id)",
-    "messages_search": "USING gin (to_tsvector('english', topic || ' ' || content))",
+    "messages_search": f"USING gin (({search_document()}))",
+    # A direct message conversation's messages (`dm` narrows).
+    "messages_direct": "(participant_ids, id) WHERE participant_ids IS NOT NULL",
 }
 
 

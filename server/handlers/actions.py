@@ -14,7 +14,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from generation.actions.base import ActionContext, ActionError
 from server.errors import ApiError
-from server.handlers.base import BaseHandler
+from server.handlers.base import BaseHandler, clean_client_name
 from server.http.auth import AuthUser
 from server.http.declared import fields_of, parse
 from server.http.params import INT_MAX, Params
@@ -82,13 +82,14 @@ class ActionHandler(BaseHandler):
     def client_of(self, given: str | None) -> str:
         """Zulip's client name from a declared `client` parameter: as
         `BaseHandler.client_name` makes it of a request's `client`."""
-        return given[:30] if given else self.client_name()
+        return clean_client_name(given) if given else self.client_name()
 
     @staticmethod
     def path_id(raw: str, invalid: str) -> int:
         """An id from the URL path (digits, by the route's pattern); `invalid`
         is the error for 0 or a number beyond any id."""
-        value = int(raw)
+        # More digits than any id has is not one (and past 4,300 int() refuses).
+        value = int(raw) if len(raw) <= len(str(INT_MAX)) else 0
         if not 0 < value <= INT_MAX:
             raise ApiError(invalid)
         return value

@@ -131,6 +131,14 @@ _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 _DIGITS = re.compile(r"[0-9]{1,18}")
 
 
+def clean_client_name(name: str) -> str:
+    """A client's name as messages store it (`messages.client`, a text
+    column, which holds no NUL): Zulip's 30 characters, without control
+    characters; "Unspecified" if nothing is left."""
+    cleaned = "".join(c for c in name if c.isprintable())[:30]
+    return cleaned or "Unspecified"
+
+
 @tornado.web.stream_request_body
 class BaseHandler(tornado.web.RequestHandler):
     """Bodies are streamed so that an oversized one is refused (413, JSON)
@@ -463,7 +471,7 @@ class BaseHandler(tornado.web.RequestHandler):
         if not name:
             agent = self.request.headers.get("User-Agent", "")
             name = agent.split("/", 1)[0].split(" ", 1)[0]
-        return name[:30] if name else "Unspecified"
+        return clean_client_name(name) if name else "Unspecified"
 
     # -- output -------------------------------------------------------------
 

@@ -170,7 +170,8 @@ async def _page(
     found_newest = to_right or len(above) < after
     # A window of nothing but the anchor answers it, include_anchor or not.
     shown = at if include_anchor or not (before or after) else []
-    return _Page(sorted(below) + shown + above, anchor, bool(at), found_oldest, found_newest)
+    # Zulip's found_anchor: the anchor is in the answer.
+    return _Page(sorted(below) + shown + above, anchor, bool(shown), found_oldest, found_newest)
 
 
 _COMBINATION = (
@@ -204,7 +205,7 @@ async def get_messages(db: Database, user: AuthUser, args: GetMessages) -> Body:
             page = _Page(ids, 0, False, False, False)
         else:
             if anchor is None:
-                names_channel = any(t.operator == "channel" for t in args.narrow)
+                names_channel = any(t.operator == "channel" and not t.negated for t in args.narrow)
                 unread = await history.first_unread(conn, found, names_channel)
                 anchor = LARGER_THAN_MAX_MESSAGE_ID if unread is None else unread
             page = await _page(

@@ -11,8 +11,8 @@ It builds its own world and drops it (as register.py does): a database
 --streams channels (one in ten private), each user subscribed to
 --subs-per-user of them, --messages channel messages (each of a topic of
 its channel, with two words of a vocabulary of --words, so that a word
-is in about 2 * messages / words of them) and a direct message in every
-hundred, every recipient's `user_messages` row (a tenth unread); the
+is in about 2 * messages / words of them) and a direct message in about
+every hundred (drawn by a hash), every recipient's `user_messages` row (a tenth unread); the
 indexes of the `message_history_indexes` background update; VACUUM
 ANALYZE; then the real server (`python -m server serve`) on a free port.
 
@@ -23,14 +23,18 @@ request sent to the answer read:
 a. no narrow, `anchor=newest`, 50 before (the terminal client's first page);
 b. a channel and topic narrow, newest, 50 before;
 c. a public channel the user is not subscribed to (its shared history);
-d. `search` for one word of the vocabulary, newest, 50 before;
+d. `search` for one word of the vocabulary, newest, 50 before (the
+   user's own messages);
 e. `anchor=first_unread`, 25 before and 25 after;
-f. `GET messages/{id}`.
+f. `GET messages/{id}`;
+g. `search` in the shared history of a channel the user is not in;
+h. a `dm` narrow: one direct conversation of the user's;
+i. `is:starred` (one in a hundred of a user's messages is starred).
 
 Beside each, in the same run, the peer: the same page's statements sent
 straight to PostgreSQL by one psycopg connection (what the server's
 queries cost without HTTP, auth and JSON), and the ratio. Bars (issue 34):
-a and b p50 <= 15 ms and p99 <= 50 ms, d p50 <= 100 ms.
+a and b p50 <= 15 ms and p99 <= 50 ms, d and g p50 <= 100 ms.
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ QUICK = {
     "measured": 4,
 }
 PAGE = 50
-BARS = {"a": (15.0, 50.0), "b": (15.0, 50.0), "d": (100.0, None)}
+BARS = {"a": (15.0, 50.0), "b": (15.0, 50.0), "d": (100.0, None), "g": (100.0, None)}
 
 
 def build(database: Database, users: Sequence[User], args: argparse.Namespace) -> dict[str, int]:
@@ -110,15 +114,17 @@ def build(database: Database, users: Sequence[User], args: argparse.Namespace) -
                 (%(streams)s::bigint[])[1 + n %% %(nstreams)s] AS channel,
                 (%(users)s::bigint[])[1 + n %% %(nusers)s] AS a,
                 (%(users)s::bigint[])[1 + (n / 7) %% %(nusers)s] AS b,
+                -- A hash, not n: every hundredth n would be channel 0 and 100's.
+                (hashint4(n * 7 + 3) & 2147483647) %% 100 = 0 AS direct,
                 'message ' || n || ' w' || (hashint4(n) & 2147483647) %% %(words)s
                     || ' w' || (hashint4(n + 1) & 2147483647) %% %(words)s AS body) v
             CROSS JOIN LATERAL (SELECT
-                CASE WHEN n %% 100 = 0 THEN NULL ELSE v.channel END AS stream,
-                CASE WHEN n %% 100 = 0 THEN '' ELSE 'topic ' || (n / %(nstreams)s) %% 20 END
+                CASE WHEN v.direct THEN NULL ELSE v.channel END AS stream,
+                CASE WHEN v.direct THEN '' ELSE 'topic ' || (n / %(nstreams)s) %% 20 END
                     AS topic,
-                CASE WHEN n %% 100 = 0 THEN ARRAY(SELECT DISTINCT unnest(ARRAY[v.a, v.b])
+                CASE WHEN v.direct THEN ARRAY(SELECT DISTINCT unnest(ARRAY[v.a, v.b])
                     ORDER BY 1) END AS participants,
-                CASE WHEN n %% 100 = 0 THEN v.a ELSE (SELECT user_id FROM subscriptions
+                CASE WHEN v.direct THEN v.a ELSE (SELECT user_id FROM subscriptions
                     WHERE stream_id = v.channel LIMIT 1) END AS sender) w
             """,
             {
@@ -128,8 +134,9 @@ def build(database: Database, users: Sequence[User], args: argparse.Namespace) -
         )  # fmt: skip
         conn.execute(
             """
-            INSERT INTO user_messages (user_id, message_id, read)
-            SELECT r.user_id, m.id, hashint8(m.id * 1000003 + r.user_id) % 10 <> 0
+            INSERT INTO user_messages (user_id, message_id, read, starred)
+            SELECT r.user_id, m.id, hashint8(m.id * 1000003 + r.user_id) % 10 <> 0,
+                   hashint8(m.id * 1000033 + r.user_id) % 100 = 0
             FROM messages m
             CROSS JOIN LATERAL (
                 SELECT s.user_id FROM subscriptions s WHERE s.stream_id = m.stream_id
@@ -167,9 +174,18 @@ def _phase_params(database: Database, user: User, key: str, args: argparse.Names
         newest = conn.execute(
             "SELECT max(message_id) FROM user_messages WHERE user_id = %s", (user.user_id,)
         ).fetchone()
+        # Someone they have a direct conversation with (a small realm may
+        # have none for them: anyone else, then).
+        partner = conn.execute(
+            "SELECT u.email FROM users u WHERE u.id <> %(me)s ORDER BY EXISTS (SELECT 1 FROM"
+            " messages m WHERE %(me)s = ANY(m.participant_ids) AND u.id = ANY(m.participant_ids))"
+            " DESC, u.id LIMIT 1",
+            {"me": user.user_id},
+        ).fetchone()
     assert subscribed is not None
     assert other is not None
     assert newest is not None
+    assert partner is not None
     page = {"anchor": "newest", "num_before": PAGE, "num_after": 0}
     if key == "a":
         return "messages", {**page, "narrow": []}
@@ -181,6 +197,13 @@ def _phase_params(database: Database, user: User, key: str, args: argparse.Names
     if key == "d":
         word = f"w{user.user_id % args.words}"
         return "messages", {**page, "narrow": [["search", word]]}
+    if key == "g":
+        word = f"w{user.user_id % args.words}"
+        return "messages", {**page, "narrow": [["channel", other[0]], ["search", word]]}
+    if key == "h":
+        return "messages", {**page, "narrow": [["dm", partner[0]]]}
+    if key == "i":
+        return "messages", {**page, "narrow": [["is", "starred"]]}
     if key == "e":
         params = {"anchor": "first_unread", "num_before": PAGE // 2, "num_after": PAGE // 2}
         return "messages", {**params, "narrow": []}
@@ -194,6 +217,9 @@ PHASES = {
     "d": "d. search one word, newest, 50 before",
     "e": "e. first_unread, 25 before and after",
     "f": "f. GET messages/{id}",
+    "g": "g. search in a channel's shared history",
+    "h": "h. one direct conversation, newest, 50 before",
+    "i": "i. is:starred, newest, 50 before",
 }
 
 

@@ -82,7 +82,8 @@ def test_a_window_around_an_anchor(apis, world):
     assert (body["anchor"], body["found_anchor"]) == (order[2], True)
     assert (body["found_oldest"], body["found_newest"]) == (False, False)
     body = fetch(hamlet, anchor=order[2], before=1, after=0, include_anchor=False)
-    assert (ids(body), body["found_anchor"]) == ([order[1]], True)
+    # The anchor is not in the answer: not found, as Zulip says.
+    assert (ids(body), body["found_anchor"]) == ([order[1]], False)
     # Nothing but the anchor asked for: the anchor, include_anchor or not (Zulip's rule).
     body = fetch(hamlet, anchor=order[2], before=0, after=0, include_anchor=False)
     assert ids(body) == [order[2]]
@@ -272,6 +273,9 @@ NEWEST = {"anchor": "newest", "num_before": 1, "num_after": 0}
         ({**NEWEST, "narrow": [{"operator": "search", "operand": " "}]},
          "Invalid narrow[0]: Value error, operand cannot be blank.", "BAD_REQUEST"),
         ({**NEWEST, "narrow": [["topic", "a\x00b"]]}, None, "BAD_REQUEST"),
+        # A digit that is not 0-9 is no message id.
+        ({**NEWEST, "narrow": [["id", "\u00b2"]]},
+         "Invalid narrow operator: Invalid message ID", "BAD_NARROW"),
     ],
 )  # fmt: skip
 def test_bad_input_gets_zulip_s_errors(apis, params, message, code):
@@ -279,6 +283,24 @@ def test_bad_input_gets_zulip_s_errors(apis, params, message, code):
     assert body["code"] == code
     if message is not None:
         assert body["msg"] == message
+
+
+def test_an_id_of_more_digits_than_any_is_refused_not_a_server_error(apis):
+    hamlet = apis["hamlet"]
+    for path in ("messages/{}", "messages/{}/history", "users/me/{}/topics"):
+        body = error(hamlet.request("GET", path.format("9" * 5000)))
+        assert body["msg"] in ("Invalid message(s)", "Invalid channel ID")
+
+
+def test_a_dm_narrow_of_nobody_matches_nothing(apis, world):
+    assert ids(fetch(apis["hamlet"], [{"operator": "dm", "operand": []}])) == []
+
+
+def test_a_client_name_is_stored_without_control_characters(apis, world):
+    hamlet = apis["hamlet"]
+    message_id = send_stream(hamlet, to="Denmark", client="term\x00inal\x07")
+    body = ok(hamlet.request("GET", f"messages/{message_id}"))
+    assert body["message"]["client"] == "terminal"
 
 
 def test_one_message_with_its_markdown_and_its_edit_history(apis, domain, world):
