@@ -176,16 +176,17 @@ def _phase_params(database: Database, user: User, key: str, args: argparse.Names
         ).fetchone()
         # Someone they have a direct conversation with (a small realm may
         # have none for them: anyone else, then).
-        partner = conn.execute(
-            "SELECT u.email FROM users u WHERE u.id <> %(me)s ORDER BY EXISTS (SELECT 1 FROM"
-            " messages m WHERE %(me)s = ANY(m.participant_ids) AND u.id = ANY(m.participant_ids))"
-            " DESC, u.id LIMIT 1",
-            {"me": user.user_id},
-        ).fetchone()
+        partner = None
+        if key == "h":
+            partner = conn.execute(
+                "SELECT u.email FROM users u WHERE u.id = COALESCE((SELECT p FROM messages m,"
+                " unnest(m.participant_ids) p WHERE %(me)s = ANY(m.participant_ids)"
+                " AND p <> %(me)s LIMIT 1), (SELECT min(id) FROM users WHERE id <> %(me)s))",
+                {"me": user.user_id},
+            ).fetchone()
     assert subscribed is not None
     assert other is not None
     assert newest is not None
-    assert partner is not None
     page = {"anchor": "newest", "num_before": PAGE, "num_after": 0}
     if key == "a":
         return "messages", {**page, "narrow": []}
@@ -201,6 +202,7 @@ def _phase_params(database: Database, user: User, key: str, args: argparse.Names
         word = f"w{user.user_id % args.words}"
         return "messages", {**page, "narrow": [["channel", other[0]], ["search", word]]}
     if key == "h":
+        assert partner is not None
         return "messages", {**page, "narrow": [["dm", partner[0]]]}
     if key == "i":
         return "messages", {**page, "narrow": [["is", "starred"]]}

@@ -48,6 +48,7 @@ class Terminal:
             f"cd '{cwd}' && {shell}; echo '[exited]' $?; sleep 3600",
             env=env,
         )  # fmt: skip
+        self.socket_path = Path(self._tmux("display-message", "-p", "#{socket_path}").strip())
 
     def _tmux(self, *args: str, env: dict[str, str] | None = None) -> str:
         done = subprocess.run(
@@ -83,6 +84,7 @@ class Terminal:
 
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, check=False)
+        self.socket_path.unlink(missing_ok=True)
 
 
 @pytest.fixture
