@@ -814,6 +814,16 @@ class Run:
         return {"secs": self.args.idle_secs, "server_cpu_secs": cpu1 - cpu0, "loop_lag": loop_lag}
 
 
+def host_steal_secs() -> float:
+    """The machine's steal time so far, all CPUs (the 8th field of
+    /proc/stat's cpu line, in clock ticks); 0 where there is none."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        return int(fields[8]) / TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 class LagWatcher:
     """Reads the server's loop lag every LAG_POLL_SECS during a phase and at
     its end: the largest window max and p99 seen (the window is 60 s)."""
@@ -831,6 +841,7 @@ class LagWatcher:
         self.before = stats["loop_lag"]
         self.gc_before = stats["python_gc"]["pauses"]["count"]
         self.began = time.monotonic()
+        self.steal_before = host_steal_secs()
         self._thread.start()
 
     def _poll(self) -> None:
@@ -862,6 +873,12 @@ class LagWatcher:
             "p99_ms": max(r["p99_ms"] for r in self.reads),
             "reads": len(self.reads),
             "window_max_before_ms": self.before["window_max_ms"],
+            # CPU time the hypervisor gave other guests while this one had
+            # work (/proc/stat's steal): a machine's noisy hour, which the
+            # loop's own lag cannot tell from its own work.
+            "host_steal_ms_per_sec": round(
+                (host_steal_secs() - self.steal_before) * 1000 / max(elapsed, 1e-9), 1
+            ),
             "gc": {
                 "collections": [
                     after - before
@@ -1209,9 +1226,9 @@ def render(results: dict[str, Any]) -> str:
             "",
             f"{'phase':<46}{'answer':>24}{'first':>8}{'p50':>8}{'p99':>8}{'max':>8}"
             f"{'srv CPU':>9}{'PG CPU':>8}{'lag max':>9}{'own max':>9}{'lag p99':>9}"
-            f"{'GC max':>14}{'ok':>4}",
+            f"{'GC max':>14}{'steal':>7}{'ok':>4}",
             f"{'':<46}{'':>24}{'ms':>8}{'ms':>8}{'ms':>8}{'ms':>8}{'ms/req':>9}{'ms/req':>8}"
-            f"{'ms':>9}{'ms':>9}{'ms':>9}{'ms (gen) cpu':>14}",
+            f"{'ms':>9}{'ms':>9}{'ms':>9}{'ms (gen) cpu':>14}{'ms/s':>7}",
         ]
     idle = results.get("idle")
     if idle:
@@ -1228,6 +1245,7 @@ def render(results: dict[str, Any]) -> str:
             f"{p['max_ms']:>8}{p['server_cpu_ms_per_request']:>9}"
             f"{p['postgres_cpu_ms_per_request']:>8}{p['loop_lag']['window_max_ms']:>9}"
             f"{p['loop_lag']['own_window_max_ms']:>9}{p['loop_lag']['p99_ms']:>9}{_gc(p['loop_lag']):>14}"
+            f"{p['loop_lag'].get('host_steal_ms_per_sec', '-'):>7}"
             f"{'yes' if p['correct'] else 'NO':>4}"
         )
     ratios = results.get("ratios")
