@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,7 +130,7 @@ def test_zulip_term_starts_shows_history_and_live_messages_sends_and_survives_a_
         # One typed into it is sent (c: a channel message; Tab between the
         # fields; Ctrl+D sends).
         terminal.keys("c")
-        time.sleep(0.5)  # the compose box opens (no screen text tells it apart)
+        terminal.wait("\u2717")  # the compose box is open: its empty channel marked invalid
         terminal.type("Denmark")
         terminal.keys("Tab")
         terminal.type("castle")
