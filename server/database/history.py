@@ -27,13 +27,13 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from generation.accounts import ROLE_GUEST
 from server.database.narrow import Term, bad_narrow
 
 Connection = psycopg.AsyncConnection[Any]
 
 # Zulip's anchor for "newest": past any message id.
 LARGER_THAN_MAX_MESSAGE_ID = 10_000_000_000_000_000
-ROLE_GUEST = 600
 RESOLVED_PREFIX = "\u2714 "
 # The text search configuration of `search` (and of its index).
 SEARCH_CONFIG = "english"
