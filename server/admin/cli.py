@@ -87,6 +87,16 @@ async def _serve(settings: Settings, port: int | None, host: str | None) -> int:
     # loop-lag p99 14-18 against 34-45 ms; stream_costs.py's send->delivery
     # p99 7.5 ms with the log on, 4.9 ms off.
     gc.set_threshold(5_000, 50, 100)
+    # Hand the GIL over after 1 ms rather than CPython's 5 ms. The server's
+    # threads (the delivery log's writer, the checkpoint's and journal's
+    # file writes) run Python; when the IO loop's thread wakes from epoll
+    # while one of them holds the GIL, it waits out the whole interval
+    # before it may ask for it back. That wait is neither run-queue time nor
+    # the loop's own work, and it showed as stops of 5-7 ms in phases with
+    # almost no work on the loop (tests/benchmarks/resume.py: a refused
+    # resume_from=0, 0.5 ms of CPU per request, stopped the loop 6.6 ms);
+    # at 1 ms the same phase's longest stop was 0.97 ms.
+    sys.setswitchinterval(0.001)
     for name in settings.ignored:
         log.warning("%s is set but no longer used: %s", name, retired_advice(name))
     if settings.demo:
