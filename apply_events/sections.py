@@ -4,12 +4,27 @@ schema); an integrator adds state by adding a section there."""
 
 from __future__ import annotations
 
-from apply_events.fetch import messages, realm, streams, users
+from apply_events.fetch import (
+    bots,
+    groups,
+    messages,
+    personal,
+    realm,
+    realm_config,
+    scheduled,
+    streams,
+    users,
+)
 from apply_events.section import Section
 
 SECTIONS: tuple[Section, ...] = (
     *realm.SECTIONS,
+    *realm_config.SECTIONS,
     *users.SECTIONS,
+    *bots.SECTIONS,
+    *groups.SECTIONS,
     *streams.SECTIONS,
     *messages.SECTIONS,
+    *scheduled.SECTIONS,
+    *personal.SECTIONS,
 )

@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from generation.events.realm import deactivated_realm_id
 from generation.events.users import access_change
 from generation.notice import NoticeUser
 
@@ -45,7 +46,8 @@ from generation.notice import NoticeUser
 # realm (a public channel message, for all_public_streams queues); every shard
 # (a change of a user's access: a deactivation, a new role, a logout or a new
 # API key: each shard forgets what it cached of the user, as any may have
-# authenticated them, and the user's own ends the queues it must).
+# authenticated them, and the user's own ends the queues it must; likewise
+# for every user of a deactivated realm).
 Reach = Literal["users", "realm", "all"]
 
 SHARD_NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
@@ -160,7 +162,7 @@ class ShardMap:
 
 def reach_of(event: Mapping[str, Any]) -> Reach:
     """Which shards a notice carrying `event` must reach (see `Reach`)."""
-    if access_change(event) is not None:
+    if access_change(event) is not None or deactivated_realm_id(event) is not None:
         return "all"
     if reaches_whole_realm(event):
         return "realm"

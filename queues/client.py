@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 from queues.errors import BadNarrow
@@ -64,9 +64,9 @@ class ClientRule(Protocol):
     def option(self) -> bool: ...
 
 
-# event type -> the rule its events are delivered by (types without one go
-# to every client as sent)
-ClientRules = Mapping[str, ClientRule]
+# event type -> the rules its events are delivered by, applied in turn
+# (types without one go to every client as sent)
+ClientRules = Mapping[str, Sequence[ClientRule]]
 
 # Why a parked request is being answered.
 WakeReason = Literal["events", "heartbeat", "displaced", "deleted", "overflow"]
@@ -159,6 +159,21 @@ def form_for(rule: ClientRule, options: QueueOptions, event: Mapping[str, Any]) 
     return rule.with_it if declared else rule.without_it
 
 
+def forms_for(
+    rules: Sequence[ClientRule], options: QueueOptions, event: Mapping[str, Any]
+) -> tuple[str, ...] | None:
+    """The rewrites, in order, that a client with `options` takes of `event`
+    under `rules` (empty: as sent), or None when a rule drops it."""
+    forms: tuple[str, ...] = ()
+    for rule in rules:
+        form = form_for(rule, options, event)
+        if form == DROPPED:
+            return None
+        if form is not None and form != AS_SENT:
+            forms = (*forms, form)
+    return forms
+
+
 # The `covered` of almost every queue: one shared empty set rather than an
 # empty frozenset (216 bytes) per queue.
 NO_POSITIONS: frozenset[int] = frozenset()
@@ -212,17 +227,17 @@ class ClientDescriptor:
         self.ended_at_position: int | None = None
 
     def accepts(
-        self, event_type: str, event: Mapping[str, Any], rule: ClientRule | None = None
+        self, event_type: str, event: Mapping[str, Any], rules: Sequence[ClientRule] = ()
     ) -> bool:
         """Whether this queue takes an event of `event_type` (before any narrow),
-        `rule` being the capability rule of that type, if it has one.
+        `rules` being the capability rules of that type.
 
         Heartbeats are pushed directly and never pass through here.
         """
         event_types = self.options.event_types
         if event_types is not None and event_type not in event_types:
             return False
-        return rule is None or form_for(rule, self.options, event) != DROPPED
+        return not rules or forms_for(rules, self.options, event) is not None
 
     def expired(self, now: float) -> bool:
         """Idle for its whole lifespan with no request parked."""

@@ -88,8 +88,8 @@ class QueueRegistry:
         rules: ClientRules,
         embed: Embed | None = None,
     ):
-        """`rules`: event type -> the capability rule its events are
-        delivered by (the server hands over `generation.events.CLIENT_RULES`;
+        """`rules`: event type -> the capability rules its events are
+        delivered by, in order (the server hands over `generation.events.CLIENT_RULES`;
         with none, every queue takes every event as sent)."""
         self.encode = encode
         # Wraps queued events' encodings for a snapshot's encoder (`EventQueue.to_dict`).
@@ -394,8 +394,8 @@ class QueueRegistry:
         whose `covered` holds `position` already has the event's effect.
         """
         event_type: str = event["type"]
-        rule = self.rules.get(event_type)
-        payloads = NoticePayloads(event, self.encode, origin, rule)
+        rules = self.rules.get(event_type, ())
+        payloads = NoticePayloads(event, self.encode, origin, rules)
         report = DeliveryReport()
         overflowed: list[ClientDescriptor] = []
         public = (
@@ -422,7 +422,7 @@ class QueueRegistry:
                     # A recipient's queue is served here, with its own flags,
                     # or not at all: never again by the realm-wide pass.
                     reached.add(client.queue_id)
-                if not client.accepts(event_type, event, rule) or (
+                if not client.accepts(event_type, event, rules) or (
                     client.covered and position in client.covered
                 ):
                     continue
@@ -434,7 +434,7 @@ class QueueRegistry:
         if public:
             assert realm_id is not None
             for client in self._public_by_realm[realm_id].values():
-                if client.queue_id in reached or not client.accepts(event_type, event, rule):
+                if client.queue_id in reached or not client.accepts(event_type, event, rules):
                     continue
                 if client.covered and position in client.covered:
                     continue
@@ -474,10 +474,10 @@ class QueueRegistry:
                 and is_public_channel_message(event)
             ):
                 return None
-        rule = self.rules.get(event["type"])
-        if not client.accepts(event["type"], event, rule):
+        rules = self.rules.get(event["type"], ())
+        if not client.accepts(event["type"], event, rules):
             return None
-        return NoticePayloads(event, self.encode, origin, rule).for_client(client, data)
+        return NoticePayloads(event, self.encode, origin, rules).for_client(client, data)
 
     def fill(self, client: ClientDescriptor, payload: Payload | tuple[Payload, ...]) -> bool:
         """Append to a `detached` queue; False once it is over a bound (it
@@ -508,11 +508,11 @@ class QueueRegistry:
         """Push `event` to every queue whose `event_types` accepts it (the
         `restart` event after a reload). Returns how many queues got it."""
         payload = Payload.build(event, self.encode)
-        rule = self.rules.get(event["type"])
+        rules = self.rules.get(event["type"], ())
         overflowed: list[ClientDescriptor] = []
         count = 0
         for client in self._clients.values():
-            if client.accepts(event["type"], event, rule):
+            if client.accepts(event["type"], event, rules):
                 count += 1
                 self._push(client, payload, now, overflowed)
         self._end_overflowed(overflowed, now)

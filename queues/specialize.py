@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from queues.client import AS_SENT, DROPPED, ClientDescriptor, ClientRule, form_for
+from queues.client import AS_SENT, DROPPED, ClientDescriptor, ClientRule, forms_for
 from queues.narrow import narrow_matches
 from queues.payload import Encoder, Event, Payload
 
@@ -35,27 +35,37 @@ class NoticePayloads:
         "_encode",
         "_event",
         "_event_type",
+        "_gravatar",
         "_last_form",
         "_last_user",
         "_messages",
         "_origin",
-        "_rule",
+        "_rules",
         "_shared",
         "_variants",
     )
 
     def __init__(
-        self, event: Event, encode: Encoder, origin: object = None, rule: ClientRule | None = None
+        self,
+        event: Event,
+        encode: Encoder,
+        origin: object = None,
+        rules: Sequence[ClientRule] = (),
     ):
-        """`rule`: the capability rule of the event's type, if it has one."""
+        """`rules`: the capability rules of the event's type, in order."""
         self._origin = origin
-        self._rule = rule
+        self._rules = rules
         self._event = event
         self._event_type: str = event["type"]
+        # Whether a message's sender has a Gravatar (once per notice, not per client).
+        self._gravatar = self._event_type == "message" and _is_gravatar(
+            event["message"].get("avatar_url")
+        )
         self._encode = encode
         self._shared: Payload | None = None
         self._by_key: dict[object, Payload] = {}
-        self._messages: dict[bool, dict[str, Any]] = {}
+        # (apply_markdown, avatar_url nulled) -> the client message dict
+        self._messages: dict[tuple[bool, bool], dict[str, Any]] = {}
         self._variants: dict[object, Payload | tuple[Payload, ...]] = {}
         # One-entry memo of `_user_form`: delivery visits a user's queues one
         # after the other, so the per-user work is done once per user.
@@ -93,12 +103,10 @@ class NoticePayloads:
         if self._event_type == "message":
             flags: Sequence[str] = self._user_form(user_data)[1] if user_data else ()
             return self._message_payload(client, flags)
-        variant = None if self._rule is None else form_for(self._rule, client.options, self._event)
-        if variant == DROPPED:
+        variant = forms_for(self._rules, client.options, self._event) if self._rules else ()
+        if variant is None:
             return None
-        if variant == AS_SENT:
-            variant = None
-        if variant is None and (not user_data or len(user_data) == 1):
+        if not variant and (not user_data or len(user_data) == 1):
             if self._shared is None:
                 self._shared = self._build(self._event, self._encode)
             return self._shared
@@ -121,12 +129,15 @@ class NoticePayloads:
             return None
         local_id = event.get("local_id")
         is_sender_queue = local_id is not None and event.get("sender_queue_id") == client.queue_id
-        key = ("message", options.apply_markdown, flags, is_sender_queue)
+        # Zulip's client_gravatar: the client computes a Gravatar itself, so
+        # the sender's avatar_url is null for it (any other URL is kept).
+        no_avatar = options.client_gravatar and self._gravatar
+        key = ("message", options.apply_markdown, no_avatar, flags, is_sender_queue)
         payload = self._by_key.get(key)
         if payload is None:
             client_event: Event = {
                 "type": "message",
-                "message": self._message_variant(options.apply_markdown),
+                "message": self._message_variant(options.apply_markdown, no_avatar),
                 "flags": list(flags),
             }
             if is_sender_queue:
@@ -137,10 +148,12 @@ class NoticePayloads:
             self._by_key[key] = payload
         return payload
 
-    def _message_variant(self, apply_markdown: bool) -> dict[str, Any]:
-        variant = self._messages.get(apply_markdown)
+    def _message_variant(self, apply_markdown: bool, no_avatar: bool) -> dict[str, Any]:
+        variant = self._messages.get((apply_markdown, no_avatar))
         if variant is None:
             variant = dict(self._event["message"])
+            if no_avatar:
+                variant["avatar_url"] = None
             rendered = variant.pop("rendered_content", None)
             if isinstance(rendered, str):
                 if apply_markdown:
@@ -148,8 +161,40 @@ class NoticePayloads:
                     variant["content_type"] = "text/html"
                 else:
                     variant["content_type"] = "text/x-markdown"
-            self._messages[apply_markdown] = variant
+            self._messages[(apply_markdown, no_avatar)] = variant
         return variant
+
+
+# The start of every Gravatar URL producers put in `avatar_url` (the same
+# text as generation.events.users.GRAVATAR_PREFIX: `queues` imports only the
+# standard library; tests/queues/test_specialize.py checks they agree).
+GRAVATAR_PREFIX = "https://secure.gravatar.com/avatar/"
+
+
+def _is_gravatar(url: object) -> bool:
+    return isinstance(url, str) and url.startswith(GRAVATAR_PREFIX)
+
+
+def _gravatar_null(event: Event) -> list[Event]:
+    """Zulip's client_gravatar for a person (`realm_user` add and update):
+    a Gravatar `avatar_url` is null, the client computes it from the email."""
+    person = event.get("person")
+    if isinstance(person, Mapping) and _is_gravatar(person.get("avatar_url")):
+        return [{**event, "person": {**person, "avatar_url": None}}]
+    return [event]
+
+
+def _modern_presence(event: Event) -> list[Event]:
+    """Zulip's simplified presence: only the modern `presences` (an event
+    without them goes as sent)."""
+    if "presences" not in event:
+        return [event]
+    return [{"type": event["type"], "presences": event["presences"]}]
+
+
+def _legacy_presence(event: Event) -> list[Event]:
+    """Zulip's legacy presence: the event without the modern `presences`."""
+    return [{k: v for k, v in event.items() if k != "presences"}]
 
 
 def _without_email(event: Event) -> list[Event]:
@@ -167,21 +212,39 @@ def _one_per_message(event: Event) -> list[Event]:
     return [event]
 
 
+def _deactivation_as_remove(event: Event) -> list[Event]:
+    """Zulip's group deactivation for clients without
+    `include_deactivated_groups`: an update that deactivates a group becomes
+    the group's `remove`; any other event is unchanged."""
+    data = event.get("data")
+    if event.get("op") == "update" and isinstance(data, Mapping) and data.get("deactivated"):
+        return [{"type": event["type"], "op": "remove", "group_id": event.get("group_id")}]
+    return [event]
+
+
 # The rewrites of the forms a capability rule names (`ClientRule`); producers
 # send the modern form (presence with both `user_id` and `email`, deletions
 # with `message_ids`).
 _REWRITES: dict[str, Callable[[Event], list[Event]]] = {
     "without_email": _without_email,
     "one_per_message": _one_per_message,
+    "deactivation_as_remove": _deactivation_as_remove,
+    "gravatar_null": _gravatar_null,
+    "modern_presence": _modern_presence,
+    "legacy_presence": _legacy_presence,
 }
 # Every form a rule may name: as sent, none, or one of the rewrites.
 FORMS = frozenset({AS_SENT, DROPPED, *_REWRITES})
 
 
-def _rewrite(event: Event, variant: str | None) -> list[Event]:
-    """The event(s) a client of `variant` (a form, None: as sent) receives."""
-    rewrite = _REWRITES.get(variant) if variant is not None else None
-    return [event] if rewrite is None else rewrite(event)
+def _rewrite(event: Event, variant: tuple[str, ...]) -> list[Event]:
+    """The event(s) a client of `variant` (the forms it takes, in order;
+    none: as sent) receives."""
+    events = [event]
+    for form in variant:
+        rewrite = _REWRITES[form]
+        events = [rewritten for each in events for rewritten in rewrite(each)]
+    return events
 
 
 def is_public_channel_message(event: Mapping[str, Any]) -> bool:

@@ -42,6 +42,7 @@ from server.observability.looplag import GcPauses, LoopLagMonitor
 from server.observability.metrics import gc_stats, make_metrics
 from server.observability.observe import Observers
 from server.routes import make_dispatcher
+from server.scheduling.scheduler import Scheduler
 from server.telling import Telling
 from server.upkeep import Upkeep
 
@@ -174,6 +175,11 @@ class EventServer:
             self.clock,
             lambda: self.stopping,
         )
+        # Sends due scheduled messages (server/scheduling/), when this
+        # process does.
+        self.scheduler: Scheduler | None = None
+        if settings.scheduled_messages:
+            self.scheduler = Scheduler(self.db, self.sink, self.metrics_registry)
 
     @staticmethod
     def clock() -> float:
@@ -219,6 +225,8 @@ class EventServer:
                 " /api/internal/notify_tornado"
             )
         self.upkeep.start_timers()
+        if self.scheduler is not None:
+            self.scheduler.start()
         self.listener.make_servers(make_dispatcher(self))
         if self.settings.checkpoint_secs > 0:
             # Right away: the restart event pushed to restored queues is in it.
@@ -247,6 +255,9 @@ class EventServer:
             await self.consumer.stop()
         log.info("shutting down: answering %d parked requests", self.registry.parked)
         self.upkeep.stop_timers()
+        # Its last message's events reach the queues before they are saved.
+        if self.scheduler is not None:
+            await self.scheduler.stop()
         now = self.clock()
         # A heartbeat is an answer every client already handles; it takes no
         # id, so the ids stay consistent across the restart.

@@ -162,6 +162,9 @@ class Settings:
     background_target_ms: int = 100
     background_sleep_ms: int = 1000
     background_idle_secs: float = 5.0
+    # Whether this process sends due scheduled messages (server/scheduling/):
+    # every shard may, each message is claimed by one.
+    scheduled_messages: bool = True
     modules: tuple[str, ...] = ()
     # Browser pages (server/handlers/pages.py): the demo page and its
     # password-less login (only with the demo realm, as deploy/run.sh runs
@@ -348,6 +351,9 @@ class Settings:
             background_idle_secs=_number(
                 env, "EVENTQ_BACKGROUND_IDLE_SECS", cls.background_idle_secs, minimum=0.01
             ),
+            scheduled_messages=_flag(env, "EVENTQ_SCHEDULED_MESSAGES")
+            if env.get("EVENTQ_SCHEDULED_MESSAGES", "").strip()
+            else True,
             modules=_modules(env),
             ignored=tuple(name for name in _RETIRED if env.get(name, "").strip()),
             demo=_flag(env, "EVENTQ_DEMO"),

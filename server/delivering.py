@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from generation.accounts import ROLE_GUEST
 from generation.errors import BadNotice
+from generation.events.realm import deactivated_realm_id
 from generation.events.users import AccessChange, access_change, is_control
 from generation.notice import Notice, encode_notice, parse_notice
 from generation.send import PublishError, publish_encoded
@@ -164,6 +165,9 @@ class Delivery:
         change = access_change(notice.event)
         if change is not None:
             self._access_changed(change, now)
+        realm_id = deactivated_realm_id(notice.event)
+        if realm_id is not None:
+            self._realm_deactivated(realm_id, notice, now)
         if report.foreign:
             log.warning(
                 "notice for realm %s named users whose queues are in another realm;"
@@ -172,6 +176,24 @@ class Delivery:
                 report.foreign,
             )
         return report
+
+    def _realm_deactivated(self, realm_id: int, notice: Notice, now: float) -> None:
+        """A realm was deactivated (every shard hears of it): what this shard
+        cached of its users is forgotten, so that their next request is
+        refused (REALM_DEACTIVATED), and the queues of the users the notice
+        names here end, after the event went into them: a parked poll
+        answers with it, the next request gets the 401."""
+        forgotten = self.auth.forget_realm(realm_id)
+        ended = 0
+        for user in notice.users:
+            user_id = user if isinstance(user, int) else int(user["id"])
+            ended += self.registry.end_user(user_id, "deactivated", now)
+        log.info(
+            "realm %d deactivated: %d queues ended, %d cached credentials forgotten",
+            realm_id,
+            ended,
+            forgotten,
+        )
 
     def _access_changed(self, change: AccessChange, now: float) -> None:
         """What a change of a user's access does here (every shard hears of

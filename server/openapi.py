@@ -145,6 +145,12 @@ _DOMAIN_SUCCESS: JsonSchema = {
     "required": ["result", "msg"],
 }
 _PATH_ID = re.compile(r"\(\[0-9\]\+\)")
+# A name in the path (an emoji's, a domain): any text but a slash.
+_PATH_NAME = re.compile(r"\(\[\^/\]\+\)")
+_PATH_SCHEMAS: dict[str, JsonSchema] = {
+    "id": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+    "name": {"type": "string", "minLength": 1},
+}
 
 
 def _declared_param(field: Field) -> JsonSchema:
@@ -171,15 +177,10 @@ def domain_paths(routes: list[tuple[str, Any]]) -> dict[str, JsonSchema]:
     (`operation`); requests are form-encoded as Zulip's."""
     paths: dict[str, JsonSchema] = {}
     for pattern, handler in routes:
-        # Every route has at most one id in its path.
-        path = "/api/v1/" + _PATH_ID.sub("{id}", pattern)
+        # Every route has at most one id or name in its path.
+        path = "/api/v1/" + _PATH_NAME.sub("{name}", _PATH_ID.sub("{id}", pattern))
         ids = [
-            {
-                "name": name,
-                "in": "path",
-                "required": True,
-                "schema": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
-            }
+            {"name": name, "in": "path", "required": True, "schema": _PATH_SCHEMAS[name]}
             for name in re.findall(r"\{(\w+)\}", path)
         ]
         summary = (handler.__doc__ or handler.__name__).strip().splitlines()[0]

@@ -25,6 +25,7 @@ from server.handlers.pages import (
     StaticHandler,
 )
 from server.handlers.poll import LeanPoll
+from server.handlers.realm_config import EMOJI_IMAGE_ROUTE, EmojiImageHandler
 from server.handlers.register import RegisterHandler
 from server.handlers.session import DevLoginHandler, DevUsersHandler, LoginHandler, LogoutHandler
 from server.handlers.settings import ServerSettingsHandler
@@ -72,6 +73,7 @@ def make_application(server: ServerApi) -> tornado.web.Application:
             (r"/json/dev_users", DevUsersHandler, json),
             (r"/json/logout", LogoutHandler, json),
             (r"/static/([A-Za-z0-9_.-]+)", StaticHandler, api),
+            (EMOJI_IMAGE_ROUTE, EmojiImageHandler, api),
             (r"/demo", DemoPageHandler, api),
             (r"/operator", OperatorPageHandler, api),
             (r"/operator/stats", OperatorStatsHandler, api),

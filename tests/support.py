@@ -194,6 +194,10 @@ class ServerProcess:
                 # Test servers share the session's database: the tests of
                 # background updates turn a runner on where they want one.
                 "EVENTQ_BACKGROUND_TASKS": "off",
+                # Likewise the scheduler: a server sending due scheduled
+                # messages would take those the domain tests make due in
+                # the shared database; the scheduler's own tests turn it on.
+                "EVENTQ_SCHEDULED_MESSAGES": "0",
             }
         )
         # The suite runs against either HTTP server (server/http/http1.py; the

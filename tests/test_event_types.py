@@ -97,32 +97,42 @@ def capability_problems(types: Mapping[str, EventType]) -> list[str]:
         if isinstance(getattr(QueueOptions(), field.name), bool)
     }
     for name, event_type in types.items():
-        rule = event_type.capability
-        if rule is None:
-            continue
-        if rule.option and rule.name not in option_flags:
-            problems.append(f"{name}: {rule.name!r} is not a boolean register option")
-        if not rule.option and rule.name not in CAPABILITIES:
-            problems.append(f"{name}: {rule.name!r} is not in queues.client.CAPABILITIES")
-        for form in (rule.with_it, rule.without_it):
-            if form not in FORMS:
-                problems.append(f"{name}: form {form!r} is not in queues.specialize.FORMS")
-        if rule.with_it == rule.without_it:
-            problems.append(f"{name}: the rule on {rule.name!r} changes nothing")
-        if rule.when_key is not None and not any(
-            rule.when_key in typing.get_type_hints(schema) for schema in event_type.schemas.values()
-        ):
-            problems.append(f"{name}: when_key {rule.when_key!r} is in none of its schemas")
-        for legacy in rule.legacy_types:
-            if legacy in types:
-                problems.append(f"{name}: legacy type {legacy!r} is declared itself")
-        if name == "message" and not rule.legacy_types:
-            # queues builds the forms of a message itself (flags, Markdown)
-            problems.append("message: queues takes no capability rule for messages")
+        for rule in event_type.rules():
+            problems.extend(_rule_problems(types, name, event_type, rule, option_flags))
     try:
         client_rules(types)
     except ValueError as exc:
         problems.append(str(exc))
+    return problems
+
+
+def _rule_problems(
+    types: Mapping[str, EventType],
+    name: str,
+    event_type: EventType,
+    rule: ClientRule,
+    option_flags: set[str],
+) -> list[str]:
+    problems = []
+    if rule.option and rule.name not in option_flags:
+        problems.append(f"{name}: {rule.name!r} is not a boolean register option")
+    if not rule.option and rule.name not in CAPABILITIES:
+        problems.append(f"{name}: {rule.name!r} is not in queues.client.CAPABILITIES")
+    for form in (rule.with_it, rule.without_it):
+        if form not in FORMS:
+            problems.append(f"{name}: form {form!r} is not in queues.specialize.FORMS")
+    if rule.with_it == rule.without_it:
+        problems.append(f"{name}: the rule on {rule.name!r} changes nothing")
+    if rule.when_key is not None and not any(
+        rule.when_key in typing.get_type_hints(schema) for schema in event_type.schemas.values()
+    ):
+        problems.append(f"{name}: when_key {rule.when_key!r} is in none of its schemas")
+    for legacy in rule.legacy_types:
+        if legacy in types:
+            problems.append(f"{name}: legacy type {legacy!r} is declared itself")
+    if name == "message" and not rule.legacy_types:
+        # queues builds the forms of a message itself (flags, Markdown)
+        problems.append("message: queues takes no capability rule for messages")
     return problems
 
 
@@ -299,7 +309,7 @@ def test_capability_check_fails_on_two_rules_for_one_type_and_on_messages():
     )
     other = dataclasses.replace(twice, name="other")
     found = capability_problems({"fake": twice, "other": other})
-    assert any("'x' is governed by two capability rules" in line for line in found), found
+    assert any("'x' is governed by two declarations' rules" in line for line in found), found
 
     message = dataclasses.replace(
         EVENT_TYPES["message"], capability=ClientRule("bulk_message_deletion", with_it="dropped")

@@ -156,6 +156,7 @@ ROOMS = (
         ),
     ),
     ("handlers", ("server/handlers/",)),
+    ("scheduling", ("server/scheduling/",)),
     ("durability", ("server/durability/",)),
     ("http", ("server/http/",)),
     ("delivery", ("server/delivery/",)),

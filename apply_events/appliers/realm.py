@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from apply_events.section import Applier
 from apply_events.state import Event, State, StateContext
@@ -21,16 +21,6 @@ class RealmState(TypedDict, total=False):
     realm_message_retention_days: int
 
 
-class UnmodelledState(TypedDict, total=False):
-    """Sections of what Zulip's clients read at start (zulip-term indexes
-    each) and eventq does not model yet: no custom emoji, user groups or
-    muted topics exist in an eventq realm, so each is empty."""
-
-    realm_emoji: dict[str, Any]
-    realm_user_groups: list[dict[str, Any]]
-    muted_topics: list[list[Any]]
-
-
 # Realm properties a `realm` update event may carry, and the state key of each.
 REALM_PROPERTIES = {
     "name": "realm_name",
@@ -43,6 +33,11 @@ REALM_PROPERTIES = {
 
 def apply_realm(state: State, event: Event, ctx: StateContext) -> None:
     op = event.get("op")
+    if op == "deactivated":
+        # Nothing of the state changes (Zulip's apply_event passes too): the
+        # queue ends right after this event and every request is refused
+        # from then on, so the client shows the deactivation instead.
+        return
     prop = event.get("property")
     if not isinstance(prop, str):
         return  # malformed: nothing of ours to update

@@ -43,6 +43,9 @@ class User(TypedDict, total=False):
     timezone: str
     avatar_version: int
     avatar_url: str | None
+    # Bots only (generation.events.users.Person).
+    bot_type: int
+    bot_owner_id: int
 
 
 class RealmUserState(TypedDict, total=False):
@@ -107,6 +110,7 @@ class UserSettings(TypedDict, total=False):
     pm_content_in_desktop_notifications: bool
     send_private_typing_notifications: bool
     send_stream_typing_notifications: bool
+    enable_drafts_synchronization: bool
     timezone: str
 
 
@@ -289,6 +293,13 @@ def apply_presence(state: State, event: Event, ctx: StateContext) -> None:
     an `active` status carries the last-active time (an `idle` one leaves it:
     idle updates do not change it)."""
     raw = state.get("raw_presences")
+    if (
+        isinstance(raw, dict)
+        and isinstance(event.get("presences"), dict)
+        and ("presence" not in event)
+    ):
+        _apply_modern_presence(raw, event["presences"])
+        return
     user_id = _int(event.get("user_id"))
     stamp = event.get("server_timestamp")
     clients = event.get("presence")
@@ -312,6 +323,27 @@ def apply_presence(state: State, event: Event, ctx: StateContext) -> None:
     if info.get("status") == "active" and timestamp is not None:
         entry["active"] = timestamp
     entry["recent"] = True
+
+
+def _apply_modern_presence(raw: dict[int, Any], presences: dict[str, Any]) -> None:
+    """A presence event in the modern form (simplified_presence_events):
+    each user's last active and last connected times."""
+    for key, modern in presences.items():
+        user_id = int(key) if isinstance(key, str) and key.isdigit() else None
+        if user_id is None or not isinstance(modern, dict):
+            continue
+        active = _int(modern.get("active_timestamp"))
+        connected = _int(modern.get("idle_timestamp"))
+        if connected is None:
+            continue
+        entry = raw.get(user_id)
+        if entry is None:
+            entry = presence_entry("", True, None)
+            raw[user_id] = entry
+        entry["connected"] = connected
+        if active is not None:
+            entry["active"] = active
+        entry["recent"] = True
 
 
 def apply_presence_people(state: State, event: Event, ctx: StateContext) -> None:

@@ -3,7 +3,6 @@ and the server facts Zulip reports with them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -44,19 +43,6 @@ async def fetch_realm(conn: Connection, ctx: StateContext) -> State:
     }
 
 
-def _none_yet(key: str, empty: Callable[[], object]) -> Section:
-    """The section of what an eventq realm has none of
-    (`appliers.UnmodelledState`): empty, and no event changes it."""
-
-    async def fetch(conn: Connection, ctx: StateContext) -> State:
-        return {key: empty()}
-
-    return Section(key, fetch, state=appliers.UnmodelledState)
-
-
 SECTIONS: tuple[Section, ...] = (
     Section("realm", fetch_realm, appliers.APPLIERS, state=appliers.RealmState),
-    _none_yet("realm_emoji", dict),
-    _none_yet("realm_user_groups", list),
-    _none_yet("muted_topics", list),
 )

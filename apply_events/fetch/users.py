@@ -40,13 +40,16 @@ class _UserRow:
     is_active: bool
     date_joined: datetime
     timezone: str
+    # Bots only (migration 0018).
+    bot_type: int | None
+    bot_owner_id: int | None
 
 
 async def _user_rows(conn: Connection, realm_id: int, user_id: int | None = None) -> list[_UserRow]:
     cur = conn.cursor(row_factory=class_row(_UserRow))
     query = (
-        "SELECT id, email, full_name, role, is_active, date_joined, timezone"
-        " FROM users WHERE realm_id = %s"
+        "SELECT id, email, full_name, role, is_active, date_joined, timezone,"
+        " bot_type, bot_owner_id FROM users WHERE realm_id = %s"
     )
     if user_id is None:
         await cur.execute(query + " ORDER BY id", (realm_id,))
@@ -65,6 +68,8 @@ def _person(row: _UserRow, client_gravatar: bool) -> Person:
         date_joined=row.date_joined,
         timezone=row.timezone,
         client_gravatar=client_gravatar,
+        bot_type=row.bot_type,
+        bot_owner_id=row.bot_owner_id,
     )
 
 
@@ -139,7 +144,8 @@ _SETTINGS_QUERY = """
            coalesce(s.send_read_receipts, true),
            coalesce(s.pm_content_in_desktop_notifications, true),
            coalesce(s.send_private_typing_notifications, true),
-           coalesce(s.send_stream_typing_notifications, true), u.timezone
+           coalesce(s.send_stream_typing_notifications, true),
+           coalesce(s.enable_drafts_synchronization, true), u.timezone
     FROM users u LEFT JOIN user_settings s ON s.user_id = u.id
     WHERE u.id = %s
 """
@@ -153,6 +159,7 @@ _SETTINGS = (
     "pm_content_in_desktop_notifications",
     "send_private_typing_notifications",
     "send_stream_typing_notifications",
+    "enable_drafts_synchronization",
     "timezone",
 )
 

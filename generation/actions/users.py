@@ -29,7 +29,10 @@ from generation.accounts import (
     hash_api_key,
     new_api_key,
 )
+from generation.actions import bots
 from generation.actions.base import ActionContext, ActionError, active_user_ids, get_user
+from generation.actions.groups import send_activity_group_changes, send_role_group_changes
+from generation.actions.personal.drafts import delete_all_drafts
 from generation.actions.streams import (
     send_stream_access_for_role,
     send_subscriber_activity,
@@ -104,6 +107,8 @@ USER_SETTINGS: dict[str, type] = {
     "pm_content_in_desktop_notifications": bool,
     "send_private_typing_notifications": bool,
     "send_stream_typing_notifications": bool,
+    # Off deletes the user's drafts (generation/actions/personal/drafts.py).
+    "enable_drafts_synchronization": bool,
 }
 
 PresenceStatus = Literal["active", "idle"]
@@ -307,6 +312,8 @@ async def do_create_user(
         row = await _target(ctx, realm_id, user_id)
         users = await active_user_ids(ctx.conn, realm_id)
         outbox.send(realm_id, {"type": "realm_user", "op": "add", "person": _person_of(row)}, users)
+        # System groups' members follow roles (generation/actions/groups).
+        await send_role_group_changes(ctx, realm_id, user_id, None, role)
         # After the add event: their peers learn of the subscriber from it.
         await subscribe_to_default_streams(ctx, user_id)
     return CreatedUser(user_id, realm_id, row.email, row.full_name, ROLE_NAMES[role], api_key)
@@ -392,6 +399,7 @@ async def do_change_user_role(
         users = await active_user_ids(ctx.conn, realm_id)
         event = {"type": "realm_user", "op": "update", "person": {"user_id": user_id, "role": role}}
         outbox.send(realm_id, event, users)
+        await send_role_group_changes(ctx, realm_id, user_id, target.role, role)
         # Into or out of the guest role: the streams the user can see change.
         await send_stream_access_for_role(ctx, user_id, was_guest=target.role == ROLE_GUEST)
     return True
@@ -428,6 +436,8 @@ async def do_deactivate_user(
             _require_owner(actor)
             if not await _other_active_owners(ctx, realm_id, user_id):
                 raise ActionError("Cannot deactivate the only organization owner")
+        # Zulip's cascade: their bots stop first.
+        await bots.deactivate_owned_bots(ctx, realm_id, user_id)
         await ctx.conn.execute("UPDATE users SET is_active = false WHERE id = %s", (user_id,))
         # Subscriber lists hold active users: `peer_remove` first, as Zulip.
         await send_subscriber_activity(ctx, user_id)
@@ -438,6 +448,8 @@ async def do_deactivate_user(
             "person": {"user_id": user_id, "is_active": False},
         }
         outbox.send(realm_id, event, users)
+        await bots.send_bot_activity(ctx, outbox, realm_id, user_id, active=False)
+        await send_activity_group_changes(ctx, realm_id, user_id, active=False)
 
 
 async def do_reactivate_user(
@@ -463,6 +475,8 @@ async def do_reactivate_user(
             "person": {"user_id": user_id, "is_active": True},
         }
         outbox.send(realm_id, event, users)
+        await bots.send_bot_activity(ctx, outbox, realm_id, user_id, active=True)
+        await send_activity_group_changes(ctx, realm_id, user_id, active=True)
         # Back in the subscriber lists of their streams (`peer_add`).
         await send_subscriber_activity(ctx, user_id)
 
@@ -491,6 +505,9 @@ async def do_change_user_setting(
             f"UPDATE user_settings SET {setting} = %s WHERE user_id = %s",  # noqa: S608 (as above)
             (value, user_id),
         )
+        if setting == "enable_drafts_synchronization" and value is False:
+            # Zulip's rule: the server keeps no drafts while syncing is off.
+            await delete_all_drafts(ctx.conn, user_id)
         event: dict[str, Any] = {
             "type": "user_settings",
             "op": "update",
@@ -551,7 +568,7 @@ async def do_update_presence(
             (new_active, new_connected, user_id),
         )
         # Zulip shows a user who never was active as active when they joined.
-        info = legacy_presence(joined if new_active is None else new_active, new_connected)
+        shown_active = joined if new_active is None else new_active
         event = {
             "type": "presence",
             "user_id": user_id,
@@ -559,7 +576,11 @@ async def do_update_presence(
             # The time of the update (the new `last_connected_time`, which
             # register's appliers take from here).
             "server_timestamp": float(new_connected),
-            "presence": {"website": info},
+            "presence": {"website": legacy_presence(shown_active, new_connected)},
+            # The modern form, for clients with simplified_presence_events.
+            "presences": {
+                str(user_id): {"active_timestamp": shown_active, "idle_timestamp": new_connected}
+            },
         }
         outbox.send(user.realm_id, event, await active_user_ids(ctx.conn, user.realm_id))
     return True

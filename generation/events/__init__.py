@@ -9,8 +9,9 @@ it is delivered by, if any. Everything else here derives from them:
   to its schema; `generation.schema` turns them into the strict JSON Schemas
   of the OpenAPI document, and the tests validate every event an action emits
   against them.
-- `CLIENT_RULES` (event type -> `ClientRule`): the server hands it to the
-  queue registry, which filters and rewrites events by it.
+- `CLIENT_RULES` (event type -> its `ClientRule`s, in the order they
+  apply): the server hands it to the queue registry, which filters and
+  rewrites events by them.
 - `TRANSIENT`: the types register's engine never applies.
 """
 
@@ -19,13 +20,35 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from generation.events import messages, realm, streams, system, users
+from generation.events import (
+    bots,
+    groups,
+    messages,
+    personal,
+    realm,
+    realm_config,
+    scheduled,
+    streams,
+    system,
+    users,
+)
 from generation.events.declaration import ClientRule, EventType, Transient, client_rules, index
 
 EventKind = tuple[str, str | None]
 
 EVENT_TYPES: dict[str, EventType] = index(
-    (*system.TYPES, *realm.TYPES, *users.TYPES, *streams.TYPES, *messages.TYPES)
+    (
+        *system.TYPES,
+        *realm.TYPES,
+        *realm_config.TYPES,
+        *users.TYPES,
+        *bots.TYPES,
+        *groups.TYPES,
+        *streams.TYPES,
+        *messages.TYPES,
+        *scheduled.TYPES,
+        *personal.TYPES,
+    )
 )
 
 CATALOGUE: dict[EventKind, type] = {
@@ -34,7 +57,7 @@ CATALOGUE: dict[EventKind, type] = {
     for op, schema in event_type.schemas.items()
 }
 
-CLIENT_RULES: dict[str, ClientRule] = client_rules(EVENT_TYPES)
+CLIENT_RULES: dict[str, tuple[ClientRule, ...]] = client_rules(EVENT_TYPES)
 
 TRANSIENT: frozenset[str] = frozenset(
     name for name, event_type in EVENT_TYPES.items() if isinstance(event_type.state, Transient)

@@ -25,8 +25,25 @@ from typing import Literal
 # - "dropped": nothing;
 # - "one_per_message": one event per id of `message_ids`, each with
 #   `message_id` instead (Zulip's form for clients without bulk deletions);
-# - "without_email": the event without its `email` key (slim presence).
-Form = Literal["as_sent", "dropped", "one_per_message", "without_email"]
+# - "without_email": the event without its `email` key (slim presence);
+# - "deactivation_as_remove": a `user_group` update that deactivates a group
+#   becomes Zulip's `remove` of it (clients without
+#   `include_deactivated_groups`); any other event as sent;
+# - "gravatar_null": the event's `person` with a null `avatar_url` where it
+#   was a Gravatar URL (client_gravatar);
+# - "modern_presence", "legacy_presence": of a presence event carrying both
+#   of Zulip's forms, only `presences` (simplified_presence_events), or
+#   everything but it.
+Form = Literal[
+    "as_sent",
+    "dropped",
+    "one_per_message",
+    "without_email",
+    "deactivation_as_remove",
+    "gravatar_null",
+    "modern_presence",
+    "legacy_presence",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,19 +84,27 @@ class EventType:
       without ops).
     - `state`: the names of register's state sections (`apply_events`) whose
       appliers apply it, or `Transient` with the reason it changes no state.
-    - `capability`: None when every client receives it as sent, else the rule.
+    - `capability`: None when every client receives it as sent, else the
+      rule, or several rules applied in turn (each rewrites what the one
+      before it gave; a client that any of them drops gets nothing).
     """
 
     name: str
     schemas: Mapping[str | None, type]
     state: tuple[str, ...] | Transient
-    capability: ClientRule | None
+    capability: ClientRule | tuple[ClientRule, ...] | None
 
-    def governs(self) -> tuple[str, ...]:
-        """The event types this type's capability rule applies to."""
+    def rules(self) -> tuple[ClientRule, ...]:
+        """This type's capability rules, in the order they apply."""
         if self.capability is None:
             return ()
-        return self.capability.legacy_types or (self.name,)
+        if isinstance(self.capability, ClientRule):
+            return (self.capability,)
+        return self.capability
+
+    def governs(self, rule: ClientRule) -> tuple[str, ...]:
+        """The event types one of this type's rules applies to."""
+        return rule.legacy_types or (self.name,)
 
 
 def index(types: tuple[EventType, ...]) -> dict[str, EventType]:
@@ -92,14 +117,17 @@ def index(types: tuple[EventType, ...]) -> dict[str, EventType]:
     return found
 
 
-def client_rules(types: Mapping[str, EventType]) -> dict[str, ClientRule]:
-    """event type -> the capability rule it is delivered by; a type governed
-    by two rules is an error."""
-    rules: dict[str, ClientRule] = {}
+def client_rules(types: Mapping[str, EventType]) -> dict[str, tuple[ClientRule, ...]]:
+    """event type -> the capability rules it is delivered by, in order; a
+    type governed by the rules of two declarations is an error."""
+    rules: dict[str, tuple[ClientRule, ...]] = {}
+    declared_by: dict[str, str] = {}
     for event_type in types.values():
-        for governed in event_type.governs():
-            if governed in rules:
-                raise ValueError(f"event type {governed!r} is governed by two capability rules")
-            assert event_type.capability is not None
-            rules[governed] = event_type.capability
+        for rule in event_type.rules():
+            for governed in event_type.governs(rule):
+                if declared_by.setdefault(governed, event_type.name) != event_type.name:
+                    raise ValueError(
+                        f"event type {governed!r} is governed by two declarations' rules"
+                    )
+                rules[governed] = (*rules.get(governed, ()), rule)
     return rules

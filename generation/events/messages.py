@@ -1,6 +1,7 @@
 """Events of the messages area (see generation/events/__init__.py): new
-messages, edits, deletions, flags, reactions and typing notifications, in
-Zulip's shapes (GET /events in Zulip's OpenAPI document), the fields we model.
+messages, edits, deletions, flags, reactions, widgets' submessages and typing
+notifications, in Zulip's shapes (GET /events in Zulip's OpenAPI document),
+the fields we model.
 
 Names of nested TypedDicts start with the area's words (Message..., Typing...,
 Reaction...): the OpenAPI document keys its components by class name.
@@ -44,6 +45,18 @@ class MessageReaction(TypedDict):
     user_id: int
 
 
+class MessageSubmessage(TypedDict):
+    """One entry of a message's widget log (Zulip's submessage): the first
+    declares the widget (a poll, a todo list), the later ones are what its
+    readers did. `content` is a JSON string."""
+
+    id: int
+    message_id: int
+    sender_id: int
+    msg_type: str
+    content: str
+
+
 class MessageObject(TypedDict):
     """A message as a client receives it (Zulip's message object, without
     `recipient_id`, `edit_history` and `last_edit_timestamp`). `content` is
@@ -67,7 +80,7 @@ class MessageObject(TypedDict):
     topic_links: list[MessageTopicLink]
     is_me_message: bool
     reactions: list[MessageReaction]
-    submessages: list[object]
+    submessages: list[MessageSubmessage]
     timestamp: int
 
 
@@ -198,6 +211,19 @@ class ReactionRemoveEvent(TypedDict):
     user: ReactionUser
 
 
+class SubmessageEvent(TypedDict):
+    """A reader added to a message's widget log (a vote, a new poll option, a
+    struck task): to everyone who may see the message."""
+
+    id: int
+    type: Literal["submessage"]
+    msg_type: str
+    content: str
+    message_id: int
+    sender_id: int
+    submessage_id: int
+
+
 class TypingUser(TypedDict):
     user_id: int
     email: str
@@ -294,6 +320,14 @@ TYPES: tuple[EventType, ...] = (
         "reaction",
         {"add": ReactionAddEvent, "remove": ReactionRemoveEvent},
         state=Transient("register's state has no messages, so no reactions (Zulip's too)"),
+        capability=None,
+    ),
+    EventType(
+        "submessage",
+        {None: SubmessageEvent},
+        state=Transient(
+            "register's state has no messages, so no submessages (Zulip's apply_event ignores it)"
+        ),
         capability=None,
     ),
     EventType(

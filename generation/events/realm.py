@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from collections.abc import Mapping
+from typing import Any, Literal, TypedDict
 
 from generation.events.declaration import EventType
 
@@ -31,11 +32,35 @@ class RealmUpdateDictEvent(TypedDict):
     data: RealmUpdateDictData
 
 
+class RealmDeactivatedEvent(TypedDict):
+    """The realm was deactivated (op `deactivated`); sent to every active
+    user of the realm, whose queues then end on every shard and whose
+    requests are refused from then on (REALM_DEACTIVATED)."""
+
+    id: int
+    type: Literal["realm"]
+    op: Literal["deactivated"]
+    realm_id: int
+
+
 TYPES: tuple[EventType, ...] = (
     EventType(
         "realm",
-        {"update": RealmUpdateEvent, "update_dict": RealmUpdateDictEvent},
+        {
+            "update": RealmUpdateEvent,
+            "update_dict": RealmUpdateDictEvent,
+            "deactivated": RealmDeactivatedEvent,
+        },
         state=("realm",),
         capability=None,
     ),
 )
+
+
+def deactivated_realm_id(event: Mapping[str, Any]) -> int | None:
+    """The realm an event says was deactivated, or None: every shard forgets
+    what it cached of the realm's users and ends their queues on seeing it."""
+    if event.get("type") != "realm" or event.get("op") != "deactivated":
+        return None
+    realm_id = event.get("realm_id")
+    return realm_id if isinstance(realm_id, int) and not isinstance(realm_id, bool) else None

@@ -193,8 +193,9 @@ TYPES: tuple[EventType, ...] = (
     EventType(
         "stream",
         {"create": StreamCreateEvent, "delete": StreamDeleteEvent, "update": StreamUpdateEvent},
-        # a deleted stream is no longer muted for `unread_msgs`
-        state=("stream", "subscription", "update_message_flags"),
+        # a deleted stream is no longer muted for `unread_msgs`; the legacy
+        # `muted_topics` names the channels the user sees
+        state=("stream", "subscription", "update_message_flags", "muted_topics"),
         capability=None,
     ),
     EventType(

@@ -18,8 +18,9 @@ Role = Literal[100, 200, 300, 400, 600]
 
 
 class Person(TypedDict):
-    """A user as Zulip's `User` object, for what we model: no bots, no custom
-    profile fields, avatars from Gravatar only."""
+    """A user as Zulip's `User` object, for what we model: no custom profile
+    fields, avatars from Gravatar only. A bot also has `bot_type` and
+    `bot_owner_id` (generation/events/bots.py); a human has neither."""
 
     user_id: int
     email: str
@@ -40,6 +41,10 @@ class Person(TypedDict):
     # Always a URL in the event; register's state has null instead for
     # `client_gravatar` clients (they compute Gravatar URLs themselves).
     avatar_url: str | None
+    # Bots only: Zulip's bot type (1 generic, 2 incoming webhook, ...) and
+    # the user who owns the bot.
+    bot_type: NotRequired[int]
+    bot_owner_id: NotRequired[int]
 
 
 class RealmUserAddEvent(TypedDict):
@@ -73,13 +78,20 @@ class PersonActive(TypedDict):
     is_active: bool
 
 
+class PersonBotOwner(TypedDict):
+    """A bot has another owner."""
+
+    user_id: int
+    bot_owner_id: int
+
+
 class RealmUserUpdateEvent(TypedDict):
     """Something about a user changed; sent to every active user of the realm."""
 
     id: int
     type: Literal["realm_user"]
     op: Literal["update"]
-    person: PersonFullName | PersonRole | PersonActive
+    person: PersonFullName | PersonRole | PersonActive | PersonBotOwner
 
 
 class PresenceInfo(TypedDict):
@@ -94,17 +106,30 @@ class PresenceInfo(TypedDict):
     pushable: bool
 
 
+class ModernPresence(TypedDict):
+    """Zulip's modern presence of a user: when they were last active and
+    last connected (idle), whole seconds since the epoch."""
+
+    active_timestamp: int
+    idle_timestamp: int
+
+
 class PresenceEvent(TypedDict):
     """A user's presence changed; sent to every active user of the realm.
-    Clients that registered with `slim_presence` get it without `email`."""
+    Producers send both of Zulip's forms; clients with the
+    `simplified_presence_events` capability get only `presences` (the
+    modern form, by user id), the others everything else (the legacy form:
+    `user_id`, `server_timestamp`, `presence`, and `email` unless they
+    registered with `slim_presence`)."""
 
     id: int
     type: Literal["presence"]
-    user_id: int
+    user_id: NotRequired[int]
     email: NotRequired[str]
     # When the server took the update, seconds since the epoch.
-    server_timestamp: float
-    presence: dict[str, PresenceInfo]
+    server_timestamp: NotRequired[float]
+    presence: NotRequired[dict[str, PresenceInfo]]
+    presences: NotRequired[dict[str, ModernPresence]]
 
 
 UserSetting = Literal[
@@ -116,6 +141,7 @@ UserSetting = Literal[
     "pm_content_in_desktop_notifications",
     "send_private_typing_notifications",
     "send_stream_typing_notifications",
+    "enable_drafts_synchronization",
 ]
 
 
@@ -136,22 +162,41 @@ TYPES: tuple[EventType, ...] = (
     EventType(
         "realm_user",
         {"add": RealmUserAddEvent, "update": RealmUserUpdateEvent},
-        # the people, and who is active for presence
-        state=("realm_user", "presence"),
-        capability=None,
+        # the people, who is active for presence, and the bots (a bot is a
+        # person too) with who administers them, and whose status is shown
+        state=("realm_user", "presence", "realm_bot", "user_status"),
+        # Zulip's client_gravatar (the register option): a person's Gravatar
+        # `avatar_url` is null, as in register's `realm_users`.
+        capability=ClientRule(
+            "client_gravatar", option=True, with_it="gravatar_null", when_key="person"
+        ),
     ),
     EventType(
         "presence",
         {None: PresenceEvent},
         state=("presence",),
-        # Zulip's slim presence: no `email` (the register option, not a capability).
-        capability=ClientRule("slim_presence", option=True, with_it="without_email"),
+        # Zulip's two forms (the capability), then slim presence: no `email`
+        # in the legacy form (the register option, not a capability).
+        capability=(
+            ClientRule(
+                "simplified_presence_events",
+                with_it="modern_presence",
+                without_it="legacy_presence",
+            ),
+            ClientRule("slim_presence", option=True, with_it="without_email"),
+        ),
     ),
     EventType(
         "user_settings",
         {"update": UserSettingsUpdateEvent},
-        # the settings object, and the legacy top-level copies
-        state=("user_settings", "update_display_settings", "update_global_notifications"),
+        # the settings object, the legacy top-level copies, and the drafts
+        # (deleted when their synchronization is turned off)
+        state=(
+            "user_settings",
+            "update_display_settings",
+            "update_global_notifications",
+            "drafts",
+        ),
         # Zulip's legacy settings events (eventq never sends them, a backend
         # may) reach only clients without the settings object: the others get
         # `user_settings` events instead.
@@ -217,11 +262,14 @@ def person(
     date_joined: datetime,
     timezone: str,
     client_gravatar: bool = False,
+    bot_type: int | None = None,
+    bot_owner_id: int | None = None,
 ) -> Person:
     """A user as clients see them; `client_gravatar` leaves `avatar_url` null
-    (every avatar here is a Gravatar, which such clients compute)."""
+    (every avatar here is a Gravatar, which such clients compute). A bot is
+    a user with a `bot_type` (and then an owner)."""
     is_admin, is_owner, is_guest = role_flags(role)
-    return {
+    shown: Person = {
         "user_id": user_id,
         "email": email,
         "delivery_email": email,
@@ -230,13 +278,18 @@ def person(
         "is_admin": is_admin,
         "is_owner": is_owner,
         "is_guest": is_guest,
-        "is_bot": False,
+        "is_bot": bot_type is not None,
         "is_active": is_active,
         "date_joined": iso_datetime(date_joined),
         "timezone": timezone,
         "avatar_version": AVATAR_VERSION,
         "avatar_url": None if client_gravatar else gravatar_url(email),
     }
+    if bot_type is not None:
+        assert bot_owner_id is not None, "a bot always has an owner (migration 0018)"
+        shown["bot_type"] = bot_type
+        shown["bot_owner_id"] = bot_owner_id
+    return shown
 
 
 def deactivated_user_id(event: Mapping[str, Any]) -> int | None:

@@ -9,6 +9,7 @@ import sys
 
 from generation import accounts
 from generation.actions import realm as realm_actions
+from generation.actions import realm_lifecycle
 from generation.actions.base import ActionContext
 from server.admin.common import act, connect, find_realm_id, print_json
 from server.config import Settings
@@ -22,9 +23,15 @@ def cmd_realm_create(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_realm_active(settings: Settings, args: argparse.Namespace) -> int:
-    with connect(settings) as conn:
-        accounts.set_realm_active(conn, args.subdomain, args.action == "reactivate")
-    print_json({"subdomain": args.subdomain, "active": args.action == "reactivate"})
+    """Deactivating tells every active user of the realm (`realm`
+    deactivated); every shard then ends their queues and refuses their
+    requests. A realm already in the asked-for state is left alone (and the
+    command still succeeds)."""
+    realm_id = find_realm_id(settings, args.subdomain)
+    active = args.action == "reactivate"
+    change = realm_lifecycle.do_reactivate_realm if active else realm_lifecycle.do_deactivate_realm
+    act(settings, lambda ctx: change(ctx, realm_id))
+    print_json({"subdomain": args.subdomain, "active": active})
     return 0
 
 

@@ -352,7 +352,7 @@ def _is_condition(found: Matcher, operand: str) -> None:
     elif operand == "mentioned":
         found.add("(um.mentioned OR um.wildcard_mentioned)")
     elif operand == "alerted":
-        found.add("false")  # no alert words in eventq
+        found.add("um.has_alert_word")  # Zulip's is:alerted
     elif operand == "unread":
         found.add("NOT um.read")
     elif operand == "resolved":

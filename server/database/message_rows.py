@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 
 from generation.actions.messages.send import avatar_url
+from generation.actions.messages.submessages import submessage_dicts
 from generation.markdown import is_me_message
 
 Connection = psycopg.AsyncConnection[Any]
@@ -21,7 +22,9 @@ UNKNOWN_CLIENT = "Internal"
 HISTORICAL_FLAGS = ("read", "historical")
 
 
-def _flags(has_row: bool, read: bool, starred: bool, mentioned: bool, wildcard: bool) -> list[str]:
+def _flags(
+    has_row: bool, read: bool, starred: bool, mentioned: bool, wildcard: bool, alerted: bool
+) -> list[str]:
     """The reader's flags in Zulip's order."""
     if not has_row:
         return list(HISTORICAL_FLAGS)
@@ -34,6 +37,8 @@ def _flags(has_row: bool, read: bool, starred: bool, mentioned: bool, wildcard: 
         flags.append("mentioned")
     if wildcard:
         flags.append("wildcard_mentioned")
+    if alerted:
+        flags.append("has_alert_word")
     return flags
 
 
@@ -56,7 +61,8 @@ async def message_dicts(
                extract(epoch FROM m.date_sent)::bigint,
                extract(epoch FROM m.last_edit_time)::bigint, m.client,
                um.user_id IS NOT NULL, COALESCE(um.read, false), COALESCE(um.starred, false),
-               COALESCE(um.mentioned, false), COALESCE(um.wildcard_mentioned, false)
+               COALESCE(um.mentioned, false), COALESCE(um.wildcard_mentioned, false),
+               COALESCE(um.has_alert_word, false)
         FROM messages m
         JOIN users su ON su.id = m.sender_id
         LEFT JOIN streams s ON s.id = m.stream_id
@@ -68,6 +74,7 @@ async def message_dicts(
     )
     rows = await cur.fetchall()
     reactions = await _reactions(conn, [row[0] for row in rows])
+    submessages = await submessage_dicts(conn, [row[0] for row in rows])
     people = await _people(conn, {u for row in rows for u in row[7] or ()})
     cur = await conn.execute("SELECT subdomain FROM realms WHERE id = %s", (realm_id,))
     realm_row = await cur.fetchone()
@@ -96,9 +103,9 @@ async def message_dicts(
             "topic_links": [],
             "is_me_message": is_me_message(content),
             "reactions": reactions.get(message_id, []),
-            "submessages": [],
+            "submessages": submessages.get(message_id, []),
             "timestamp": sent,
-            "flags": _flags(*row[13:18]),
+            "flags": _flags(*row[13:19]),
         }
         if stream_id is not None:
             message["stream_id"] = stream_id

@@ -21,8 +21,8 @@ The operators, and what a message must be to match:
   or more);
 - `sender`: sent by the user (an e-mail, an id, or `me`);
 - `id`: that message;
-- `is`: `dm`, `starred`, `mentioned`, `alerted` (eventq has no alert
-  words: no message), `unread`, `resolved` (a topic starting with "✔ ");
+- `is`: `dm`, `starred`, `mentioned`, `alerted` (the reader's
+  `has_alert_word` flag), `unread`, `resolved` (a topic starting with "✔ ");
 - `has`: `reaction`, `link`, `image` (in the rendered content),
   `attachment` (eventq stores no uploads: no message);
 - `in`: `home` (not in a channel the reader muted), `all`;

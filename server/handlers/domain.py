@@ -4,7 +4,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.handlers import history, messages, streams, users
+from server.handlers import (
+    bots,
+    groups,
+    history,
+    messages,
+    personal,
+    realm_config,
+    scheduled,
+    streams,
+    submessages,
+    users,
+)
 
 # (path pattern, handler class) pairs; each is served under /api/v1/ and /json/.
-ROUTES: list[tuple[str, Any]] = [*history.ROUTES, *messages.ROUTES, *streams.ROUTES, *users.ROUTES]
+ROUTES: list[tuple[str, Any]] = [
+    *bots.ROUTES,
+    *groups.ROUTES,
+    *history.ROUTES,
+    *messages.ROUTES,
+    *personal.ROUTES,
+    *realm_config.ROUTES,
+    *scheduled.ROUTES,
+    *streams.ROUTES,
+    *submessages.ROUTES,
+    *users.ROUTES,
+]

@@ -134,6 +134,9 @@ class Authenticator:
         # forgotten does not cache its (older) answer for them.
         self._forgets = 0
         self._forgotten_at: dict[int, int] = {}
+        # Likewise per realm (`forget_realm`): a deactivated realm is rare,
+        # so this holds a handful of entries.
+        self._realm_forgotten_at: dict[int, int] = {}
         self.lookups = 0  # database lookups made, for stats and tests
 
     def epoch(self) -> int:
@@ -152,6 +155,19 @@ class Authenticator:
         self._forgotten_at[user_id] = self._forgets
         for key in self._keys_of.pop(user_id, ()):
             self._cache.pop(key, None)
+
+    def forget_realm(self, realm_id: int) -> int:
+        """Drop the cached credentials of every user of a realm (deactivated);
+        returns how many entries went. Visits the whole cache (at most
+        `max_entries`): a realm is deactivated rarely, and its users'
+        entries are found in no other way without a per-realm index that
+        every authentication would pay for."""
+        self._forgets += 1
+        self._realm_forgotten_at[realm_id] = self._forgets
+        keys = [key for key, (user, _) in self._cache.items() if user.realm_id == realm_id]
+        for key in keys:
+            self._drop(key)
+        return len(keys)
 
     def _drop(self, key: CacheKey) -> None:
         entry = self._cache.pop(key, None)
@@ -258,7 +274,10 @@ class Authenticator:
         finally:
             del self._inflight[key]
         future.set_result(user)
-        if self._forgotten_at.get(user.user_id, 0) > began:
+        if (
+            self._forgotten_at.get(user.user_id, 0) > began
+            or self._realm_forgotten_at.get(user.realm_id, 0) > began
+        ):
             return user  # forgotten meanwhile: this answer may predate it
         jitter = random.uniform(0.75, 1.25)  # noqa: S311 (spreading load, not a secret)
         self._cache[key] = (user, self._clock() + self._ttl * jitter)

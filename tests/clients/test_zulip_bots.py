@@ -1,6 +1,6 @@
 """Zulip's bot framework, zulip-bots 0.9.0, unchanged, against eventq: its
-`zulip-run-bot` runs the `helloworld` bot as a user, and the bot answers a
-direct message sent to that user.
+`zulip-run-bot` runs the `helloworld` bot as a bot made with `POST /bots`
+(its key from that answer), and the bot answers a direct message sent to it.
 
 The framework is installed by `bash deploy/test.sh` (deploy/bootstrap.sh,
 `ensure_zulip_clients`) in var/zulip-clients."""
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from generation import accounts
 from tests.domain.harness import Domain
 from tests.support import REPO, Api, ServerProcess, ok, wait_for
 
@@ -30,7 +31,12 @@ def test_a_zulip_bots_bot_answers_a_direct_message(
     run_bot: Path, server: ServerProcess, database_url: str, tmp_path: Path
 ):
     domain = Domain(database_url)
-    bot = domain.accounts["othello"]
+    hamlet = Api(server, domain.accounts["hamlet"])
+    made = ok(hamlet.request("POST", "bots", full_name="Hello", short_name="hello"))
+    email = f"hello-bot@{domain.subdomain}.eventq.invalid"
+    bot = accounts.CreatedUser(
+        made["user_id"], domain.realm_id, email, "Hello", "member", made["api_key"]
+    )
     zuliprc = tmp_path / "zuliprc"
     zuliprc.write_text(f"[api]\nemail={bot.email}\nkey={bot.api_key}\nsite={server.url}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ZULIP_", "EVENTQ_"))}
@@ -42,7 +48,6 @@ def test_a_zulip_bots_bot_answers_a_direct_message(
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    hamlet = Api(server, domain.accounts["hamlet"])
     try:
         # The bot is listening once its queue exists.
         wait_for(

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from generation import accounts
-from generation.actions import messages, streams, users
+from generation.actions import bots, groups, messages, personal, realm_config, streams, users
 from generation.actions.base import ActionContext, ActionError
 from generation.actions.realm import do_set_message_edit_limit, do_set_realm_property
 from tests.domain.harness import Domain
@@ -50,6 +51,46 @@ async def realm_setting(ctx: ActionContext, domain: Domain, rng: random.Random) 
         await do_set_realm_property(ctx, None, domain.realm_id, prop, rng.random() < 0.5)
     else:
         await do_set_message_edit_limit(ctx, None, domain.realm_id, rng.choice([None, 60, 3600]))
+
+
+async def realm_config_change(ctx: ActionContext, domain: Domain, rng: random.Random) -> None:
+    """A custom emoji, linkifier, code playground or domain added, changed
+    or removed (names from small sets, so that refusals happen too)."""
+    realm, user = domain.realm_id, _user(domain, rng)
+    name = rng.choice(("one", "two", "three"))
+    choice = rng.randrange(8)
+    if choice == 0:
+        await realm_config.do_add_realm_emoji(ctx, user, realm, name, b"GIF89a" + bytes(8))
+    elif choice == 1:
+        await realm_config.do_remove_realm_emoji(ctx, user, realm, name)
+    elif choice == 2:
+        await realm_config.do_add_linkifier(
+            ctx, None, realm, f"{name}(?P<id>[0-9]+)", f"https://{name}.example.com/{{id}}"
+        )
+    elif choice == 3:
+        ids = [x["id"] for x in await realm_config.realm_linkifiers(ctx.conn, realm)]
+        rng.shuffle(ids)
+        if ids and rng.random() < 0.5:
+            await realm_config.do_remove_linkifier(ctx, None, realm, ids[0])
+        else:
+            await realm_config.do_reorder_linkifiers(ctx, None, realm, ids)
+    elif choice == 4:
+        await realm_config.do_add_realm_playground(
+            ctx, None, realm, name, "python", "https://p.example.com/?c={code}"
+        )
+    elif choice == 5:
+        playgrounds = await realm_config.realm_playgrounds(ctx.conn, realm)
+        if playgrounds:
+            playground = rng.choice(playgrounds)
+            await realm_config.do_remove_realm_playground(ctx, None, realm, playground["id"])
+    elif choice == 6:
+        await realm_config.do_add_realm_domain(ctx, None, realm, f"{name}.example.com", False)
+    elif rng.random() < 0.5:
+        await realm_config.do_change_realm_domain(
+            ctx, None, realm, f"{name}.example.com", rng.random() < 0.5
+        )
+    else:
+        await realm_config.do_remove_realm_domain(ctx, None, realm, f"{name}.example.com")
 
 
 # -- streams and subscriptions ---------------------------------------------------
@@ -175,10 +216,156 @@ async def user_change(ctx: ActionContext, domain: Domain, rng: random.Random) ->
         await users.do_reactivate_user(ctx, None, realm, domain.id("othello"))
 
 
+# -- bots ------------------------------------------------------------------------------
+
+
+async def bot_change(ctx: ActionContext, domain: Domain, rng: random.Random) -> None:
+    """A bot created, renamed, given to another owner, deactivated,
+    reactivated or given a new key (short names from a small set, so that
+    refusals happen too); owners are the humans."""
+    realm = domain.realm_id
+    ids = await _ids(
+        ctx, b"SELECT id FROM users WHERE realm_id = %s AND is_bot ORDER BY id", (realm,)
+    )
+    bot = rng.choice(ids) if ids else 0
+    choice = rng.randrange(6)
+    if choice == 0 or not ids:
+        name = rng.choice(("helper", "feed", "alert"))
+        await bots.do_create_bot(
+            ctx, _user(domain, rng), realm, f"{name} {rng.randint(0, 99)}", name
+        )
+    elif choice == 1:
+        await bots.do_change_bot_full_name(
+            ctx, domain.id("iago"), realm, bot, f"Bot {rng.randint(0, 99)}"
+        )
+    elif choice == 2:
+        await bots.do_change_bot_owner(ctx, domain.id("iago"), realm, bot, _user(domain, rng))
+    elif choice == 3:
+        await bots.do_deactivate_bot(ctx, domain.id("iago"), realm, bot)
+    elif choice == 4:
+        await users.do_reactivate_user(ctx, None, realm, bot)
+    else:
+        await bots.do_regenerate_bot_api_key(ctx, domain.id("iago"), realm, bot)
+
+
+async def group_change(ctx: ActionContext, domain: Domain, rng: random.Random) -> None:
+    realm = domain.realm_id
+    ids = await _ids(
+        ctx, b"SELECT id FROM user_groups WHERE realm_id = %s AND NOT is_system_group", (realm,)
+    )
+    every = await _ids(ctx, b"SELECT id FROM user_groups WHERE realm_id = %s", (realm,))
+    group = rng.choice(ids) if ids else 0
+    members = [_user(domain, rng)]
+    choice = rng.randrange(6)
+    if choice == 0 or not ids:
+        await groups.do_create_user_group(
+            ctx, None, realm, f"Group {rng.randint(0, 999)}", "", members, [rng.choice(every)]
+        )
+    elif choice == 1:
+        await groups.do_update_user_group(ctx, None, realm, group, name=f"G {rng.randint(0, 99)}")
+    elif choice == 2:
+        await groups.do_update_user_group_members(ctx, None, realm, group, add=members)
+    elif choice == 3:
+        await groups.do_update_user_group_members(ctx, None, realm, group, delete=members)
+    elif choice == 4:
+        change = rng.choice(("add", "delete"))
+        await groups.do_update_user_group_subgroups(
+            ctx, None, realm, group, **{change: [rng.choice(every)]}
+        )
+    else:
+        await groups.do_deactivate_user_group(ctx, None, realm, group)
+
+
+# -- a user's own preferences and words ------------------------------------------------
+
+
+async def personal_change(ctx: ActionContext, domain: Domain, rng: random.Random) -> None:
+    user = _user(domain, rng)
+    stream_id = domain.streams[rng.choice(("Denmark", "Verona", "Scotland"))]
+    choice = rng.randrange(9)
+    if choice == 0:
+        await personal.do_update_user_status(
+            ctx, user, status_text=rng.choice(("", "busy")), away=rng.choice((None, True, False))
+        )
+    elif choice in (1, 2):
+        await personal.do_set_user_topic_visibility_policy(
+            ctx, user, stream_id, rng.choice("abA"), rng.randrange(4)
+        )
+    elif choice == 3:
+        change = rng.choice((personal.do_mute_user, personal.do_unmute_user))
+        await change(ctx, user, _user(domain, rng))
+    elif choice == 4:
+        change = rng.choice((personal.do_add_alert_words, personal.do_remove_alert_words))
+        await change(ctx, user, [rng.choice(("hi", "look", "LUNCH"))])
+    elif choice == 5:
+        draft = personal.DraftData("stream", [stream_id], rng.choice("ab"), "draft")
+        await personal.do_create_drafts(ctx, user, [draft])
+    elif choice == 6:
+        drafts = await _ids(ctx, b"SELECT id FROM drafts WHERE user_id = %s", (user,)) or [0]
+        await personal.do_delete_draft(ctx, user, rng.choice(drafts))
+    elif choice == 7:
+        await users.do_change_user_setting(
+            ctx, user, "enable_drafts_synchronization", rng.random() < 0.7
+        )
+    else:
+        await personal.do_create_saved_snippet(ctx, user, "title", rng.choice(("a", "b")))
+
+
+async def scheduled_change(ctx: ActionContext, domain: Domain, rng: random.Random) -> None:
+    """Schedule, edit, delete or send a scheduled message; or vote in a poll."""
+    user = _user(domain, rng)
+    mine = await _ids(
+        ctx, b"SELECT id FROM scheduled_messages WHERE sender_id = %s ORDER BY id", (user,)
+    )
+    target = rng.choice(mine) if mine else 0
+    at = int(time.time()) + rng.randint(60, 7200)
+    choice = rng.randrange(6)
+    if choice == 0:
+        stream = domain.streams[rng.choice(("Denmark", "Verona", "Scotland"))]
+        await messages.do_schedule_message(
+            ctx, user, "stream", stream, rng.choice("ab"), rng.choice(CONTENT), at
+        )
+    elif choice == 1:
+        others = rng.sample([domain.id(u) for u in USERS], rng.randint(1, 2))
+        await messages.do_schedule_message(ctx, user, "private", others, None, "later", at)
+    elif choice == 2:
+        await messages.do_edit_scheduled_message(
+            ctx, user, target, content=rng.choice(CONTENT), scheduled_delivery_timestamp=at
+        )
+    elif choice == 3:
+        await messages.do_delete_scheduled_message(ctx, user, target)
+    elif choice == 4:
+        # Due now and sent (or failed: the sender may have lost the channel),
+        # in one transaction: a change of the time alone sends no event.
+        async with ctx.transaction():
+            await ctx.conn.execute(
+                "UPDATE scheduled_messages SET scheduled_at = now() - interval '5 minutes'"
+                " WHERE id = %s",
+                (target,),
+            )
+            attempt = await messages.deliver_due_scheduled_message(ctx)
+            if attempt is None or attempt.scheduled_id != target:
+                raise ActionError("another scheduled message was due first")  # rolled back
+    else:
+        polls = await _ids(
+            ctx,
+            b"SELECT DISTINCT s.message_id FROM submessages s"
+            b" JOIN messages m ON m.id = s.message_id WHERE m.realm_id = %s ORDER BY 1",
+            (domain.realm_id,),
+        )
+        if not polls:
+            await messages.do_send_stream_message(ctx, user, "Verona", "poll", "/poll Q\nA\nB")
+        else:
+            vote = f'{{"type": "vote", "key": "canned,{rng.randint(0, 1)}", "vote": 1}}'
+            await messages.do_add_submessage(ctx, user, rng.choice(polls), "widget", vote)
+
+
 async def any_change(ctx: ActionContext, domain: Domain, rng: random.Random) -> None:
     """One change of any area; a refusal changes nothing."""
-    action = rng.choice([realm_setting, stream_change, stream_change, message_change,
-                         message_change, message_change, user_change])  # fmt: skip
+    action = rng.choice([realm_setting, realm_config_change, stream_change, stream_change,
+                         message_change, message_change, message_change, user_change,
+                         bot_change, group_change, personal_change,
+                         scheduled_change])  # fmt: skip
     with contextlib.suppress(ActionError):
         await action(ctx, domain, rng)
 

@@ -21,7 +21,7 @@ from generation.actions.users import (
     do_update_presence,
 )
 from generation.events.users import gravatar_url
-from tests.domain.harness import covers
+from tests.domain.harness import MODERN, covers
 
 OWNER = accounts.ROLES["owner"]
 ADMIN = accounts.ROLES["administrator"]
@@ -37,20 +37,24 @@ def people(state, key="realm_users"):
 # -- joining -------------------------------------------------------------------
 
 
-@covers(("realm_user", "add"), ("subscription", "peer_add"))
+@covers(("realm_user", "add"), ("subscription", "peer_add"), ("user_group", "add_members"))
 def test_a_new_user_reaches_every_active_user_with_the_avatar_each_client_wants(domain):
     iago = domain.id("iago")
     for index, client_gravatar in enumerate((True, False)):
         email = f"new{index}@{domain.subdomain}.example"
-        # hamlet also learns that the newcomer joined Verona, a default stream.
-        [event, peer_add] = domain.verify(
+        # hamlet also learns that the newcomer joined Verona, a default stream,
+        # and role:members and role:fullmembers (system groups follow roles).
+        [event, members, full_members, peer_add] = domain.verify(
             lambda ctx, e=email: do_create_user(ctx, iago, domain.realm_id, e, "New Person"),
             client_gravatar=client_gravatar,
-            num_events=2,
+            num_events=4,
         )
+        assert members["user_ids"] == full_members["user_ids"] == [event["person"]["user_id"]]
         person = event["person"]
         assert person["email"] == email
-        assert person["avatar_url"] == gravatar_url(email)  # the event always has the URL
+        # null for a client that computes Gravatars itself, as register gives
+        # it (Zulip's own event has the URL: its sender cannot know the client)
+        assert person["avatar_url"] == (None if client_gravatar else gravatar_url(email))
         assert peer_add["user_ids"] == [person["user_id"]]
         assert peer_add["stream_ids"] == [domain.streams["Verona"]]
         shown = people(domain.fetch(client_gravatar=client_gravatar))[person["user_id"]]
@@ -60,11 +64,12 @@ def test_a_new_user_reaches_every_active_user_with_the_avatar_each_client_wants(
         assert shown["avatar_url"] == (None if client_gravatar else gravatar_url(email))
 
 
-@covers(("realm_user", "add"), ("subscription", "peer_add"))
+@covers(("realm_user", "add"), ("subscription", "peer_add"), ("user_group", "add_members"))
 def test_a_guest_and_an_administrator_see_a_new_user_join(domain):
     iago = domain.id("iago")
-    # A guest does not see Verona's subscribers; an administrator does.
-    for observer, count in (("polonius", 1), ("iago", 2)):
+    # A guest does not see Verona's subscribers; an administrator does. Both
+    # see the guest join role:everyone.
+    for observer, count in (("polonius", 2), ("iago", 3)):
         domain.verify(
             lambda ctx, o=observer: do_create_user(
                 ctx, iago, domain.realm_id, f"for-{o}@x.example", "Seen", GUEST
@@ -177,12 +182,14 @@ def test_members_rename_only_themselves_and_names_are_checked(domain):
 # -- roles -----------------------------------------------------------------------
 
 
-@covers(("realm_user", "update"))
+@covers(("realm_user", "update"), ("user_group", "add_members"), ("user_group", "remove_members"))
 def test_a_role_change_updates_the_flags_in_the_list(domain):
     iago, othello = domain.id("iago"), domain.id("othello")
-    for role in (MODERATOR, ADMIN, MEMBER):
-        [event] = domain.verify(
-            lambda ctx, r=role: do_change_user_role(ctx, iago, domain.realm_id, othello, r)
+    # Then the role's system groups: out of the old ones, into the new ones.
+    for role, count in ((MODERATOR, 4), (ADMIN, 3), (MEMBER, 4)):
+        [event, *_] = domain.verify(
+            lambda ctx, r=role: do_change_user_role(ctx, iago, domain.realm_id, othello, r),
+            num_events=count,
         )
         assert event["person"] == {"user_id": othello, "role": role}
     shown = people(domain.fetch())[othello]
@@ -197,6 +204,7 @@ def test_ones_own_role_flags_follow_a_role_change(domain):
             lambda ctx, r=role: do_change_user_role(ctx, iago, domain.realm_id, othello, r),
             user="othello",
             fetch_event_types=["realm_user"],
+            event_types=["realm_user"],
         )
     state = domain.fetch("othello", fetch_event_types=["realm_user"])
     assert (state["is_admin"], state["is_moderator"], state["is_guest"]) == (False, True, False)
@@ -204,6 +212,7 @@ def test_ones_own_role_flags_follow_a_role_change(domain):
         lambda ctx: do_change_user_role(ctx, None, domain.realm_id, othello, OWNER),
         user="othello",
         fetch_event_types=["realm_user"],
+        event_types=["realm_user"],
     )
     state = domain.fetch("othello", fetch_event_types=["realm_user"])
     assert (state["is_admin"], state["is_owner"], state["is_moderator"]) == (True, True, False)
@@ -215,15 +224,18 @@ def test_ones_own_role_flags_follow_a_role_change(domain):
     ("stream", "delete"),
     ("subscription", "peer_add"),
     ("default_streams", None),
+    ("user_group", "add_members"),
+    ("user_group", "remove_members"),
 )
 def test_a_guest_made_member_sees_the_public_streams_and_back(domain):
     iago, polonius = domain.id("iago"), domain.id("polonius")
-    # Member: Denmark and Verona appear with their subscribers (one peer_add
-    # per subscriber list), and the default streams.
+    # Member: out of role:everyone, into role:members and role:fullmembers;
+    # Denmark and Verona appear with their subscribers (one peer_add per
+    # subscriber list), and the default streams.
     events = domain.verify(
         lambda ctx: do_change_user_role(ctx, iago, domain.realm_id, polonius, MEMBER),
         user="polonius",
-        num_events=5,
+        num_events=8,
     )
     assert events[0]["person"] == {"user_id": polonius, "role": MEMBER}
     state = domain.fetch("polonius")
@@ -232,7 +244,7 @@ def test_a_guest_made_member_sees_the_public_streams_and_back(domain):
     events = domain.verify(
         lambda ctx: do_change_user_role(ctx, iago, domain.realm_id, polonius, GUEST),
         user="polonius",
-        num_events=3,
+        num_events=6,
     )
     assert domain.fetch("polonius")["never_subscribed"] == []
 
@@ -270,13 +282,16 @@ def test_owners_are_made_and_unmade_only_by_owners_and_one_always_remains(domain
     ("presence", None),
     ("subscription", "peer_remove"),
     ("subscription", "peer_add"),
+    ("user_group", "add_members"),
+    ("user_group", "remove_members"),
 )
 def test_a_deactivated_user_moves_to_the_non_active_list_and_back(domain):
     iago, othello = domain.id("iago"), domain.id("othello")
     now = time.time()
     domain.verify(lambda ctx: do_update_presence(ctx, othello, "active", now=now))
     # othello is in Denmark (public) and Scotland (private, with iago): who
-    # sees those subscriber lists also gets peer_remove / peer_add for him.
+    # sees those subscriber lists also gets peer_remove / peer_add for him;
+    # everyone sees him leave and rejoin role:members and role:fullmembers.
     for observer, peer_events, options in (
         ("hamlet", 1, {}),
         ("iago", 2, {"slim_presence": True}),
@@ -285,11 +300,12 @@ def test_a_deactivated_user_moves_to_the_non_active_list_and_back(domain):
         events = domain.verify(
             lambda ctx: do_deactivate_user(ctx, iago, domain.realm_id, othello),
             user=observer,
-            num_events=peer_events + 1,
+            num_events=peer_events + 3,
             **options,
         )
-        assert events[-1]["person"] == {"user_id": othello, "is_active": False}
-        assert {event.get("op") for event in events[:-1]} <= {"peer_remove"}
+        assert events[-3]["person"] == {"user_id": othello, "is_active": False}
+        assert {event.get("op") for event in events[:-3]} <= {"peer_remove"}
+        assert {event["op"] for event in events[-2:]} == {"remove_members"}
         state = domain.fetch(observer, **options)
         assert othello in people(state, "realm_non_active_users")
         assert othello not in people(state)
@@ -300,7 +316,7 @@ def test_a_deactivated_user_moves_to_the_non_active_list_and_back(domain):
         events = domain.verify(
             lambda ctx: do_reactivate_user(ctx, iago, domain.realm_id, othello),
             user=observer,
-            num_events=peer_events + 1,
+            num_events=peer_events + 3,
             **options,
         )
         assert events[0]["person"] == {"user_id": othello, "is_active": True}
@@ -309,7 +325,7 @@ def test_a_deactivated_user_moves_to_the_non_active_list_and_back(domain):
         assert state["presences"]
 
 
-@covers(("realm_user", "update"))
+@covers(("realm_user", "update"), ("user_group", "add_members"))
 def test_the_reactivated_user_is_told_too(domain):
     iago, othello = domain.id("iago"), domain.id("othello")
     domain.run(lambda ctx: do_deactivate_user(ctx, iago, domain.realm_id, othello))
@@ -317,6 +333,7 @@ def test_the_reactivated_user_is_told_too(domain):
     domain.verify(
         lambda ctx: do_reactivate_user(ctx, iago, domain.realm_id, othello),
         user="othello",
+        num_events=3,
         fetch_event_types=["user_settings"],
         state_change_expected=False,
     )
@@ -356,6 +373,29 @@ def test_deactivation_rules(domain):
 
 
 # -- presence ------------------------------------------------------------------------
+
+
+@covers(("presence", None))
+def test_simplified_presence_events_carry_only_the_modern_form(domain):
+    hamlet = domain.id("hamlet")
+    start = int(time.time())
+    simplified = MODERN | {"simplified_presence_events"}
+    for slim in (False, True):  # slim presence changes nothing in this form
+        base = start + (1000 if slim else 0)
+        for status, now in (("active", base), ("idle", base + 200), ("active", base + 300)):
+            [event] = domain.verify(
+                lambda ctx, s=status, n=now: do_update_presence(ctx, hamlet, s, now=n),
+                capabilities=simplified,
+                slim_presence=slim,
+            )
+            last_active = base if status == "idle" else now
+            assert event == {
+                "id": event["id"],
+                "type": "presence",
+                "presences": {
+                    str(hamlet): {"active_timestamp": last_active, "idle_timestamp": now}
+                },
+            }
 
 
 @covers(("presence", None))
@@ -421,7 +461,12 @@ def test_everyone_sees_a_user_come_online_idle(domain):
     assert state["presences"][str(othello)]["idle_timestamp"] == now - 100
 
 
-@covers(("realm_user", "add"), ("subscription", "peer_add"), ("presence", None))
+@covers(
+    ("realm_user", "add"),
+    ("subscription", "peer_add"),
+    ("presence", None),
+    ("user_group", "add_members"),
+)
 def test_a_user_created_after_register_comes_online(domain):
     iago = domain.id("iago")
     for index, slim in enumerate((False, True)):
@@ -430,7 +475,7 @@ def test_a_user_created_after_register_comes_online(domain):
             created = await do_create_user(ctx, iago, domain.realm_id, f"late{i}@x.example", "L")
             await do_update_presence(ctx, created.user_id, "idle")
 
-        [_, _, presence] = domain.verify(join_and_ping, num_events=3, slim_presence=slim)
+        *_, presence = domain.verify(join_and_ping, num_events=5, slim_presence=slim)
         # Never active, just joined: shown active since joining, as Zulip does.
         assert presence["presence"]["website"]["status"] == "active"
 

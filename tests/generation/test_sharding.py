@@ -76,6 +76,9 @@ def test_reach_of_an_event():
     assert reach_of(deactivated) == "all"
     renamed = {"type": "realm_user", "op": "update", "person": {"user_id": 9, "full_name": "X"}}
     assert reach_of(renamed) == "users"
+    # Every shard forgets a deactivated realm's users (any may have cached them).
+    assert reach_of({"type": "realm", "op": "deactivated", "realm_id": 3}) == "all"
+    assert reach_of({"type": "realm", "op": "update", "property": "name", "value": "X"}) == "users"
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,11 @@ from __future__ import annotations
 import pytest
 
 from generation.events import CLIENT_RULES
+from generation.events.users import GRAVATAR_PREFIX as GENERATION_GRAVATAR_PREFIX
+from generation.events.users import gravatar_url
 from queues.client import ClientDescriptor, QueueOptions
 from queues.event_queue import EventQueue
-from queues.specialize import NoticePayloads, is_public_channel_message
+from queues.specialize import GRAVATAR_PREFIX, NoticePayloads, is_public_channel_message
 from tests.queues.helpers import client_events, encode, make_registry, message_event, options
 
 
@@ -162,24 +164,32 @@ def test_only_explicitly_public_channel_messages_are_public(event, public):
     assert is_public_channel_message(event) is public
 
 
-def test_presence_is_slim_or_legacy_by_client():
-    event = {"type": "presence", "user_id": 5, "email": "a@b.c", "server_timestamp": 1.0}
-    payloads = NoticePayloads(event, encode, rule=CLIENT_RULES["presence"])
+def test_presence_is_simplified_slim_or_legacy_by_client():
+    legacy_form = {"type": "presence", "user_id": 5, "email": "a@b.c", "server_timestamp": 1.0}
+    modern_form = {"5": {"active_timestamp": 1, "idle_timestamp": 1}}
+    event = {**legacy_form, "presences": modern_form}
+    payloads = NoticePayloads(event, encode, rules=CLIENT_RULES["presence"])
     slim = payloads.for_client(_client(slim_presence=True), None)
     legacy = payloads.for_client(_client("q1", slim_presence=False), None)
+    simplified = frozenset({"simplified_presence_events"})
+    modern = payloads.for_client(_client("q3", capabilities=simplified), None)
     assert slim.client_event(0) == {
         "type": "presence",
         "user_id": 5,
         "server_timestamp": 1.0,
         "id": 0,
     }
-    assert legacy.client_event(0) == {**event, "id": 0}
+    assert legacy.client_event(0) == {**legacy_form, "id": 0}
+    assert modern.client_event(0) == {"type": "presence", "presences": modern_form, "id": 0}
+    # each form built once: slim and simplified clients share theirs
     assert payloads.for_client(_client("q2", slim_presence=True), None) is slim
+    modern_slim = _client("q4", capabilities=simplified, slim_presence=True)
+    assert payloads.for_client(modern_slim, None).client_event(0) == modern.client_event(0)
 
 
 def test_deletions_are_one_event_per_message_without_bulk_message_deletion():
     event = {"type": "delete_message", "message_type": "private", "message_ids": [3, 4]}
-    payloads = NoticePayloads(event, encode, rule=CLIENT_RULES["delete_message"])
+    payloads = NoticePayloads(event, encode, rules=CLIENT_RULES["delete_message"])
     bulk = payloads.for_client(_client(capabilities=frozenset({"bulk_message_deletion"})), None)
     legacy = payloads.for_client(_client("q1"), None)
     assert bulk.client_event(0) == {**event, "id": 0}
@@ -196,3 +206,49 @@ def test_a_legacy_client_queue_gets_every_deletion_with_its_own_id():
     registry.deliver(event, [1], 1, 0.0)
     assert [e["message_id"] for e in client_events(client)] == [3, 4]
     assert [e["id"] for e in client_events(client)] == [0, 1]
+
+
+def test_the_gravatar_prefix_is_generations():
+    assert GRAVATAR_PREFIX == GENERATION_GRAVATAR_PREFIX
+
+
+def test_client_gravatar_clients_get_a_null_gravatar_in_messages():
+    gravatar = gravatar_url("hamlet@example.com")
+    event = message_event()
+    event["message"]["avatar_url"] = gravatar
+    payloads = NoticePayloads(event, encode)
+    nulled = payloads.for_client(_client("q0", client_gravatar=True), None)
+    kept = payloads.for_client(_client("q1", client_gravatar=False), None)
+    assert nulled.client_event(0)["message"]["avatar_url"] is None
+    assert kept.client_event(0)["message"]["avatar_url"] == gravatar
+    # one variant per distinct form, not per client
+    assert payloads.for_client(_client("q2", client_gravatar=True), None) is nulled
+
+
+def test_client_gravatar_keeps_an_avatar_that_is_no_gravatar():
+    event = message_event()
+    event["message"]["avatar_url"] = "https://example.com/avatars/hamlet.png"
+    payloads = NoticePayloads(event, encode)
+    payload = payloads.for_client(_client(client_gravatar=True), None)
+    assert payload.client_event(0)["message"]["avatar_url"] == event["message"]["avatar_url"]
+
+
+def test_client_gravatar_clients_get_a_null_gravatar_for_new_people():
+    gravatar = gravatar_url("iago@example.com")
+    event = {
+        "type": "realm_user",
+        "op": "add",
+        "person": {"user_id": 7, "email": "iago@example.com", "avatar_url": gravatar},
+    }
+    payloads = NoticePayloads(event, encode, rules=CLIENT_RULES["realm_user"])
+    nulled = payloads.for_client(_client("q0", client_gravatar=True), None)
+    kept = payloads.for_client(_client("q1", client_gravatar=False), None)
+    assert nulled.client_event(0)["person"] == {**event["person"], "avatar_url": None}
+    assert kept.client_event(0) == {**event, "id": 0}
+    # an update without a person goes to both as sent
+    rename = {"type": "realm_user", "op": "update", "person": {"user_id": 7, "full_name": "I"}}
+    renamed = NoticePayloads(rename, encode, rules=CLIENT_RULES["realm_user"])
+    assert renamed.for_client(_client(client_gravatar=True), None).client_event(0) == {
+        **rename,
+        "id": 0,
+    }

@@ -70,9 +70,14 @@ def _operations():
             yield pattern, method.lower(), handler
 
 
+def _path(pattern: str) -> str:
+    """A route's path in the document: its id or name as a parameter."""
+    return "/api/v1/" + pattern.replace("([0-9]+)", "{id}").replace("([^/]+)", "{name}")
+
+
 def _documented(pattern: str, method: str) -> list[dict]:
     """The operation's parameters in the document, less the path's id."""
-    path = "/api/v1/" + pattern.replace("([0-9]+)", "{id}")
+    path = _path(pattern)
     parameters = document()["paths"][path][method]["parameters"]
     return [p for p in parameters if p["in"] != "path"]
 
@@ -91,7 +96,7 @@ def test_every_domain_operation_is_documented_with_the_parameters_it_declares():
         for path, methods in document()["paths"].items()
         if path not in events_api
         for method in methods
-    } == {("/api/v1/" + p.replace("([0-9]+)", "{id}"), m) for p, m, _ in operations}
+    } == {(_path(p), m) for p, m, _ in operations}
     for pattern, method, handler in operations:
         declared = declaration_of(handler, method)
         assert declared is not None, f"{handler.__name__}.{method} is not an @operation"

@@ -17,6 +17,10 @@ from generation.actions.messages.common import (
     normalize_content,
     normalize_topic,
 )
+from generation.actions.messages.submessages import insert_submessage
+from generation.actions.messages.widgets import WIDGET_MSG_TYPE, widget_content
+from generation.actions.personal.alert_words import alerted_user_ids
+from generation.actions.personal.muting import muters_of
 from generation.markdown import Rendered, is_me_message
 
 
@@ -26,17 +30,33 @@ def avatar_url(email: str) -> str:
     return f"https://secure.gravatar.com/avatar/{digest}?d=identicon&version=1"
 
 
-def _flags(user_id: int, sender_id: int, rendered: Rendered, *, stream: bool) -> list[str]:
+def _flags(
+    user_id: int, sender_id: int, rendered: Rendered, *, stream: bool, read_by_sender: bool
+) -> list[str]:
     """A recipient's flags on a new message, in Zulip's order: the sender has
-    read their own message; mentions alert."""
+    read their own message (unless `read_by_sender` is false: a scheduled
+    message may say so); mentions alert."""
     flags = []
-    if user_id == sender_id:
+    if user_id == sender_id and read_by_sender:
         flags.append("read")
     if user_id in rendered.mentioned_user_ids:
         flags.append("mentioned")
     if stream and rendered.wildcard:
         flags.append("wildcard_mentioned")
     return flags
+
+
+async def _add_personal_flags(
+    conn: Connection, sender_id: int, content: str, flags: dict[int, list[str]]
+) -> None:
+    """The recipients' own preferences, in Zulip's flag order: a message
+    from a user one muted arrives read; one containing an alert word of
+    one's own has `has_alert_word`."""
+    for user_id in await muters_of(conn, sender_id, flags):
+        if "read" not in flags[user_id]:
+            flags[user_id].insert(0, "read")
+    for user_id in await alerted_user_ids(conn, flags, content):
+        flags[user_id].append("has_alert_word")
 
 
 async def _insert(
@@ -70,10 +90,11 @@ async def _insert(
     users = sorted(flags)
     await conn.execute(
         """
-        INSERT INTO user_messages (user_id, message_id, read, mentioned, wildcard_mentioned)
-        SELECT user_id, %s, read, mentioned, wildcard
-        FROM unnest(%s::bigint[], %s::boolean[], %s::boolean[], %s::boolean[])
-            AS t (user_id, read, mentioned, wildcard)
+        INSERT INTO user_messages (user_id, message_id, read, mentioned, wildcard_mentioned,
+                                   has_alert_word)
+        SELECT user_id, %s, read, mentioned, wildcard, alerted
+        FROM unnest(%s::bigint[], %s::boolean[], %s::boolean[], %s::boolean[], %s::boolean[])
+            AS t (user_id, read, mentioned, wildcard, alerted)
         """,
         (
             message_id,
@@ -81,9 +102,21 @@ async def _insert(
             ["read" in flags[u] for u in users],
             ["mentioned" in flags[u] for u in users],
             ["wildcard_mentioned" in flags[u] for u in users],
+            ["has_alert_word" in flags[u] for u in users],
         ),
     )
     return message_id, timestamp
+
+
+async def _widget(
+    conn: Connection, sender: UserRow, message_id: int, content: str
+) -> list[dict[str, Any]]:
+    """The new message's `submessages`: the widget its content declares
+    (`/poll`, `/todo`), stored as its first submessage, or none."""
+    declared = widget_content(content)
+    if declared is None:
+        return []
+    return [await insert_submessage(conn, message_id, sender.id, WIDGET_MSG_TYPE, declared)]
 
 
 def _message_dict(
@@ -150,13 +183,17 @@ async def do_send_stream_message(
     local_id: str | None = None,
     sender_queue_id: str | None = None,
     client: str = "Internal",
+    read_by_sender: bool = True,
 ) -> int:
     """Send a message to a channel (by id or name) and topic; returns its id.
 
     Recipients are the channel's active subscribers, and the sender. The
-    sender's copy is read; mentioned recipients are flagged `mentioned`,
-    and every recipient `wildcard_mentioned` for @**all** and its synonyms.
-    `local_id` comes back as `local_message_id` on the queue `sender_queue_id`.
+    sender's copy is read (unless `read_by_sender` is false); mentioned
+    recipients are flagged `mentioned`, and every recipient
+    `wildcard_mentioned` for @**all** and its synonyms. `local_id` comes
+    back as `local_message_id` on the queue `sender_queue_id`. Content
+    starting with `/poll` or `/todo` makes the message a widget
+    (widgets.py): its first submessage is in the message's `submessages`.
     """
     conn = ctx.conn
     async with ctx.transaction() as outbox:
@@ -169,7 +206,11 @@ async def do_send_stream_message(
         content = normalize_content(content)
         rendered = await _render(conn, sender.realm_id, content)
         recipients = await _subscriber_ids(conn, [target.id]) | {sender.id}
-        flags = {uid: _flags(uid, sender.id, rendered, stream=True) for uid in recipients}
+        flags = {
+            uid: _flags(uid, sender.id, rendered, stream=True, read_by_sender=read_by_sender)
+            for uid in recipients
+        }
+        await _add_personal_flags(conn, sender.id, content, flags)
         message_id, timestamp = await _insert(
             conn,
             sender,
@@ -185,6 +226,7 @@ async def do_send_stream_message(
             sender, realm, message_id, timestamp, content, rendered, client,
             target.name, target.id, topic,
         )  # fmt: skip
+        message["submessages"] = await _widget(conn, sender, message_id, content)
         outbox.send(
             sender.realm_id,
             _message_event(message, target.invite_only, local_id, sender_queue_id),
@@ -202,9 +244,11 @@ async def do_send_direct_message(
     local_id: str | None = None,
     sender_queue_id: str | None = None,
     client: str = "Internal",
+    read_by_sender: bool = True,
 ) -> int:
     """Send a direct message to users of the sender's realm (by id or
-    e-mail); its participants are they and the sender. Returns its id."""
+    e-mail); its participants are they and the sender. Returns its id.
+    Flags and widgets as `do_send_stream_message`."""
     conn = ctx.conn
     if not recipients:
         raise ActionError("Message must have recipients")
@@ -217,7 +261,11 @@ async def do_send_direct_message(
         ids = sorted(participants)
         content = normalize_content(content)
         rendered = await _render(conn, sender.realm_id, content)
-        flags = {uid: _flags(uid, sender.id, rendered, stream=False) for uid in ids}
+        flags = {
+            uid: _flags(uid, sender.id, rendered, stream=False, read_by_sender=read_by_sender)
+            for uid in ids
+        }
+        await _add_personal_flags(conn, sender.id, content, flags)
         message_id, timestamp = await _insert(
             conn,
             sender,
@@ -236,6 +284,7 @@ async def do_send_direct_message(
         message = _message_dict(
             sender, realm, message_id, timestamp, content, rendered, client, display, None, ""
         )
+        message["submessages"] = await _widget(conn, sender, message_id, content)
         outbox.send(
             sender.realm_id,
             _message_event(message, None, local_id, sender_queue_id),

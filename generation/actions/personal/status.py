@@ -1,0 +1,117 @@
+"""A user's status: a short text, an emoji, and Zulip's legacy `away`.
+
+Zulip's rules (`POST users/me/status`): each field the request leaves out
+(None) keeps its value, an empty string clears it, and an emoji is set or
+cleared as a whole (name, code and type). The `user_status` event carries
+exactly the fields the request set and goes to every active user of the
+realm: eventq models no restriction on who may see whom (Zulip's
+`can_access_all_users_group` at its default, everyone).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from generation.actions.base import ActionContext, ActionError, active_user_ids, get_user
+from generation.actions.messages.reactions import EMOJI_CODES, REACTION_TYPES
+
+# Zulip's limit on `status_text`.
+MAX_STATUS_TEXT = 60
+
+_EMOJI_NAME = re.compile(r"[a-z0-9_+-]{1,60}")
+_EMOJI_CODE = re.compile(r"[0-9a-f]{1,8}(-[0-9a-f]{1,8}){0,9}")
+
+
+def check_status_emoji(
+    name: str, code: str | None, reaction_type: str | None
+) -> tuple[str, str, str]:
+    """(name, code, type) of a status emoji, as Zulip checks a reaction's:
+    a Unicode emoji by name (eventq knows the codes of common names only) or
+    by name and code, or Zulip's extra emoji `zulip`. eventq has no custom
+    (realm) emoji."""
+    kind = reaction_type or "unicode_emoji"
+    if kind not in REACTION_TYPES:
+        raise ActionError(f"Invalid emoji type: '{kind}'")
+    if not _EMOJI_NAME.fullmatch(name):
+        raise ActionError("Invalid emoji name.")
+    if kind == "realm_emoji":
+        raise ActionError("Invalid custom emoji.")
+    if kind == "zulip_extra_emoji":
+        if name != "zulip" or code not in (None, "zulip"):
+            raise ActionError("Invalid emoji name.")
+        return name, "zulip", kind
+    known = EMOJI_CODES.get(name)
+    if code is None:
+        if known is None:
+            raise ActionError(f"Emoji '{name}' does not exist")
+        return name, known, kind
+    if not _EMOJI_CODE.fullmatch(code):
+        raise ActionError("Invalid emoji code.")
+    if known is not None and known != code:
+        raise ActionError("Invalid emoji name.")
+    return name, code, kind
+
+
+async def do_update_user_status(
+    ctx: ActionContext,
+    user_id: int,
+    *,
+    away: bool | None = None,
+    status_text: str | None = None,
+    emoji_name: str | None = None,
+    emoji_code: str | None = None,
+    reaction_type: str | None = None,
+) -> None:
+    """Change the fields of the user's status that are given (see the
+    module's docstring); one `user_status` event to every active user of the
+    realm, even when nothing changed (as Zulip)."""
+    if status_text is not None:
+        status_text = status_text.strip()
+        if len(status_text) > MAX_STATUS_TEXT:
+            raise ActionError(f"status_text is too long (limit: {MAX_STATUS_TEXT} characters)")
+        if "\x00" in status_text:
+            raise ActionError("status_text must not contain null bytes")
+    if away is None and status_text is None and emoji_name is None:
+        raise ActionError("Client did not pass any new values.")
+    emoji: tuple[str, str, str] | None = None
+    if emoji_name == "":
+        emoji = ("", "", "unicode_emoji")  # clears the emoji
+    elif emoji_name is not None:
+        emoji = check_status_emoji(emoji_name, emoji_code, reaction_type)
+    elif emoji_code or reaction_type:
+        raise ActionError(
+            "Client must pass emoji_name if they pass either emoji_code or reaction_type."
+        )
+    user = await get_user(ctx.conn, user_id)
+    async with ctx.transaction() as outbox:
+        await ctx.conn.execute(
+            "INSERT INTO user_statuses (user_id) VALUES (%s) ON CONFLICT DO NOTHING", (user.id,)
+        )
+        await ctx.conn.execute(
+            """
+            UPDATE user_statuses SET
+                away = coalesce(%(away)s, away),
+                status_text = coalesce(%(text)s, status_text),
+                emoji_name = coalesce(%(name)s, emoji_name),
+                emoji_code = coalesce(%(code)s, emoji_code),
+                reaction_type = coalesce(%(type)s, reaction_type)
+            WHERE user_id = %(user)s
+            """,
+            {
+                "away": away,
+                "text": status_text,
+                "name": None if emoji is None else emoji[0],
+                "code": None if emoji is None else emoji[1],
+                "type": None if emoji is None else emoji[2],
+                "user": user.id,
+            },
+        )
+        event: dict[str, Any] = {"type": "user_status", "user_id": user.id}
+        if away is not None:
+            event["away"] = away
+        if status_text is not None:
+            event["status_text"] = status_text
+        if emoji is not None:
+            event["emoji_name"], event["emoji_code"], event["reaction_type"] = emoji
+        outbox.send(user.realm_id, event, await active_user_ids(ctx.conn, user.realm_id))

@@ -1,0 +1,1 @@
+"""The scheduler: due scheduled messages sent by the server (scheduler.py)."""
