@@ -40,6 +40,7 @@ from server.admin.user_commands import add_user_commands
 from server.config import DEMO_REALM, ConfigError, Settings, retired_advice
 from server.database import background
 from server.database.migrate import MigrationError
+from server.observability.logwriter import logs_off_the_loop
 
 log = logging.getLogger("eventq")
 
@@ -88,14 +89,12 @@ async def _serve(settings: Settings, port: int | None, host: str | None) -> int:
     # p99 7.5 ms with the log on, 4.9 ms off.
     gc.set_threshold(5_000, 50, 100)
     # Hand the GIL over after 1 ms rather than CPython's 5 ms. The server's
-    # threads (the delivery log's writer, the checkpoint's and journal's
-    # file writes) run Python; when the IO loop's thread wakes from epoll
-    # while one of them holds the GIL, it waits out the whole interval
-    # before it may ask for it back. That wait is neither run-queue time nor
-    # the loop's own work, and it showed as stops of 5-7 ms in phases with
-    # almost no work on the loop (tests/benchmarks/resume.py: a refused
-    # resume_from=0, 0.5 ms of CPU per request, stopped the loop 6.6 ms);
-    # at 1 ms the same phase's longest stop was 0.97 ms.
+    # threads (the delivery log's writer, the log writer, the checkpoint's
+    # and journal's file writes) run Python; when the IO loop's thread wakes
+    # from epoll while one of them holds the GIL, it waits out the whole
+    # interval before it may ask for it back: a wait that is neither
+    # run-queue time nor the loop's own work, and at 5 ms as long as
+    # tests/benchmarks/resume.py's whole bar for a stop of the loop.
     sys.setswitchinterval(0.001)
     for name in settings.ignored:
         log.warning("%s is set but no longer used: %s", name, retired_advice(name))
@@ -146,7 +145,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 
         loop_factory = uvloop.new_event_loop
     log.info("event loop: %s", settings.event_loop)
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
+    with logs_off_the_loop(), asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(_serve(settings, args.port, args.host))
 
 
