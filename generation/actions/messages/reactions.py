@@ -29,8 +29,10 @@ EMOJI_CODES = {
 }  # fmt: skip
 
 
-def _emoji(name: str | None, code: str | None, reaction_type: str | None) -> tuple[str, str, str]:
-    """(name, code, type) of a reaction from what a client gave: a Unicode
+def check_emoji(
+    name: str | None, code: str | None, reaction_type: str | None
+) -> tuple[str, str, str]:
+    """(name, code, type) of a reaction (or a status emoji) from what a client gave: a Unicode
     emoji by name (common names only) or by name and code, or Zulip's extra
     emoji `zulip`. eventq has no custom (realm) emoji."""
     kind = reaction_type or "unicode_emoji"
@@ -83,7 +85,7 @@ async def do_add_reaction(
     """React to a message the user can see with an emoji; a `reaction` add
     event to everyone who may see the message."""
     conn = ctx.conn
-    emoji = _emoji(emoji_name, emoji_code, reaction_type)
+    emoji = check_emoji(emoji_name, emoji_code, reaction_type)
     async with ctx.transaction() as outbox:
         user = await get_user(conn, user_id)
         [message] = await _messages(conn, user, [message_id])

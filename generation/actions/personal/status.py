@@ -10,47 +10,13 @@ realm: eventq models no restriction on who may see whom (Zulip's
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from generation.actions.base import ActionContext, ActionError, active_user_ids, get_user
-from generation.actions.messages.reactions import EMOJI_CODES, REACTION_TYPES
+from generation.actions.messages.reactions import check_emoji
 
 # Zulip's limit on `status_text`.
 MAX_STATUS_TEXT = 60
-
-_EMOJI_NAME = re.compile(r"[a-z0-9_+-]{1,60}")
-_EMOJI_CODE = re.compile(r"[0-9a-f]{1,8}(-[0-9a-f]{1,8}){0,9}")
-
-
-def check_status_emoji(
-    name: str, code: str | None, reaction_type: str | None
-) -> tuple[str, str, str]:
-    """(name, code, type) of a status emoji, as Zulip checks a reaction's:
-    a Unicode emoji by name (eventq knows the codes of common names only) or
-    by name and code, or Zulip's extra emoji `zulip`. eventq has no custom
-    (realm) emoji."""
-    kind = reaction_type or "unicode_emoji"
-    if kind not in REACTION_TYPES:
-        raise ActionError(f"Invalid emoji type: '{kind}'")
-    if not _EMOJI_NAME.fullmatch(name):
-        raise ActionError("Invalid emoji name.")
-    if kind == "realm_emoji":
-        raise ActionError("Invalid custom emoji.")
-    if kind == "zulip_extra_emoji":
-        if name != "zulip" or code not in (None, "zulip"):
-            raise ActionError("Invalid emoji name.")
-        return name, "zulip", kind
-    known = EMOJI_CODES.get(name)
-    if code is None:
-        if known is None:
-            raise ActionError(f"Emoji '{name}' does not exist")
-        return name, known, kind
-    if not _EMOJI_CODE.fullmatch(code):
-        raise ActionError("Invalid emoji code.")
-    if known is not None and known != code:
-        raise ActionError("Invalid emoji name.")
-    return name, code, kind
 
 
 async def do_update_user_status(
@@ -78,7 +44,7 @@ async def do_update_user_status(
     if emoji_name == "":
         emoji = ("", "", "unicode_emoji")  # clears the emoji
     elif emoji_name is not None:
-        emoji = check_status_emoji(emoji_name, emoji_code, reaction_type)
+        emoji = check_emoji(emoji_name, emoji_code, reaction_type)
     elif emoji_code or reaction_type:
         raise ActionError(
             "Client must pass emoji_name if they pass either emoji_code or reaction_type."
