@@ -35,3 +35,9 @@ class StateContext:
     # Server facts reported in the `realm` section.
     server_generation: int = 0
     longpoll_timeout_secs: int = 90
+
+
+def event_int(value: object) -> int | None:
+    """An integer field of an event (an id, a timestamp), or None for
+    anything else: JSON's booleans are not integers here."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

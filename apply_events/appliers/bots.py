@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 from apply_events.section import Applier
-from apply_events.state import Event, State, StateContext
+from apply_events.state import Event, State, StateContext, event_int
 from generation.events.bots import Bot, bot_entry
 from generation.events.users import ROLE_ADMINISTRATOR
 
@@ -41,16 +41,12 @@ def viewer(user_id: int, role: int, is_bot: bool) -> dict[str, Any]:
     }
 
 
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def apply_realm_bot(state: State, event: Event, ctx: StateContext) -> None:
     raw = state.get("raw_bots")
     bot = event.get("bot")
     if not isinstance(raw, dict) or not isinstance(bot, dict):
         return  # malformed: nothing of ours to change
-    user_id = _int(bot.get("user_id"))
+    user_id = event_int(bot.get("user_id"))
     if user_id is None:
         return
     op = event.get("op")
@@ -79,13 +75,13 @@ def apply_realm_bot_people(state: State, event: Event, ctx: StateContext) -> Non
     person = event.get("person")
     if not isinstance(raw, dict) or not isinstance(person, dict):
         return
-    user_id = _int(person.get("user_id"))
+    user_id = event_int(person.get("user_id"))
     if user_id is None:
         return
     op = event.get("op")
     if op == "add":
-        bot_type = _int(person.get("bot_type"))
-        owner_id = _int(person.get("bot_owner_id"))
+        bot_type = event_int(person.get("bot_type"))
+        owner_id = event_int(person.get("bot_owner_id"))
         email, full_name = person.get("email"), person.get("full_name")
         if (
             person.get("is_bot") is True
@@ -115,7 +111,7 @@ def apply_realm_bot_people(state: State, event: Event, ctx: StateContext) -> Non
                 if source in person:
                     entry[key] = person[source]
         me = state.get("raw_bots_viewer")
-        role = _int(person.get("role"))
+        role = event_int(person.get("role"))
         if isinstance(me, dict) and user_id == me.get("user_id") and role is not None:
             me.update(viewer(user_id, role, bool(me.get("is_bot"))))
 

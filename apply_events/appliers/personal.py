@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 from apply_events.section import Applier
-from apply_events.state import Event, State, StateContext
+from apply_events.state import Event, State, StateContext, event_int
 from generation.events.personal import (
     INHERIT,
     Draft,
@@ -89,10 +89,6 @@ class SavedSnippetsState(TypedDict, total=False):
     saved_snippets: list[SavedSnippet]
 
 
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 # -- user_status -------------------------------------------------------------------
 #
 # `raw_user_status` is {user_id: {"active": bool, "status": UserStatus}} for
@@ -121,7 +117,7 @@ def apply_user_status(state: State, event: Event, ctx: StateContext) -> None:
     """The event's fields replace the stored ones; an empty one (or `away`
     false) clears it; the emoji goes as a whole."""
     raw = state.get("raw_user_status")
-    user_id = _int(event.get("user_id"))
+    user_id = event_int(event.get("user_id"))
     if not isinstance(raw, dict) or user_id is None:
         return
     entry = raw.setdefault(user_id, {"active": True, "status": {}})
@@ -152,7 +148,7 @@ def apply_user_status_people(state: State, event: Event, ctx: StateContext) -> N
     person = event.get("person")
     if not isinstance(raw, dict) or not isinstance(person, dict):
         return
-    user_id = _int(person.get("user_id"))
+    user_id = event_int(person.get("user_id"))
     active = person.get("is_active")
     if user_id in raw and isinstance(active, bool) and event.get("op") in ("add", "update"):
         raw[user_id]["active"] = active
@@ -180,9 +176,9 @@ def topic_key(stream_id: object, topic: object) -> tuple[object, str]:
 
 def apply_user_topic(state: State, event: Event, ctx: StateContext) -> None:
     topics = state.get("user_topics")
-    stream_id = _int(event.get("stream_id"))
+    stream_id = event_int(event.get("stream_id"))
     topic = event.get("topic_name")
-    policy = _int(event.get("visibility_policy"))
+    policy = event_int(event.get("visibility_policy"))
     if not isinstance(topics, list) or stream_id is None or not isinstance(topic, str):
         return
     key = topic_key(stream_id, topic)
@@ -243,7 +239,7 @@ def apply_muted_topics_streams(state: State, event: Event, ctx: StateContext) ->
         for stream in event.get("streams") or ():
             if (
                 isinstance(stream, dict)
-                and _int(stream.get("stream_id")) is not None
+                and event_int(stream.get("stream_id")) is not None
                 and isinstance(stream.get("name"), str)
             ):
                 names[stream["stream_id"]] = stream["name"]
@@ -251,7 +247,7 @@ def apply_muted_topics_streams(state: State, event: Event, ctx: StateContext) ->
         for stream_id in event.get("stream_ids") or ():
             names.pop(stream_id, None)
     elif op == "update" and event.get("property") == "name":
-        stream_id = _int(event.get("stream_id"))
+        stream_id = event_int(event.get("stream_id"))
         if stream_id in names and isinstance(event.get("value"), str):
             names[stream_id] = event["value"]
 

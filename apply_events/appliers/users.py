@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, Literal, TypedDict
 
 from apply_events.section import Applier
-from apply_events.state import Event, State, StateContext
+from apply_events.state import Event, State, StateContext, event_int
 from generation.events.users import (
     GRAVATAR_PREFIX,
     ROLE_MODERATOR,
@@ -157,10 +157,6 @@ LEGACY_NOTIFICATION_SETTINGS = ("pm_content_in_desktop_notifications",)
 _SUBSCRIBER_LISTS = ("subscriptions", "unsubscribed", "never_subscribed")
 
 
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 # -- realm_user ------------------------------------------------------------------
 
 
@@ -170,7 +166,7 @@ def apply_realm_user(state: State, event: Event, ctx: StateContext) -> None:
     raw = state.get("raw_users")
     if not isinstance(person, dict) or not isinstance(raw, dict):
         return  # malformed: nothing of ours to change
-    user_id = _int(person.get("user_id"))
+    user_id = event_int(person.get("user_id"))
     if user_id is None:
         return
     op = event.get("op")
@@ -196,7 +192,7 @@ def _update_person(
     state: State, raw: dict[int, Any], user_id: int, person: dict[str, Any], ctx: StateContext
 ) -> None:
     entry = raw.get(user_id)
-    role = _int(person.get("role"))
+    role = event_int(person.get("role"))
     if isinstance(entry, dict):
         for key, value in person.items():
             if key != "user_id" and key in entry:
@@ -300,7 +296,7 @@ def apply_presence(state: State, event: Event, ctx: StateContext) -> None:
     ):
         _apply_modern_presence(raw, event["presences"])
         return
-    user_id = _int(event.get("user_id"))
+    user_id = event_int(event.get("user_id"))
     stamp = event.get("server_timestamp")
     clients = event.get("presence")
     if (
@@ -319,7 +315,7 @@ def apply_presence(state: State, event: Event, ctx: StateContext) -> None:
         entry = presence_entry(email if isinstance(email, str) else "", True, None)
         raw[user_id] = entry
     entry["connected"] = int(stamp)
-    timestamp = _int(info.get("timestamp"))
+    timestamp = event_int(info.get("timestamp"))
     if info.get("status") == "active" and timestamp is not None:
         entry["active"] = timestamp
     entry["recent"] = True
@@ -332,8 +328,8 @@ def _apply_modern_presence(raw: dict[int, Any], presences: dict[str, Any]) -> No
         user_id = int(key) if isinstance(key, str) and key.isdigit() else None
         if user_id is None or not isinstance(modern, dict):
             continue
-        active = _int(modern.get("active_timestamp"))
-        connected = _int(modern.get("idle_timestamp"))
+        active = event_int(modern.get("active_timestamp"))
+        connected = event_int(modern.get("idle_timestamp"))
         if connected is None:
             continue
         entry = raw.get(user_id)
@@ -353,7 +349,7 @@ def apply_presence_people(state: State, event: Event, ctx: StateContext) -> None
     person = event.get("person")
     if not isinstance(raw, dict) or not isinstance(person, dict):
         return
-    user_id = _int(person.get("user_id"))
+    user_id = event_int(person.get("user_id"))
     if user_id is None:
         return
     if event.get("op") == "add" and isinstance(person.get("email"), str):
