@@ -88,6 +88,7 @@ class _Writer:
             for handler in self.handlers:
                 if record.levelno >= handler.level:
                     handler.handle(record)  # filters, the handler's lock, handleError
+            self.pending.task_done()  # `pending.join()` returns once all are written
 
     def stop(self) -> None:
         """Returns once what was queued is written, or after
