@@ -244,6 +244,24 @@ class ServerProcess:
             handle.seek(self._log_offset)
             return handle.read().decode("utf-8", "replace")
 
+    def settled_log(self, timeout: float = 30.0) -> str:
+        """What the server logged, once every line it logged before this call
+        is on disk. Lines are written by a thread of their own, in order
+        (server/observability/logwriter.py), so a request to a path of our
+        own is answered, and its access line written, after them: the log
+        holding that line holds every earlier one. A stopped server wrote
+        its lines before it exited."""
+        if self.proc is None or self.proc.poll() is not None or self.port is None:
+            return self.log()
+        marker = f"/api/v1/log-settled-{uuid.uuid4().hex}"
+        requests.get(f"{self.url}{marker}", timeout=timeout)
+
+        def written() -> str | None:
+            log = self.log()
+            return log if marker in log else None
+
+        return str(wait_for(written, timeout, f"the server's log line for {marker}"))
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
         """Send `sig` and wait; returns the exit status."""
         assert self.proc is not None

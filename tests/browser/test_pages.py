@@ -439,7 +439,7 @@ def test_leaving_the_page_deletes_its_queue_on_the_server(demo_site: StartSite, 
         WAIT_SECS,
         f"the server to drop {queue_id}",
     )
-    assert " 200 DELETE /json/events " in site.server.log()
+    assert " 200 DELETE /json/events " in site.server.settled_log()
 
 
 # -- the operator page ----------------------------------------------------------
@@ -667,7 +667,7 @@ def test_a_form_or_script_of_another_origin_cannot_post_as_the_logged_in_user(
         "form_content": json.dumps(f"{marker} form"),
     }
     pages = {"/fetch.html": ATTACK_FETCH % values, "/form.html": ATTACK_FORM % values}
-    refused_before = len(re.findall(r" 40[13] POST /json/messages ", site.server.log()))
+    refused_before = len(re.findall(r" 40[13] POST /json/messages ", site.server.settled_log()))
 
     with attacker_site(pages) as port:
         victim.switch_to.new_window("tab")

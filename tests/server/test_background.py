@@ -704,7 +704,7 @@ def test_status_and_metrics_show_the_updates_of_a_server_that_runs_them(
     ).start()
     try:
         wait_for(lambda: "wrap_legacy_api_key_hashes finished: 1 items" in server.log(), 20)
-        log = server.log()
+        log = server.settled_log()
         assert "callbacks registered by tests.server.background_module" in log
         assert (
             "callbacks of tests.server.background_module_late refused:"
@@ -752,7 +752,7 @@ def test_status_and_metrics_show_the_updates_of_a_server_that_runs_them(
         assert wrapped["progress"]["wrapped"] == 1
     finally:
         server.stop()
-    assert "background updates: this process runs them" in server.log()
+    assert "background updates: this process runs them" in server.settled_log()
 
 
 def test_the_command_line_refuses_what_it_cannot_do(own_db: str):

@@ -20,6 +20,6 @@ def test_deactivation_ends_the_users_queues_and_refuses_their_key(server, databa
     again = hamlet.get_events(queue_id=queue_id, last_event_id=-1)
     assert again.status_code == 401
     assert again.json()["code"] == "USER_DEACTIVATED"
-    assert f"user {domain.id('hamlet')} deactivated: 1 queues ended" in server.log()
+    assert f"user {domain.id('hamlet')} deactivated: 1 queues ended" in server.settled_log()
     hamlet.close()
     iago.close()

@@ -134,7 +134,10 @@ def test_another_users_queue_looks_unknown_and_is_logged(api, server):
             "code": "BAD_EVENT_QUEUE_ID",
             "queue_id": queue_id,
         }
-    assert f"User {intruder.user.user_id} is not authorized for queue {queue_id}" in server.log()
+    assert (
+        f"User {intruder.user.user_id} is not authorized for queue {queue_id}"
+        in server.settled_log()
+    )
     # The owner's queue is untouched.
     assert [e["type"] for e in owner.events(queue_id, -1)] == ["secret"]
 

@@ -93,7 +93,7 @@ def test_rabbitmq_stopped_and_started_again(start_server, load_on, server: Serve
     drain(load, watchers)
     rows = report("RabbitMQ stop_app/start_app", load, watchers)
     assert_nothing_lost(rows)
-    assert "connection to RabbitMQ lost" in server.log()
+    assert "connection to RabbitMQ lost" in server.settled_log()
     shared.wait_consuming(timeout=60)
 
 
@@ -247,7 +247,7 @@ def test_sigkill_then_start_again(start_server, load_on):
         assert not any("BAD_EVENT_QUEUE_ID" in seen for seen in row["saw"]), row
     assert all(len(w.epochs) == 1 for w in watchers)
     assert all(row["id_gaps"] == 0 for row in rows), rows
-    assert "rebuilding its queues from the checkpoint" in server.log()
+    assert "rebuilding its queues from the checkpoint" in server.settled_log()
 
 
 def test_clients_that_stop_reading_do_not_hurt_the_others(start_server, load_on):
@@ -270,7 +270,7 @@ def test_clients_that_stop_reading_do_not_hurt_the_others(start_server, load_on)
     rows = report("dead and slow clients", load, watchers)
     assert_nothing_lost([r for r in rows if r["user"] != dead.user.user_id])
     # The dead client's queue was ended at 200 events, not grown without bound.
-    assert f"queue {dead.queue_id} of user {dead.user.user_id} overflowed" in server.log()
+    assert f"queue {dead.queue_id} of user {dead.user.user_id} overflowed" in server.settled_log()
     assert rss_after - rss_before < 20 * 1024, (rss_before, rss_after)
 
 

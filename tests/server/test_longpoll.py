@@ -69,7 +69,7 @@ def test_idle_queues_are_collected_and_then_unknown(start_server, world):
     assert response.status_code == 400
     assert response.json()["code"] == "BAD_EVENT_QUEUE_ID"
     assert "reason" not in response.json()
-    assert "collected 1 idle queues" in server.log()
+    assert "collected 1 idle queues" in server.settled_log()
     client.close()
 
 
@@ -146,7 +146,7 @@ def test_an_overflowing_queue_ends_with_a_reason(start_server, world):
         "queue_id": queue_id,
         "reason": "overflow",
     }
-    assert f"queue {queue_id} of user {owner.user_id} overflowed" in server.log()
+    assert f"queue {queue_id} of user {owner.user_id} overflowed" in server.settled_log()
     # Another user learns nothing about it.
     stranger = Api(server, world.user())
     other = stranger.get_events(queue_id=queue_id, last_event_id=-1)

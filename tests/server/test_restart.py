@@ -102,8 +102,8 @@ def test_a_corrupt_file_is_kept_aside_and_the_server_starts_empty(start_server, 
     kept = list(state.glob("event_queues.json.corrupt-*"))
     assert len(kept) == 1
     assert kept[0].read_bytes().startswith(b'{"format"')
-    assert "is not valid JSON" in server.log()
-    assert "starting with no queues" in server.log()
+    assert "is not valid JSON" in server.settled_log()
+    assert "starting with no queues" in server.settled_log()
 
 
 def test_a_file_of_an_unknown_version_is_refused_the_same_way(start_server, tmp_path):
@@ -114,14 +114,14 @@ def test_a_file_of_an_unknown_version_is_refused_the_same_way(start_server, tmp_
     )
     server = start_server(state)
     assert server.stats()["queues"] == 0
-    assert "unsupported queue snapshot version 99" in server.log()
+    assert "unsupported queue snapshot version 99" in server.settled_log()
     assert list(state.glob("event_queues.json.corrupt-*"))
 
 
 def test_no_file_means_no_queues(start_server, tmp_path):
     server = start_server(tmp_path / "fresh")
     assert server.stats()["queues"] == 0
-    assert "no saved queues" in server.log()
+    assert "no saved queues" in server.settled_log()
 
 
 def test_a_taken_port_fails_cleanly_and_keeps_the_saved_queues(start_server, world, tmp_path):
@@ -196,7 +196,7 @@ def test_one_bad_saved_queue_costs_only_itself(start_server, world, tmp_path):
     assert client.get_events(queue_id=bad_q, last_event_id=-1).json()["code"] == (
         "BAD_EVENT_QUEUE_ID"
     )
-    assert "saved queue" in server.log()
-    assert "1 saved queues could not be restored" in server.log()
+    assert "saved queue" in server.settled_log()
+    assert "1 saved queues could not be restored" in server.settled_log()
     assert list(state.glob("event_queues.json.partial-*"))
     client.close()

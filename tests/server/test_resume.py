@@ -252,7 +252,7 @@ def test_a_queue_registered_after_the_last_checkpoint_survives_a_crash(start_ser
     # The same ids as before the crash: the client's acknowledgement holds.
     events = wait_for(lambda: client.events(kept, 1) if len(client.events(kept, 1)) >= 3 else None)
     assert [(e["id"], e["n"]) for e in events] == [(2, 2), (3, 3), (4, 4)]
-    assert "come back from the queue journal" in server.log()
+    assert "come back from the queue journal" in server.settled_log()
     response = client.get_events(queue_id=gone, last_event_id=-1, dont_block=True)
     assert response.json()["code"] == "BAD_EVENT_QUEUE_ID"
     client.close()
@@ -315,7 +315,7 @@ def test_queues_saved_against_another_database_are_set_aside(
     second = ServerProcess(own_database, tmp_path / "state", amqp_url=amqp_url)
     second.start()
     try:
-        assert "the state directory belongs to another database" in second.log()
+        assert "the state directory belongs to another database" in second.settled_log()
         other = World(own_database).user()
         fresh = Api(second, other)
         queue_id = fresh.register(event_types=["note"])["queue_id"]
@@ -475,7 +475,10 @@ def test_a_resume_replays_at_most_resume_max_events(start_server, world):
     assert body["code"] == "RESUME_EXPIRED"
     assert "More than 30 events since position" in body["msg"]
     # The operator's line (logged before the answer is written).
-    assert f"user {user_id}: resume_from {position} expired (More than 30 events" in server.log()
+    assert (
+        f"user {user_id}: resume_from {position} expired (More than 30 events"
+        in server.settled_log()
+    )
 
 
 def test_a_resume_while_events_keep_coming_misses_none_and_repeats_none(server, api, world):

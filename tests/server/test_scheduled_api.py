@@ -204,7 +204,7 @@ def test_a_message_scheduled_a_couple_of_seconds_ahead_reaches_a_long_poll(start
             ("add", None),
             ("remove", scheduled_id),
         ]
-        assert "scheduled message" in server.log()
+        assert "scheduled message" in server.settled_log()
     finally:
         hamlet.close()
         othello.close()
@@ -259,7 +259,7 @@ def test_two_servers_send_each_message_once(start_server, domain, tmp_path):
             what="twenty messages on othello's queue",
         )
         assert sorted(e["message"]["content"] for e in received) == sorted(contents)
-        sent_by = [server.log().count("sent as message") for server in (first, second)]
+        sent_by = [server.settled_log().count("sent as message") for server in (first, second)]
         assert sum(sent_by) == 20
     finally:
         hamlet.close()
@@ -299,7 +299,10 @@ def test_a_message_that_cannot_be_sent_fails_and_both_outcomes_are_counted(start
         assert events[1]["op"] == "update"
         assert events[1]["scheduled_message"]["scheduled_message_id"] == doomed
         assert events[1]["scheduled_message"]["failed"] is True
-        assert f"scheduled message {doomed} of user {domain.id('othello')} not sent" in server.log()
+        assert (
+            f"scheduled message {doomed} of user {domain.id('othello')} not sent"
+            in server.settled_log()
+        )
         # Counted once its transaction has committed and its events are out.
         metrics = wait_for(
             lambda: (

@@ -134,7 +134,7 @@ def test_a_wrong_shard_get_is_answered_with_x_accel_redirect_behind_nginx(
         direct = client.get_events(queue_id=queue_id, last_event_id=-1, dont_block=True)
         assert direct.status_code == 200
         assert direct.json()["events"] == []
-        assert "forwarding GET /api/v1/events to shard b" in cluster.shards["a"].log()
+        assert "forwarding GET /api/v1/events to shard b" in cluster.shards["a"].settled_log()
         assert "X-Accel-Redirect" not in direct.headers
     finally:
         client.close()
@@ -162,7 +162,7 @@ def test_nginx_follows_the_redirect_long_poll_included(cluster: Cluster, realms:
     session.auth = (user.email, user.api_key)
     session.headers["Host"] = solo_host
     try:
-        b_log_before = len(cluster.shards["b"].log())
+        b_log_before = len(cluster.shards["b"].settled_log())
         register = session.post(f"{nginx.url}/api/v1/register", timeout=10)
         assert register.status_code == 200, register.text
         queue_id = register.json()["queue_id"]
@@ -184,7 +184,7 @@ def test_nginx_follows_the_redirect_long_poll_included(cluster: Cluster, realms:
             response = parked.result(timeout=15)
         assert response.status_code == 200, response.text
         assert [e["type"] for e in response.json()["events"]] == ["via_nginx"]
-        b_log = cluster.shards["b"].log()[b_log_before:]
+        b_log = cluster.shards["b"].settled_log()[b_log_before:]
         assert "X-Accel-Redirect of GET /api/v1/events to shard a" in b_log
         assert "forwarding GET" not in b_log
         assert "forwarding POST /api/v1/register to shard a" in b_log
@@ -211,7 +211,7 @@ def test_forwarded_requests_need_the_secret_and_are_never_forwarded_twice(
     looped = requests.post(url, auth=auth, headers={"X-Eventq-Forwarded": SECRET}, timeout=10)
     assert looped.status_code == 503
     assert looped.json()["code"] == "SHARD_MISMATCH"
-    assert "every shard must run the same config" in cluster.shards["a"].log()
+    assert "every shard must run the same config" in cluster.shards["a"].settled_log()
     assert cluster.shards["b"].user_queues(user.user_id) == []
 
 
@@ -361,7 +361,7 @@ def test_forwarding_failures_are_a_502_the_client_retries(
             assert refused.status_code == 502, refused.text
             assert refused.json()["code"] == "SHARD_UNAVAILABLE"
             assert refused.headers["Retry-After"] == "1"
-            assert "refused a request this shard forwarded" in cluster.shards["a"].log()
+            assert "refused a request this shard forwarded" in cluster.shards["a"].settled_log()
             cluster.shards["b"].stop()
             down = client.get_events(queue_id="no-such-queue", last_event_id=-1, dont_block=True)
             assert down.status_code == 502

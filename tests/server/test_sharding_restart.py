@@ -162,7 +162,7 @@ def test_a_shard_restarted_while_events_flow_loses_no_event(
         for poller in pollers:
             poller.outage.clear()
         restarted.set()
-        assert f"restored {len(on_b)} queues" in shard_b.log()
+        assert f"restored {len(on_b)} queues" in shard_b.settled_log()
         wait_advancing(producer_done.is_set, lambda: sent, "the producer to finish")
         total = sent
         wait_advancing(
