@@ -9,6 +9,7 @@ from apply_events.fetch import (
     groups,
     messages,
     personal,
+    profile_fields,
     realm,
     realm_config,
     scheduled,
@@ -27,4 +28,5 @@ SECTIONS: tuple[Section, ...] = (
     *messages.SECTIONS,
     *scheduled.SECTIONS,
     *personal.SECTIONS,
+    *profile_fields.SECTIONS,
 )

@@ -12,7 +12,9 @@ The message event contract (what a producer sends for a message):
 `message` is the client message dict, optionally with `rendered_content` (the
 HTML) beside the raw `content`. Clients receive
 `{"type": "message", "message": ..., "flags": [...]}`, plus `local_message_id`
-on the sender's own queue (as Zulip's `process_message_event` builds them).
+on the sender's own queue (as Zulip's `process_message_event` builds them);
+a channel message to the empty topic carries `EMPTY_TOPIC_DISPLAY_NAME` as its
+`subject` for clients without the `empty_topic_name` capability.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class NoticePayloads:
 
     __slots__ = (
         "_by_key",
+        "_empty_topic",
         "_encode",
         "_event",
         "_event_type",
@@ -54,18 +57,21 @@ class NoticePayloads:
     ):
         """`rules`: the capability rules of the event's type, in order."""
         self._origin = origin
-        self._rules = rules
+        self._rules = _concerning(rules, event) if rules else rules
         self._event = event
         self._event_type: str = event["type"]
+        is_message = self._event_type == "message"
         # Whether a message's sender has a Gravatar (once per notice, not per client).
-        self._gravatar = self._event_type == "message" and _is_gravatar(
-            event["message"].get("avatar_url")
-        )
+        self._gravatar = is_message and _is_gravatar(event["message"].get("avatar_url"))
+        # Whether it is a channel message to the empty topic, which clients
+        # without `empty_topic_name` see under the display name (once per
+        # notice: every other message costs its clients nothing more).
+        self._empty_topic = is_message and _in_empty_topic(event["message"])
         self._encode = encode
         self._shared: Payload | None = None
         self._by_key: dict[object, Payload] = {}
-        # (apply_markdown, avatar_url nulled) -> the client message dict
-        self._messages: dict[tuple[bool, bool], dict[str, Any]] = {}
+        # (apply_markdown, avatar_url nulled, empty topic named) -> the client message dict
+        self._messages: dict[tuple[bool, bool, bool], dict[str, Any]] = {}
         self._variants: dict[object, Payload | tuple[Payload, ...]] = {}
         # One-entry memo of `_user_form`: delivery visits a user's queues one
         # after the other, so the per-user work is done once per user.
@@ -119,7 +125,8 @@ class NoticePayloads:
             payloads = tuple(self._build(form, self._encode) for form in forms)
             cached = payloads[0] if len(payloads) == 1 else payloads
             self._variants[key] = cached
-        return cached
+        # A rewrite that drops the event for this form leaves no payload.
+        return cached or None
 
     def _message_payload(self, client: ClientDescriptor, flags: Sequence[str]) -> Payload | None:
         event = self._event
@@ -132,12 +139,13 @@ class NoticePayloads:
         # Zulip's client_gravatar: the client computes a Gravatar itself, so
         # the sender's avatar_url is null for it (any other URL is kept).
         no_avatar = options.client_gravatar and self._gravatar
-        key = ("message", options.apply_markdown, no_avatar, flags, is_sender_queue)
+        named = self._empty_topic and EMPTY_TOPIC_CAPABILITY not in options.capabilities
+        key = ("message", options.apply_markdown, no_avatar, flags, is_sender_queue, named)
         payload = self._by_key.get(key)
         if payload is None:
             client_event: Event = {
                 "type": "message",
-                "message": self._message_variant(options.apply_markdown, no_avatar),
+                "message": self._message_variant(options.apply_markdown, no_avatar, named),
                 "flags": list(flags),
             }
             if is_sender_queue:
@@ -148,12 +156,16 @@ class NoticePayloads:
             self._by_key[key] = payload
         return payload
 
-    def _message_variant(self, apply_markdown: bool, no_avatar: bool) -> dict[str, Any]:
-        variant = self._messages.get((apply_markdown, no_avatar))
+    def _message_variant(
+        self, apply_markdown: bool, no_avatar: bool, named: bool
+    ) -> dict[str, Any]:
+        variant = self._messages.get((apply_markdown, no_avatar, named))
         if variant is None:
             variant = dict(self._event["message"])
             if no_avatar:
                 variant["avatar_url"] = None
+            if named:
+                variant["subject"] = EMPTY_TOPIC_DISPLAY_NAME
             rendered = variant.pop("rendered_content", None)
             if isinstance(rendered, str):
                 if apply_markdown:
@@ -161,7 +173,7 @@ class NoticePayloads:
                     variant["content_type"] = "text/html"
                 else:
                     variant["content_type"] = "text/x-markdown"
-            self._messages[(apply_markdown, no_avatar)] = variant
+            self._messages[(apply_markdown, no_avatar, named)] = variant
         return variant
 
 
@@ -197,6 +209,28 @@ def _legacy_presence(event: Event) -> list[Event]:
     return [{k: v for k, v in event.items() if k != "presences"}]
 
 
+# Zulip's field types PRONOUNS and SHORT_TEXT (generation.events.profile_fields;
+# `queues` imports only the standard library).
+_PRONOUNS, _SHORT_TEXT = 8, 1
+
+
+def _pronouns_as_short_text(event: Event) -> list[Event]:
+    """Zulip's custom profile fields for clients without
+    `pronouns_field_type_supported`: PRONOUNS fields as SHORT_TEXT."""
+    fields = event.get("fields")
+    if not isinstance(fields, list) or not any(
+        isinstance(field, Mapping) and field.get("type") == _PRONOUNS for field in fields
+    ):
+        return [event]
+    shown = [
+        {**field, "type": _SHORT_TEXT}
+        if isinstance(field, Mapping) and field.get("type") == _PRONOUNS
+        else field
+        for field in fields
+    ]
+    return [{**event, "fields": shown}]
+
+
 def _without_email(event: Event) -> list[Event]:
     """Zulip's slim presence: the event without `email`."""
     return [{k: v for k, v in event.items() if k != "email"}]
@@ -222,9 +256,132 @@ def _deactivation_as_remove(event: Event) -> list[Event]:
     return [event]
 
 
+# Zulip's name for the empty topic shown to clients without the
+# `empty_topic_name` capability (Message.EMPTY_TOPIC_FALLBACK_NAME): the same
+# text as generation.topics.EMPTY_TOPIC_DISPLAY_NAME (`queues` imports only
+# the standard library; tests/queues/test_empty_topic.py checks they agree).
+EMPTY_TOPIC_DISPLAY_NAME = "general chat"
+EMPTY_TOPIC_CAPABILITY = "empty_topic_name"
+# The keys of an event that name a channel topic (`topic`: delete_message,
+# typing; `topic_name`: user_topic; `subject`, `orig_subject`: update_message).
+_TOPIC_KEYS = ("topic", "topic_name", "subject", "orig_subject")
+
+
+def _in_empty_topic(message: Mapping[str, Any]) -> bool:
+    return message.get("subject") == "" and message.get("type") == "stream"
+
+
+def _empty_channel_detail(detail: object) -> bool:
+    """A `message_details` entry of a channel message in the empty topic."""
+    return (
+        isinstance(detail, Mapping) and detail.get("topic") == "" and detail.get("type") == "stream"
+    )
+
+
+def _has_empty_topic(event: Event) -> bool:
+    """Whether any topic the event names is the empty topic."""
+    for key in _TOPIC_KEYS:
+        if event.get(key) == "":
+            return True
+    details = event.get("message_details")
+    return isinstance(details, Mapping) and any(map(_empty_channel_detail, details.values()))
+
+
+def _empty_topic_display(event: Event) -> list[Event]:
+    """Zulip's topics for clients without `empty_topic_name`: each topic of
+    the event that is "" (and each channel message's topic in the
+    `message_details` of a `read` removal) is the display name instead."""
+    if not _has_empty_topic(event):
+        return [event]
+    named = dict(event)
+    for key in _TOPIC_KEYS:
+        if named.get(key) == "":
+            named[key] = EMPTY_TOPIC_DISPLAY_NAME
+    details = event.get("message_details")
+    if isinstance(details, Mapping):
+        named["message_details"] = {
+            message_id: (
+                {**detail, "topic": EMPTY_TOPIC_DISPLAY_NAME}
+                if _empty_channel_detail(detail)
+                else detail
+            )
+            for message_id, detail in details.items()
+        }
+    return [named]
+
+
+# The key of an event a producer meant only for clients without the
+# `archived_channels` capability: the same text as
+# generation.events.streams.WITHOUT_ARCHIVED_CHANNELS (`queues` imports only
+# the standard library; tests/queues/test_archived_channels.py checks they
+# agree). It never reaches a client.
+WITHOUT_ARCHIVED_CHANNELS = "only_without_archived_channels"
+
+
+def _archiving_update(event: Event) -> bool:
+    """A `stream` update saying a channel was archived or unarchived."""
+    return event.get("op") == "update" and event.get("property") == "is_archived"
+
+
+def _archived_streams(event: Event) -> bool:
+    """A `stream` create naming an archived channel."""
+    streams = event.get("streams")
+    return (
+        event.get("op") == "create"
+        and isinstance(streams, list)
+        and any(isinstance(s, Mapping) and s.get("is_archived") is True for s in streams)
+    )
+
+
+def _for_hidden(event: Event) -> bool:
+    return WITHOUT_ARCHIVED_CHANNELS in event
+
+
+def _hides_archived(event: Event) -> bool:
+    return WITHOUT_ARCHIVED_CHANNELS in event or (
+        event.get("type") == "stream" and (_archiving_update(event) or _archived_streams(event))
+    )
+
+
+def _archived_kept(event: Event) -> list[Event]:
+    """Zulip's stream and subscription events for clients with
+    `archived_channels`: nothing of what was meant for the others."""
+    return [] if WITHOUT_ARCHIVED_CHANNELS in event else [event]
+
+
+def _archived_hidden(event: Event) -> list[Event]:
+    """Zulip's stream and subscription events for clients without
+    `archived_channels`, which hold no archived channel: what was meant for
+    them without its mark; an archived channel as a `stream` delete (the
+    update saying it was unarchived is dropped: a `stream` create meant for
+    them follows); a `stream` create without its archived channels."""
+    if WITHOUT_ARCHIVED_CHANNELS in event:
+        return [{k: v for k, v in event.items() if k != WITHOUT_ARCHIVED_CHANNELS}]
+    if event.get("type") != "stream":
+        return [event]
+    if _archiving_update(event):
+        if event.get("value") is not True:
+            return []
+        stream_id = event.get("stream_id")
+        return [
+            {
+                "type": "stream",
+                "op": "delete",
+                "streams": [{"stream_id": stream_id}],
+                "stream_ids": [stream_id],
+            }
+        ]
+    if _archived_streams(event):
+        shown = [
+            s for s in event["streams"] if not (isinstance(s, Mapping) and s.get("is_archived"))
+        ]
+        return [{**event, "streams": shown}] if shown else []
+    return [event]
+
+
 # The rewrites of the forms a capability rule names (`ClientRule`); producers
 # send the modern form (presence with both `user_id` and `email`, deletions
-# with `message_ids`).
+# with `message_ids`, the empty topic as "").
 _REWRITES: dict[str, Callable[[Event], list[Event]]] = {
     "without_email": _without_email,
     "one_per_message": _one_per_message,
@@ -232,9 +389,37 @@ _REWRITES: dict[str, Callable[[Event], list[Event]]] = {
     "gravatar_null": _gravatar_null,
     "modern_presence": _modern_presence,
     "legacy_presence": _legacy_presence,
+    "pronouns_as_short_text": _pronouns_as_short_text,
+    "empty_topic_display": _empty_topic_display,
+    "archived_kept": _archived_kept,
+    "archived_hidden": _archived_hidden,
 }
 # Every form a rule may name: as sent, none, or one of the rewrites.
 FORMS = frozenset({AS_SENT, DROPPED, *_REWRITES})
+# Rewrites that change only some events, with the test of whether an event
+# is one of them: a notice whose event none of a rule's rewrites would
+# change is delivered as if the rule were not there (`_concerning`), so an
+# ordinary event is built and encoded once for every client, not once per
+# form.
+_CHANGES: dict[str, Callable[[Event], bool]] = {
+    "empty_topic_display": _has_empty_topic,
+    "archived_kept": _for_hidden,
+    "archived_hidden": _hides_archived,
+}
+
+
+def _concerning(rules: Sequence[ClientRule], event: Event) -> Sequence[ClientRule]:
+    """`rules` less those that cannot change `event`: every form they name
+    is as sent or a rewrite of `_CHANGES` that leaves this event alone."""
+    kept = [
+        rule
+        for rule in rules
+        if not all(
+            form == AS_SENT or (form in _CHANGES and not _CHANGES[form](event))
+            for form in (rule.with_it, rule.without_it)
+        )
+    ]
+    return rules if len(kept) == len(rules) else tuple(kept)
 
 
 def _rewrite(event: Event, variant: tuple[str, ...]) -> list[Event]:

@@ -241,11 +241,20 @@ def apply_muted_topics_streams(state: State, event: Event, ctx: StateContext) ->
                 isinstance(stream, dict)
                 and event_int(stream.get("stream_id")) is not None
                 and isinstance(stream.get("name"), str)
+                and stream.get("is_archived") is not True
             ):
                 names[stream["stream_id"]] = stream["name"]
     elif op == "delete":
         for stream_id in event.get("stream_ids") or ():
             names.pop(stream_id, None)
+    elif op == "update" and event.get("property") == "is_archived":
+        # An archived channel is not among them (a client with
+        # `archived_channels` keeps seeing it: this update, not a delete).
+        stream_id = event_int(event.get("stream_id"))
+        if stream_id is not None and event.get("value") is True:
+            names.pop(stream_id, None)
+        elif stream_id is not None and isinstance(event.get("name"), str):
+            names[stream_id] = event["name"]
     elif op == "update" and event.get("property") == "name":
         stream_id = event_int(event.get("stream_id"))
         if stream_id in names and isinstance(event.get("value"), str):

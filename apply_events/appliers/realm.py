@@ -16,6 +16,9 @@ class RealmState(TypedDict, total=False):
     realm_allow_message_editing: bool
     realm_mandatory_topics: bool
     realm_message_content_edit_limit_seconds: int | None
+    # What clients without the `empty_topic_name` capability get for the
+    # empty topic "", and what the others show for it.
+    realm_empty_topic_display_name: str
     event_queue_longpoll_timeout_seconds: int
     server_generation: int
     realm_message_retention_days: int

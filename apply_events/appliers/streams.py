@@ -99,7 +99,7 @@ def _update_stream_entry(entry: Entry, event: Event) -> None:
     """One stream property, as a `stream` update event sets it."""
     prop = event.get("property")
     value = event.get("value")
-    if prop in ("name", "invite_only"):
+    if prop in ("name", "invite_only", "is_archived"):
         entry[prop] = value
     elif prop == "description":
         entry["description"] = value

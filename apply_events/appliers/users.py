@@ -12,6 +12,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal, TypedDict
 
+from apply_events.appliers.profile_fields import (
+    ProfileDataEntry,
+    apply_fields_to_people,
+    apply_profile_value,
+)
 from apply_events.section import Applier
 from apply_events.state import Event, State, StateContext, event_int
 from generation.events.users import (
@@ -46,6 +51,9 @@ class User(TypedDict, total=False):
     # Bots only (generation.events.users.Person).
     bot_type: int
     bot_owner_id: int
+    # Humans only: their values of the realm's custom profile fields, by
+    # field id (apply_events/appliers/profile_fields.py).
+    profile_data: dict[str, ProfileDataEntry]
 
 
 class RealmUserState(TypedDict, total=False):
@@ -176,6 +184,12 @@ def apply_realm_user(state: State, event: Event, ctx: StateContext) -> None:
         if ctx.client_gravatar and isinstance(url, str) and url.startswith(GRAVATAR_PREFIX):
             added["avatar_url"] = None
         added["is_active"] = True
+        if not added.get("is_bot"):
+            # A new person has no values (Zulip's apply_event); one replayed
+            # over a fresh fetch keeps those it has.
+            known = raw.get(user_id)
+            data = known.get("profile_data") if isinstance(known, dict) else None
+            added["profile_data"] = data if isinstance(data, dict) else {}
         raw[user_id] = added
     elif op == "update":
         _update_person(state, raw, user_id, person, ctx)
@@ -199,6 +213,9 @@ def _update_person(
                 entry[key] = value
         if role is not None:
             entry["is_admin"], entry["is_owner"], entry["is_guest"] = role_flags(role)
+        change = person.get("custom_profile_field")
+        if isinstance(change, dict):
+            apply_profile_value(entry, change)
     if user_id == ctx.user_id:
         if isinstance(person.get("full_name"), str) and "full_name" in state:
             state["full_name"] = person["full_name"]
@@ -238,6 +255,7 @@ def _unknown_user(user_id: int) -> dict[str, Any]:
         "timezone": "",
         "avatar_version": 1,
         "avatar_url": None,
+        "profile_data": {},
     }
 
 
@@ -429,7 +447,11 @@ def apply_legacy_notification_settings(state: State, event: Event, ctx: StateCon
         state[prop] = event.get("value")
 
 
-REALM_USER_APPLIERS: dict[str, Applier] = {"realm_user": apply_realm_user}
+REALM_USER_APPLIERS: dict[str, Applier] = {
+    "realm_user": apply_realm_user,
+    # a deleted field's values leave the people's `profile_data`
+    "custom_profile_fields": apply_fields_to_people,
+}
 PRESENCE_APPLIERS: dict[str, Applier] = {
     "presence": apply_presence,
     "realm_user": apply_presence_people,

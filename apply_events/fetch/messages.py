@@ -13,6 +13,7 @@ import psycopg
 from apply_events.appliers import messages as appliers
 from apply_events.section import Section
 from apply_events.state import State, StateContext
+from generation.topics import EMPTY_TOPIC_CAPABILITY, topic_for_client
 
 Connection = psycopg.AsyncConnection[Any]
 
@@ -54,19 +55,24 @@ async def fetch_unread(conn: Connection, ctx: StateContext) -> State:
         muted_stream_ids=set(),
         old_unreads_missing=len(rows) > MAX_UNREAD_MESSAGES,
     )
+    # Topics as this client's events name them (the empty one under its
+    # display name without `empty_topic_name`), so that replayed events agree.
+    allow_empty = EMPTY_TOPIC_CAPABILITY in ctx.capabilities
     for message_id, stream_id, topic, participants, mentioned in rows[:MAX_UNREAD_MESSAGES]:
         if stream_id is not None:
-            raw.channel[message_id] = (stream_id, topic)
+            raw.channel[message_id] = (stream_id, topic_for_client(topic, allow_empty))
         else:
             raw.add_direct(message_id, participants, ctx.user_id)
         if mentioned:
             raw.mentions.add(message_id)
+    # Archived channels keep their subscriptions; only clients with
+    # `archived_channels` hold them (apply_events/fetch/streams.py).
     cur = await conn.execute(
         """
         SELECT sub.stream_id FROM subscriptions sub JOIN streams s ON s.id = sub.stream_id
-        WHERE sub.user_id = %s AND sub.active AND sub.is_muted AND NOT s.deactivated
+        WHERE sub.user_id = %s AND sub.active AND sub.is_muted AND (NOT s.deactivated OR %s)
         """,
-        (ctx.user_id,),
+        (ctx.user_id, "archived_channels" in ctx.capabilities),
     )
     raw.muted_stream_ids = {row[0] for row in await cur.fetchall()}
     return {appliers.RAW_UNREAD: raw}

@@ -26,6 +26,7 @@ from generation.actions.personal import (
     user_saved_snippets,
 )
 from generation.events.personal import MUTED
+from generation.topics import EMPTY_TOPIC_CAPABILITY, topic_for_client
 
 Connection = psycopg.AsyncConnection[Any]
 
@@ -57,7 +58,9 @@ async def fetch_user_status(conn: Connection, ctx: StateContext) -> State:
 
 async def fetch_user_topics(conn: Connection, ctx: StateContext) -> State:
     """Every policy of the user, whatever the channel (as Zulip's
-    `user_topics`; the channel ids are no secret to their owner)."""
+    `user_topics`; the channel ids are no secret to their owner); the empty
+    topic under its display name for clients without `empty_topic_name`, as
+    their `user_topic` events name it."""
     cur = await conn.execute(
         """
         SELECT stream_id, topic, floor(extract(epoch FROM last_updated))::bigint,
@@ -66,10 +69,11 @@ async def fetch_user_topics(conn: Connection, ctx: StateContext) -> State:
         """,
         (ctx.user_id,),
     )
+    allow_empty = EMPTY_TOPIC_CAPABILITY in ctx.capabilities
     topics = [
         {
             "stream_id": row[0],
-            "topic_name": row[1],
+            "topic_name": topic_for_client(row[1], allow_empty),
             "last_updated": int(row[2]),
             "visibility_policy": row[3],
         }

@@ -10,6 +10,7 @@ import psycopg
 from apply_events.appliers import realm as appliers
 from apply_events.section import Section
 from apply_events.state import State, StateContext
+from generation.topics import EMPTY_TOPIC_DISPLAY_NAME
 
 Connection = psycopg.AsyncConnection[Any]
 
@@ -36,6 +37,9 @@ async def fetch_realm(conn: Connection, ctx: StateContext) -> State:
         "realm_allow_message_editing": row[2],
         "realm_mandatory_topics": row[3],
         "realm_message_content_edit_limit_seconds": row[4],
+        # Zulip translates it into the user's language; eventq has no
+        # translations (generation/topics.py).
+        "realm_empty_topic_display_name": EMPTY_TOPIC_DISPLAY_NAME,
         "event_queue_longpoll_timeout_seconds": ctx.longpoll_timeout_secs,
         # Zulip's "forever": eventq keeps every message (no retention policy).
         "realm_message_retention_days": -1,

@@ -3,8 +3,10 @@
 
 Who sees what (the same rule the actions send events by): a user sees a
 stream, and its subscriber list, if they are an active subscriber, or if the
-stream is public and they are not a guest. Archived (deleted) streams are
-seen by no one. Subscriber lists hold active users only. Each section is one
+stream is public and they are not a guest. Archived streams (which keep
+their subscriptions) are in the state of clients with Zulip's
+`archived_channels` capability only, with `is_archived` true, as Zulip's
+register gives them. Subscriber lists hold active users only. Each section is one
 query (one snapshot), whatever the number of streams and users.
 """
 
@@ -29,8 +31,12 @@ Connection = psycopg.AsyncConnection[Any]
 # The columns of a stream object, in the order `_basic_stream` reads them.
 _STREAM_COLUMNS = """
     s.id, s.name, s.description, s.invite_only,
-    floor(extract(epoch FROM s.date_created))::bigint
+    floor(extract(epoch FROM s.date_created))::bigint, s.deactivated
 """
+# Zulip's client capability under which register includes archived streams.
+ARCHIVED_CHANNELS = "archived_channels"
+# Whether a stream is in the state: active, or archived and asked for.
+_SHOWN = "(NOT s.deactivated OR %(archived)s)"
 
 # Whether the registering user is a guest (NULL if they no longer exist).
 _IS_GUEST = "(SELECT role = %(guest)s FROM users WHERE id = %(user)s)"
@@ -44,6 +50,7 @@ def _basic_stream(row: tuple[Any, ...]) -> dict[str, Any]:
         "rendered_description": render_description(row[2]),
         "invite_only": row[3],
         "date_created": row[4],
+        "is_archived": row[5],
         **CHANNEL_POLICIES,
     }
 
@@ -54,13 +61,18 @@ async def fetch_streams(conn: Connection, ctx: StateContext) -> State:
         f"""
         SELECT {_STREAM_COLUMNS}
         FROM streams s
-        WHERE s.realm_id = %(realm)s AND NOT s.deactivated
+        WHERE s.realm_id = %(realm)s AND {_SHOWN}
           AND ((NOT s.invite_only AND NOT {_IS_GUEST})
                OR EXISTS (SELECT 1 FROM subscriptions x
                           WHERE x.stream_id = s.id AND x.user_id = %(user)s AND x.active))
         ORDER BY s.id
         """,  # noqa: S608 (fixed SQL fragments)
-        {"realm": ctx.realm_id, "user": ctx.user_id, "guest": ROLE_GUEST},
+        {
+            "realm": ctx.realm_id,
+            "user": ctx.user_id,
+            "guest": ROLE_GUEST,
+            "archived": ARCHIVED_CHANNELS in ctx.capabilities,
+        },
     )
     return {"streams": [_basic_stream(row) for row in await cur.fetchall()]}
 
@@ -77,7 +89,7 @@ async def fetch_subscriptions(conn: Connection, ctx: StateContext) -> State:
                    ORDER BY y.user_id) END
         FROM streams s
         LEFT JOIN subscriptions x ON x.stream_id = s.id AND x.user_id = %(user)s
-        WHERE s.realm_id = %(realm)s AND NOT s.deactivated
+        WHERE s.realm_id = %(realm)s AND {_SHOWN}
           AND (x.active OR (NOT s.invite_only AND NOT {_IS_GUEST}))
         ORDER BY s.id
         """,  # noqa: S608 (fixed SQL fragments)
@@ -86,12 +98,13 @@ async def fetch_subscriptions(conn: Connection, ctx: StateContext) -> State:
             "user": ctx.user_id,
             "guest": ROLE_GUEST,
             "with_subscribers": ctx.include_subscribers,
+            "archived": ARCHIVED_CHANNELS in ctx.capabilities,
         },
     )
     state: State = {key: [] for key in appliers.SUBSCRIPTION_LISTS}
     for row in await cur.fetchall():
         entry = _basic_stream(row)
-        active, color, is_muted, pin_to_top, subscribers = row[5:]
+        active, color, is_muted, pin_to_top, subscribers = row[6:]
         if active is not None:
             entry.update(
                 color=color, is_muted=is_muted, in_home_view=not is_muted, pin_to_top=pin_to_top
@@ -128,15 +141,17 @@ async def list_streams(
     include_public: bool = True,
     include_subscribed: bool = True,
     include_default: bool = False,
+    include_archived: bool = False,
 ) -> list[dict[str, Any]]:
     """`GET /streams`: of the streams the user can see, the public ones
     (never for a guest), the ones they are subscribed to, and the default
-    ones, as chosen; by id."""
+    ones, as chosen, archived ones too with `include_archived` (Zulip's
+    `exclude_archived` false); by id."""
     cur = await conn.execute(
         f"""
         SELECT {_STREAM_COLUMNS}
         FROM streams s
-        WHERE s.realm_id = %(realm)s AND NOT s.deactivated
+        WHERE s.realm_id = %(realm)s AND {_SHOWN}
           AND ((%(public)s AND NOT s.invite_only AND NOT {_IS_GUEST})
                OR (%(subscribed)s AND EXISTS (
                    SELECT 1 FROM subscriptions x
@@ -152,6 +167,7 @@ async def list_streams(
             "public": include_public,
             "subscribed": include_subscribed,
             "default": include_default,
+            "archived": include_archived,
         },
     )
     return [_basic_stream(row) for row in await cur.fetchall()]

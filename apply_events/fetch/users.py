@@ -19,6 +19,7 @@ from psycopg.rows import class_row
 from apply_events.appliers import users as appliers
 from apply_events.section import Section
 from apply_events.state import State, StateContext
+from generation.actions.profile_fields import realm_profile_data
 from generation.events.users import ROLE_MODERATOR, Person, gravatar_url, person, role_flags
 
 Connection = psycopg.AsyncConnection[Any]
@@ -43,13 +44,30 @@ class _UserRow:
     # Bots only (migration 0018).
     bot_type: int | None
     bot_owner_id: int | None
+    # Zulip's `long_term_idle` (soft deactivation), as eventq can tell it:
+    # see _LONG_TERM_IDLE.
+    long_term_idle: bool
+
+
+# Zulip soft-deactivates a human whose last visit is more than 28 whole days
+# old (its `soft_deactivate_users --inactive-for` default, `.days > 28`), and
+# register then leaves out that user's `avatar_url` for clients declaring
+# `user_avatar_url_field_optional`. eventq's only record of a visit is the
+# presence a client reports (`presences.last_connected_time`): a human whose
+# last one is 29 days old or more counts as long-term idle, active or not;
+# one who never reported any does not (Zulip, likewise, never soft-
+# deactivates a user without a recorded visit), nor does a bot.
+_LONG_TERM_IDLE = (
+    "(NOT is_bot AND EXISTS (SELECT 1 FROM presences p WHERE p.user_id = users.id"
+    " AND p.last_connected_time <= now() - interval '29 days')) AS long_term_idle"
+)
 
 
 async def _user_rows(conn: Connection, realm_id: int, user_id: int | None = None) -> list[_UserRow]:
     cur = conn.cursor(row_factory=class_row(_UserRow))
     query = (
-        "SELECT id, email, full_name, role, is_active, date_joined, timezone,"
-        " bot_type, bot_owner_id FROM users WHERE realm_id = %s"
+        "SELECT id, email, full_name, role, is_active, date_joined, timezone,"  # noqa: S608 (a constant)
+        f" bot_type, bot_owner_id, {_LONG_TERM_IDLE} FROM users WHERE realm_id = %s"
     )
     if user_id is None:
         await cur.execute(query + " ORDER BY id", (realm_id,))
@@ -74,11 +92,41 @@ def _person(row: _UserRow, client_gravatar: bool) -> Person:
 
 
 async def fetch_people(
-    conn: Connection, realm_id: int, *, client_gravatar: bool, user_id: int | None = None
-) -> list[Person]:
+    conn: Connection,
+    realm_id: int,
+    *,
+    client_gravatar: bool,
+    user_id: int | None = None,
+    include_custom_profile_fields: bool = False,
+) -> list[dict[str, Any]]:
     """Every user of the realm (or only `user_id`), active or not, in id
-    order, as GET /users shows them (with `is_active`)."""
-    return [_person(row, client_gravatar) for row in await _user_rows(conn, realm_id, user_id)]
+    order, as GET /users shows them (with `is_active`; with each human's
+    `profile_data` if `include_custom_profile_fields`)."""
+    rows = await _user_rows(conn, realm_id, user_id)
+    data = (
+        await realm_profile_data(conn, realm_id, user_id) if include_custom_profile_fields else None
+    )
+    return [_with_profile_data(row, _person(row, client_gravatar), data) for row in rows]
+
+
+def _with_profile_data(
+    row: _UserRow, person: Person, data: dict[int, dict[str, Any]] | None
+) -> dict[str, Any]:
+    """A person with their custom profile field values (`data`: the realm's,
+    by user id; None: without them), as Zulip shows a human's; a bot has none."""
+    shown = dict(person)
+    if data is not None and row.bot_type is None:
+        shown["profile_data"] = data.get(row.id, {})
+    return shown
+
+
+def _avatar_optional(ctx: StateContext, row: _UserRow, shown: dict[str, Any]) -> dict[str, Any]:
+    """A person in register's `realm_users`: without `avatar_url` when the
+    client declared `user_avatar_url_field_optional` and the user is
+    long-term idle (Zulip's `format_user_row`); register only, as Zulip."""
+    if row.long_term_idle and "user_avatar_url_field_optional" in ctx.capabilities:
+        shown.pop("avatar_url", None)
+    return shown
 
 
 async def fetch_realm_users(conn: Connection, ctx: StateContext) -> State:
@@ -87,8 +135,14 @@ async def fetch_realm_users(conn: Connection, ctx: StateContext) -> State:
     if me is None:
         raise UserGone(ctx.user_id)
     is_admin, is_owner, is_guest = role_flags(me.role)
+    data = await realm_profile_data(conn, ctx.realm_id)
     return {
-        "raw_users": {row.id: dict(_person(row, ctx.client_gravatar)) for row in rows},
+        "raw_users": {
+            row.id: _avatar_optional(
+                ctx, row, _with_profile_data(row, _person(row, ctx.client_gravatar), data)
+            )
+            for row in rows
+        },
         # Zulip's system bots; eventq has none.
         "cross_realm_bots": [],
         "user_id": me.id,

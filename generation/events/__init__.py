@@ -25,6 +25,7 @@ from generation.events import (
     groups,
     messages,
     personal,
+    profile_fields,
     realm,
     realm_config,
     scheduled,
@@ -48,6 +49,7 @@ EVENT_TYPES: dict[str, EventType] = index(
         *messages.TYPES,
         *scheduled.TYPES,
         *personal.TYPES,
+        *profile_fields.TYPES,
     )
 )
 

@@ -34,6 +34,18 @@ from typing import Literal
 # - "modern_presence", "legacy_presence": of a presence event carrying both
 #   of Zulip's forms, only `presences` (simplified_presence_events), or
 #   everything but it.
+# - "pronouns_as_short_text": a `custom_profile_fields` event whose PRONOUNS
+#   fields (type 8) are SHORT_TEXT (type 1), for clients without
+#   `pronouns_field_type_supported`.
+# - "empty_topic_display": each channel topic of the event that is the empty
+#   topic "" carries Zulip's display name, "general chat", instead (clients
+#   without `empty_topic_name`; generation/topics.py); an event without one
+#   goes as sent and costs its clients nothing more.
+# - "archived_kept", "archived_hidden": Zulip's `archived_channels` on the
+#   stream and subscription events: what a producer meant only for clients
+#   without it (generation.events.streams.WITHOUT_ARCHIVED_CHANNELS) dropped,
+#   or given without that mark; for the latter also an archived channel as
+#   `stream` delete and never in a `stream` create. Other events go as sent.
 Form = Literal[
     "as_sent",
     "dropped",
@@ -43,6 +55,10 @@ Form = Literal[
     "gravatar_null",
     "modern_presence",
     "legacy_presence",
+    "pronouns_as_short_text",
+    "empty_topic_display",
+    "archived_kept",
+    "archived_hidden",
 ]
 
 
@@ -73,6 +89,17 @@ class ClientRule:
     when_key: str | None = None
     option: bool = False
     legacy_types: tuple[str, ...] = ()
+
+
+def empty_topic_rule(when_key: str) -> ClientRule:
+    """The rule of an event type that names a channel topic (Zulip's
+    event_queue.py rewrites those of `delete_message`, `update_message`,
+    `user_topic`, channel `typing` and a `read` removal's
+    `message_details`; a `message` event's topic is rewritten by the queue
+    itself): clients without `empty_topic_name` get the empty topic under
+    its display name (generation/topics.py). Only events carrying
+    `when_key` are concerned, and of those only the ones naming "" change."""
+    return ClientRule("empty_topic_name", without_it="empty_topic_display", when_key=when_key)
 
 
 @dataclasses.dataclass(frozen=True)

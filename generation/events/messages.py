@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal, NotRequired, TypedDict
 
-from generation.events.declaration import ClientRule, EventType, Transient
+from generation.events.declaration import ClientRule, EventType, Transient, empty_topic_rule
 
 MessageType = Literal["stream", "private"]
 PropagateMode = Literal["change_one", "change_later", "change_all"]
@@ -295,6 +295,8 @@ TYPES: tuple[EventType, ...] = (
         "message",
         {None: MessageEvent},
         state=("message", "update_message_flags"),
+        # apply_markdown, client_gravatar and empty_topic_name shape the
+        # message itself, per variant, in queues/specialize.py
         capability=None,
     ),
     EventType(
@@ -302,19 +304,23 @@ TYPES: tuple[EventType, ...] = (
         {None: UpdateMessageEvent},
         # moves unread messages to their new topic; mentions in new content
         state=("update_message_flags",),
-        capability=None,
+        capability=empty_topic_rule("orig_subject"),
     ),
     EventType(
         "delete_message",
         {None: DeleteMessageEvent},
         state=("message", "update_message_flags", "starred_messages"),
-        capability=ClientRule("bulk_message_deletion", without_it="one_per_message"),
+        capability=(
+            empty_topic_rule("topic"),
+            ClientRule("bulk_message_deletion", without_it="one_per_message"),
+        ),
     ),
     EventType(
         "update_message_flags",
         {"add": UpdateMessageFlagsAddEvent, "remove": UpdateMessageFlagsRemoveEvent},
         state=("update_message_flags", "starred_messages"),
-        capability=None,
+        # the topics of `message_details` (removing `read`)
+        capability=empty_topic_rule("message_details"),
     ),
     EventType(
         "reaction",
@@ -336,8 +342,9 @@ TYPES: tuple[EventType, ...] = (
         state=Transient("who is typing now is not part of register's state (Zulip's neither)"),
         # Channel typing notifications only to clients that declared them;
         # direct ones (no `stream_id`) to every client.
-        capability=ClientRule(
-            "stream_typing_notifications", without_it="dropped", when_key="stream_id"
+        capability=(
+            ClientRule("stream_typing_notifications", without_it="dropped", when_key="stream_id"),
+            empty_topic_rule("topic"),
         ),
     ),
     EventType(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal, NotRequired, TypedDict
 
-from generation.events.declaration import EventType
+from generation.events.declaration import EventType, empty_topic_rule
 
 ReactionType = Literal["unicode_emoji", "realm_emoji", "zulip_extra_emoji"]
 # Zulip's UserTopic.VisibilityPolicy: 0 inherit (no policy), 1 muted,
@@ -158,7 +158,12 @@ class SavedSnippetsRemoveEvent(TypedDict):
 
 TYPES: tuple[EventType, ...] = (
     EventType("user_status", {None: UserStatusEvent}, state=("user_status",), capability=None),
-    EventType("user_topic", {None: UserTopicEvent}, state=("user_topic",), capability=None),
+    EventType(
+        "user_topic",
+        {None: UserTopicEvent},
+        state=("user_topic",),
+        capability=empty_topic_rule("topic_name"),
+    ),
     EventType("muted_topics", {None: MutedTopicsEvent}, state=("muted_topics",), capability=None),
     EventType("muted_users", {None: MutedUsersEvent}, state=("muted_users",), capability=None),
     EventType("alert_words", {None: AlertWordsEvent}, state=("alert_words",), capability=None),

@@ -3,8 +3,9 @@ the realm's default streams (see generation/events/__init__.py).
 
 Shapes are Zulip's (feature level 419) for the fields we model; a stream
 object carries `stream_id`, `name`, `description`, `rendered_description`,
-`invite_only` and `date_created`, a subscription adds the user's own `color`,
-`is_muted` (with its legacy inverse `in_home_view`) and `pin_to_top`.
+`invite_only`, `date_created` and `is_archived`, a subscription adds the
+user's own `color`, `is_muted` (with its legacy inverse `in_home_view`) and
+`pin_to_top`.
 
 Who can see a stream (and its subscriber list): its active subscribers, and
 for a public stream every active user who is not a guest. Every event about a
@@ -17,10 +18,10 @@ import html
 import re
 from typing import Literal, NotRequired, TypedDict
 
-from generation.events.declaration import EventType
+from generation.events.declaration import ClientRule, EventType
 
 # The stream properties a `stream` update event may carry.
-StreamProperty = Literal["name", "description", "invite_only"]
+StreamProperty = Literal["name", "description", "invite_only", "is_archived"]
 # The per-user subscription properties a `subscription` update event may carry.
 SubscriptionProperty = Literal["color", "is_muted", "in_home_view", "pin_to_top"]
 
@@ -37,6 +38,9 @@ class BasicStream(TypedDict):
     invite_only: bool
     # UNIX seconds.
     date_created: int
+    # Archived (Zulip's feature level 315): only clients with the
+    # `archived_channels` capability ever hold an archived channel.
+    is_archived: bool
     history_public_to_subscribers: bool
     is_web_public: bool
     stream_post_policy: int
@@ -113,7 +117,9 @@ class StreamDeleteEvent(TypedDict):
 class StreamUpdateEvent(TypedDict):
     """One property of a stream changed. `name` is the stream's name before
     the change (for a rename, `value` is the new one); `rendered_description`
-    comes with a description change only."""
+    comes with a description change only. `is_archived` (the stream was
+    archived or unarchived) reaches only clients with the `archived_channels`
+    capability; the others get `delete` or `create` instead."""
 
     id: int
     type: Literal["stream"]
@@ -189,6 +195,22 @@ class DefaultStreamsEvent(TypedDict):
     default_streams: list[int]
 
 
+# The key of an event a producer meant only for clients without the
+# `archived_channels` capability (what unarchiving tells them: the channel
+# as `stream` create, their subscription as `subscription` add). The
+# queues drop such an event for the other clients and remove the key for
+# these (`queues/specialize.py`, forms "archived_kept" and
+# "archived_hidden", which hold the same text): it never reaches a client.
+WITHOUT_ARCHIVED_CHANNELS = "only_without_archived_channels"
+
+# Zulip's `archived_channels` capability on the stream and subscription
+# events: with it, a client keeps archived channels (`stream` update
+# `is_archived`); without it, an archived channel is a `stream` delete and
+# an unarchived one a `stream` create, and it holds no archived channel.
+ARCHIVED_CHANNELS = ClientRule(
+    "archived_channels", with_it="archived_kept", without_it="archived_hidden"
+)
+
 TYPES: tuple[EventType, ...] = (
     EventType(
         "stream",
@@ -196,7 +218,7 @@ TYPES: tuple[EventType, ...] = (
         # a deleted stream is no longer muted for `unread_msgs`; the legacy
         # `muted_topics` names the channels the user sees
         state=("stream", "subscription", "update_message_flags", "muted_topics"),
-        capability=None,
+        capability=ARCHIVED_CHANNELS,
     ),
     EventType(
         "subscription",
@@ -209,7 +231,7 @@ TYPES: tuple[EventType, ...] = (
         },
         # which streams are muted, for `unread_msgs`
         state=("subscription", "update_message_flags"),
-        capability=None,
+        capability=ARCHIVED_CHANNELS,
     ),
     EventType(
         "default_streams",

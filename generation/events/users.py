@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from generation.events.declaration import ClientRule, EventType
+from generation.events.profile_fields import PersonCustomProfileField
 
 # Zulip's role numbers (generation.accounts.ROLES).
 Role = Literal[100, 200, 300, 400, 600]
@@ -91,7 +92,7 @@ class RealmUserUpdateEvent(TypedDict):
     id: int
     type: Literal["realm_user"]
     op: Literal["update"]
-    person: PersonFullName | PersonRole | PersonActive | PersonBotOwner
+    person: PersonFullName | PersonRole | PersonActive | PersonBotOwner | PersonCustomProfileField
 
 
 class PresenceInfo(TypedDict):

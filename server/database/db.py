@@ -350,13 +350,14 @@ class Database:
     ) -> tuple[set[int], set[int]]:
         """Of `channel_ids`, those of `realm_id` the domain has, and of those
         the ones `user_id` may see now: subscribed, or a public channel and
-        not a guest; an archived one, nobody."""
+        not a guest; an archived one too (it keeps its subscriptions and its
+        history stays readable, as Zulip's since feature level 315)."""
         if not channel_ids:
             return set(), set()
         async with self.connection() as conn:
             cur = await conn.execute(
                 """
-                SELECT s.id, NOT s.deactivated AND (
+                SELECT s.id, (
                     COALESCE(sub.active, false)
                     OR (NOT s.invite_only AND u.role <> %(guest)s)
                 )

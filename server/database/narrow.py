@@ -14,7 +14,8 @@ The operators, and what a message must be to match:
 
 - `channel`: in the channel (a name, any case, or an id);
 - `channels`: `public`: in a public channel;
-- `topic`: in a channel topic of that name (any case);
+- `topic`: in a channel topic of that name (any case); "general chat", the empty
+  topic's display name, is the empty topic "";
 - `dm`: a direct message among exactly these users and the reader (e-mails,
   comma-separated, or a list of ids); `dm-including`: a direct message the
   reader and that user are in; `group-pm-with`: such a group message (three
@@ -40,6 +41,7 @@ import dataclasses
 import re
 from typing import Any
 
+from generation.topics import EMPTY_TOPIC_DISPLAY_NAME
 from server.errors import ApiError
 
 # The largest id a bigint column holds (the bound server/http/params.py puts
@@ -184,6 +186,9 @@ def _operand(index: int, operator: str, operand: object) -> Operand:
         raise bad_narrow(f"unknown {what} {operand}")
     if operator == "search" and not operand.strip():
         raise _invalid(index, "operand cannot be blank.")
+    if operator == "topic" and operand == EMPTY_TOPIC_DISPLAY_NAME:
+        # Zulip's clients name the empty topic by its display name.
+        return ""
     return operand
 
 

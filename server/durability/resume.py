@@ -12,7 +12,7 @@ Three bounds (docs in docs/behaviour.md, "Stream positions" and "Security"):
 - **What the user may see now**, not when the event was sent: no event is
   replayed that names a message deleted since (a `delete_message` naming it
   is logged after `resume_from`), or a channel the user cannot see now
-  (unsubscribed from a private channel, a channel made private, archived, a
+  (unsubscribed from a private channel, a channel made private, a
   guest's unsubscribed channel), or a message of such a channel. Deletions
   are replayed, and so are the channel and subscription events that tell of
   the change (`_ALWAYS`). What the domain's tables do not know (a

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any
 
+from generation.topics import topic_for_client
 from server.database import history
 from server.database.db import Database
 from server.database.history import LARGER_THAN_MAX_MESSAGE_ID, Matcher
@@ -87,6 +88,10 @@ Narrow = Annotated[
 ]
 ApplyMarkdown = Annotated[bool, Param("content as HTML (true) or the Markdown sent")]
 ClientGravatar = Annotated[bool, Param("avatar_url null for a Gravatar")]
+AllowEmptyTopicName = Annotated[
+    bool,
+    Param('The empty topic as "" (true), or as realm_empty_topic_display_name ("general chat")'),
+]
 
 
 def _anchor(raw: str | None, use_first_unread: bool) -> int | None:
@@ -135,6 +140,7 @@ class GetMessages:
     ] = None
     apply_markdown: ApplyMarkdown = True
     client_gravatar: ClientGravatar = True
+    allow_empty_topic_name: AllowEmptyTopicName = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -215,6 +221,7 @@ async def get_messages(db: Database, user: AuthUser, args: GetMessages) -> Body:
             conn, user.user_id, user.realm_id, page.ids,
             apply_markdown=args.apply_markdown, client_gravatar=args.client_gravatar,
         )  # fmt: skip
+        _name_empty_topics(messages, args.allow_empty_topic_name)
         if _searched(args.narrow):
             await _mark_matches(conn, messages, args.narrow)
     body: dict[str, Any] = {
@@ -227,6 +234,16 @@ async def get_messages(db: Database, user: AuthUser, args: GetMessages) -> Body:
     if not by_ids:
         body["anchor"] = page.anchor
     return body
+
+
+def _name_empty_topics(messages: list[dict[str, Any]], allow_empty_topic_name: bool) -> None:
+    """Zulip's topics for clients that did not pass `allow_empty_topic_name`:
+    a channel message in the empty topic "" shows its display name."""
+    if allow_empty_topic_name:
+        return
+    for message in messages:
+        if message["type"] == "stream":
+            message["subject"] = topic_for_client(message["subject"], False)
 
 
 def _searched(narrow: list[Term]) -> bool:
@@ -245,6 +262,7 @@ async def _mark_matches(conn: Any, messages: list[dict[str, Any]], narrow: list[
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class GetMessage:
     apply_markdown: ApplyMarkdown = True
+    allow_empty_topic_name: AllowEmptyTopicName = False
 
 
 async def get_message(db: Database, user: AuthUser, args: GetMessage, message_id: int) -> Body:
@@ -258,6 +276,7 @@ async def get_message(db: Database, user: AuthUser, args: GetMessage, message_id
             conn, user.user_id, user.realm_id, [message_id],
             apply_markdown=args.apply_markdown, client_gravatar=False,
         )  # fmt: skip
+        _name_empty_topics([message], args.allow_empty_topic_name)
         raw = await message_content(conn, message_id)
     return {"raw_content": raw, "message": message}
 
@@ -312,21 +331,33 @@ class MatchesNarrowHandler(ActionHandler):
         }
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class GetTopics:
+    allow_empty_topic_name: AllowEmptyTopicName = False
+
+
 class TopicsHandler(ActionHandler):
     """`GET users/me/{stream_id}/topics`: the channel's topics the user may
-    read, each with its newest message's id (`max_id`), newest first."""
+    read, each with its newest message's id (`max_id`), newest first; the
+    empty topic under its display name unless `allow_empty_topic_name`."""
 
     SUPPORTED_METHODS = ("GET",)
 
-    @operation(Nothing)
-    async def get(self, user: AuthUser, args: Nothing, raw_id: str) -> Body:
+    @operation(GetTopics)
+    async def get(self, user: AuthUser, args: GetTopics, raw_id: str) -> Body:
         stream_id = self.path_id(raw_id, "Invalid channel ID")
         async with self.server.db.connection() as conn:
             reader = await history.reader_of(conn, user.user_id)
             topics = await history.topics(conn, reader, stream_id)
         if topics is None:
             raise ApiError("Invalid channel ID")
-        return {"topics": [{"name": name, "max_id": max_id} for name, max_id in topics]}
+        allow_empty = args.allow_empty_topic_name
+        return {
+            "topics": [
+                {"name": topic_for_client(name, allow_empty), "max_id": max_id}
+                for name, max_id in topics
+            ]
+        }
 
 
 ROUTES: list[tuple[str, Any]] = [

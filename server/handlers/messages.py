@@ -26,6 +26,7 @@ from typing import Annotated, Any, TypeGuard
 import orjson
 
 from generation.actions import messages as actions
+from generation.topics import topic_from_client
 from server.errors import ApiError, missing_argument
 from server.handlers.actions import ActionHandler, Body, operation
 from server.handlers.history import GetMessage, GetMessages, get_message, get_messages
@@ -125,8 +126,10 @@ def _stream(raw: str) -> int | str:
 
 
 def _topic(topic: str | None, subject: str | None) -> str | None:
-    """`topic`, or its legacy name `subject`."""
-    return topic if topic is not None else subject
+    """`topic`, or its legacy name `subject`; the empty topic's display name
+    and "(no topic)" name the empty topic "" (generation/topics.py)."""
+    chosen = topic if topic is not None else subject
+    return None if chosen is None else topic_from_client(chosen)
 
 
 Topic = Annotated[str | None, Param("The topic (of a channel)", max_length=MAX_TOPIC_CHARS)]
@@ -315,7 +318,8 @@ class MarkTopicAsReadHandler(ActionHandler):
 
     @operation(MarkTopicAsRead)
     async def post(self, user: AuthUser, args: MarkTopicAsRead) -> Body:
-        stream_id, topic = args.stream_id, args.topic_name
+        # Zulip reads the display name as the empty topic here too.
+        stream_id, topic = args.stream_id, topic_from_client(args.topic_name)
         await self.act(
             lambda ctx: actions.do_mark_stream_as_read(ctx, user.user_id, stream_id, topic)
         )

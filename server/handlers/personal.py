@@ -1,7 +1,8 @@
 """Endpoints of a user's own preferences and words, at Zulip's paths (see
 server/handlers/domain.py):
 
-- `POST users/me/status`: the user's status;
+- `POST users/me/status`: the user's status; `GET users/{id}/status`: a
+  user's status;
 - `POST user_topics`, and Zulip's legacy `PATCH
   users/me/subscriptions/muted_topics`: the user's policy for a topic;
 - `POST`/`DELETE users/me/muted_users/{id}`: muting a user;
@@ -98,6 +99,20 @@ class StatusHandler(PersonalHandler):
             )
         )
         return None
+
+
+class UserStatusHandler(PersonalHandler):
+    """`GET users/{id}/status`: a user's `status` as register's
+    `user_status` shows it (Zulip 9.0, feature level 262); "No such user"
+    for a bot or an id of no user of the realm, "User is deactivated"."""
+
+    SUPPORTED_METHODS = ("GET",)
+
+    @operation(Nothing)
+    async def get(self, user: AuthUser, args: Nothing, raw_id: str) -> Body:
+        target = ActionHandler.path_id(raw_id, "No such user")
+        status = await self.act(lambda ctx: actions.user_status(ctx.conn, user.realm_id, target))
+        return {"status": status}
 
 
 # -- topics ----------------------------------------------------------------------------
@@ -432,6 +447,7 @@ class SavedSnippetHandler(PersonalHandler):
 
 ROUTES: list[tuple[str, Any]] = [
     (r"users/me/status", StatusHandler),
+    (r"users/([0-9]+)/status", UserStatusHandler),
     (r"user_topics", UserTopicsHandler),
     (r"users/me/subscriptions/muted_topics", MutedTopicsHandler),
     (r"users/me/muted_users/([0-9]+)", MutedUserHandler),

@@ -303,12 +303,14 @@ class ListStreams:
     include_public: Annotated[bool, Param("The public channels")] = True
     include_subscribed: Annotated[bool, Param("The channels you are subscribed to")] = True
     include_default: Annotated[bool, Param("The realm's default channels")] = False
+    exclude_archived: Annotated[bool, Param("Leave out archived channels")] = True
 
 
 class StreamsHandler(ActionHandler):
     """`GET streams`: the streams the user can see (public ones, unless
     `include_public` is false; subscribed ones, unless `include_subscribed`
-    is false; default ones with `include_default`)."""
+    is false; default ones with `include_default`; archived ones too with
+    `exclude_archived` false, Zulip's feature level 315)."""
 
     SUPPORTED_METHODS = ("GET",)
 
@@ -322,6 +324,7 @@ class StreamsHandler(ActionHandler):
                 include_public=args.include_public,
                 include_subscribed=args.include_subscribed,
                 include_default=args.include_default,
+                include_archived=not args.exclude_archived,
             )
         return {"streams": streams}
 
@@ -342,12 +345,21 @@ class UpdateStream:
             schema={"type": ["boolean", "null"]},
         ),
     ] = None
+    is_archived: Annotated[
+        bool | None,
+        Param(
+            "false: unarchive the channel (true does nothing, as Zulip); null: unchanged",
+            parse=_optional_boolean,
+            schema={"type": ["boolean", "null"]},
+        ),
+    ] = None
 
 
 class StreamHandler(ActionHandler):
-    """`streams/{stream_id}`: PATCH changes the name (`new_name`),
-    `description` and privacy (`is_private`), all or nothing; DELETE
-    archives the stream."""
+    """`streams/{stream_id}`: PATCH unarchives the stream (`is_archived`
+    false, first, as Zulip's feature level 315) and changes the name
+    (`new_name`), `description` and privacy (`is_private`), all or nothing;
+    DELETE archives the stream."""
 
     SUPPORTED_METHODS = ("PATCH", "DELETE")
 
@@ -356,8 +368,12 @@ class StreamHandler(ActionHandler):
         stream_id = _stream_id(raw_stream_id)
         new_name, description, is_private = args.new_name, args.description, args.is_private
 
+        unarchive = args.is_archived is False
+
         async def change(ctx: ActionContext) -> None:
             async with ctx.transaction():
+                if unarchive:
+                    await actions.do_unarchive_stream(ctx, user.user_id, user.realm_id, stream_id)
                 if is_private is not None:
                     await actions.do_change_stream_invite_only(
                         ctx, user.user_id, user.realm_id, stream_id, is_private

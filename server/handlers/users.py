@@ -4,8 +4,9 @@
 - `POST users/me/presence`: a client's presence ping, answered with the
   realm's presence; `GET realm/presence`: the realm's presence;
 - `GET users`, `GET users/me`, `GET users/{id}`: people;
-- `POST users` (create), `PATCH users/{id}` (name, role), `DELETE
-  users/{id}` (deactivate), `POST users/{id}/reactivate`: administrators.
+- `POST users` (create), `PATCH users/{id}` (name, role, custom profile
+  field values), `DELETE users/{id}` (deactivate), `POST
+  users/{id}/reactivate`: administrators.
 
 Parameters are decoded as Zulip clients encode them (JSON for non-strings);
 the rules and the events are the actions' (`generation/actions/users.py`).
@@ -23,10 +24,12 @@ from typing import Annotated, Any
 import orjson
 
 from apply_events.fetch.users import fetch_people, fetch_presences
+from generation.actions import profile_fields
 from generation.actions import users as actions
 from generation.actions.base import ActionContext
 from server.errors import ApiError
 from server.handlers.actions import ActionHandler, Body, operation
+from server.handlers.profile_fields import PROFILE_DATA_SCHEMA, profile_data_updates
 from server.http.auth import AuthUser
 from server.http.declared import JsonSchema, Nothing, Param
 from server.http.params import INT_MAX, check_length, decode_json
@@ -48,10 +51,21 @@ class UsersAreaHandler(ActionHandler):
 
         await self.act(run)
 
-    async def person(self, user: AuthUser, user_id: int, *, client_gravatar: bool) -> Any:
+    async def person(
+        self,
+        user: AuthUser,
+        user_id: int,
+        *,
+        client_gravatar: bool,
+        include_custom_profile_fields: bool = False,
+    ) -> Any:
         async with self.server.db.connection() as conn:
             found = await fetch_people(
-                conn, user.realm_id, client_gravatar=client_gravatar, user_id=user_id
+                conn,
+                user.realm_id,
+                client_gravatar=client_gravatar,
+                user_id=user_id,
+                include_custom_profile_fields=include_custom_profile_fields,
             )
         if not found:
             raise ApiError("No such user")
@@ -210,7 +224,7 @@ class RealmPresenceHandler(UsersAreaHandler):
 class People:
     client_gravatar: Annotated[bool, Param("avatar_url null for Gravatars")] = True
     include_custom_profile_fields: Annotated[
-        bool, Param("Accepted; there are no custom profile fields")
+        bool, Param("Each human's custom profile field values (`profile_data`)")
     ] = False
 
 
@@ -231,7 +245,12 @@ class UsersHandler(UsersAreaHandler):
     @operation(People)
     async def get(self, user: AuthUser, args: People) -> Body:
         async with self.server.db.connection() as conn:
-            members = await fetch_people(conn, user.realm_id, client_gravatar=args.client_gravatar)
+            members = await fetch_people(
+                conn,
+                user.realm_id,
+                client_gravatar=args.client_gravatar,
+                include_custom_profile_fields=args.include_custom_profile_fields,
+            )
         return {"members": members}
 
     @operation(CreateUser)
@@ -245,13 +264,16 @@ class UsersHandler(UsersAreaHandler):
 
 
 class OwnUserHandler(UsersAreaHandler):
-    """`GET users/me`: the user's own profile (avatar always a URL)."""
+    """`GET users/me`: the user's own profile (avatar always a URL; a
+    human's with their custom profile field values, as Zulip's)."""
 
     SUPPORTED_METHODS = ("GET",)
 
     @operation(Nothing)
     async def get(self, user: AuthUser, args: Nothing) -> Body:
-        me = await self.person(user, user.user_id, client_gravatar=False)
+        me = await self.person(
+            user, user.user_id, client_gravatar=False, include_custom_profile_fields=True
+        )
         return dict(me)
 
 
@@ -259,17 +281,31 @@ class OwnUserHandler(UsersAreaHandler):
 class UpdateUser:
     full_name: Annotated[str | None, Param("The user's new name")] = None
     role: Annotated[int | None, Param("The user's new role", minimum=0, maximum=INT_MAX)] = None
+    profile_data: Annotated[
+        list[tuple[int, object]] | None,
+        Param(
+            "The user's custom profile field values to set: {id, value} objects; a null"
+            " or empty value removes the user's value",
+            parse=profile_data_updates,
+            schema=PROFILE_DATA_SCHEMA,
+        ),
+    ] = None
 
 
 class UserHandler(UsersAreaHandler):
     """`GET users/{id}`; administrators: `PATCH users/{id}` (`full_name`,
-    `role`) and `DELETE users/{id}` (deactivate)."""
+    `role`, `profile_data`) and `DELETE users/{id}` (deactivate)."""
 
     SUPPORTED_METHODS = ("GET", "PATCH", "DELETE")
 
     @operation(People)
     async def get(self, user: AuthUser, args: People, raw_id: str) -> Body:
-        found = await self.person(user, _user_id(raw_id), client_gravatar=args.client_gravatar)
+        found = await self.person(
+            user,
+            _user_id(raw_id),
+            client_gravatar=args.client_gravatar,
+            include_custom_profile_fields=args.include_custom_profile_fields,
+        )
         return {"user": found}
 
     @operation(UpdateUser)
@@ -289,6 +325,8 @@ class UserHandler(UsersAreaHandler):
                     ctx, user.user_id, user.realm_id, target, role
                 )
             )
+        if args.profile_data is not None:
+            changes.extend(_profile_data_changes(user, target, args.profile_data))
         await self.apply(changes)
         return None
 
@@ -299,6 +337,29 @@ class UserHandler(UsersAreaHandler):
             lambda ctx: actions.do_deactivate_user(ctx, user.user_id, user.realm_id, target)
         )
         return None
+
+
+def _profile_data_changes(
+    user: AuthUser, target: int, data: list[tuple[int, object]]
+) -> list[Change]:
+    """Zulip's `profile_data` of `PATCH users/{id}`: the values given as
+    null or empty are removed first, then the others set."""
+    removed = [field_id for field_id, value in data if not value]
+    given = [(field_id, value) for field_id, value in data if value]
+    changes: list[Change] = []
+    if removed:
+        changes.append(
+            lambda ctx: profile_fields.do_remove_profile_data(
+                ctx, user.user_id, user.realm_id, target, removed
+            )
+        )
+    if given:
+        changes.append(
+            lambda ctx: profile_fields.do_update_profile_data(
+                ctx, user.user_id, user.realm_id, target, given
+            )
+        )
+    return changes
 
 
 class ReactivateHandler(UsersAreaHandler):

@@ -12,7 +12,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from generation import accounts
-from generation.actions import bots, groups, messages, personal, realm_config, streams, users
+from generation.actions import (
+    bots,
+    groups,
+    messages,
+    personal,
+    profile_fields,
+    realm_config,
+    streams,
+    users,
+)
 from generation.actions.base import ActionContext, ActionError
 from generation.actions.realm import do_set_message_edit_limit, do_set_realm_property
 from tests.domain.harness import Domain
@@ -26,6 +35,10 @@ CONTENT = (
     "@**Othello, the Moor of Venice**", "@_**King Hamlet** quietly",
 )  # fmt: skip
 PROPAGATE = ("change_one", "change_later", "change_all")
+# Topics of messages and policies: letter cases of one topic, and the empty
+# topic (which clients without `empty_topic_name` see as "general chat").
+TOPICS = ("a", "b", "A", "")
+NEW_TOPICS = (*TOPICS, "c")
 
 
 async def _ids(ctx: ActionContext, query: bytes, params: tuple[Any, ...]) -> list[int]:
@@ -138,6 +151,14 @@ async def stream_change(ctx: ActionContext, domain: Domain, rng: random.Random) 
     elif choice == 9:
         if rng.random() < 0.3:
             await streams.do_delete_stream(ctx, None, realm, stream_id)
+        else:
+            archived = await _ids(
+                ctx,
+                b"SELECT id FROM streams WHERE realm_id = %s AND deactivated ORDER BY id",
+                (realm,),
+            )
+            if archived:
+                await streams.do_unarchive_stream(ctx, None, realm, rng.choice(archived))
     else:
         change = rng.choice([streams.do_add_default_stream, streams.do_remove_default_stream])
         await change(ctx, None, realm, stream_id)
@@ -159,7 +180,7 @@ async def message_change(ctx: ActionContext, domain: Domain, rng: random.Random)
     choice = rng.randrange(12)
     if choice < 3:
         await messages.do_send_stream_message(
-            ctx, user, rng.choice(STREAM_NAMES), rng.choice("abA"), rng.choice(CONTENT)
+            ctx, user, rng.choice(STREAM_NAMES), rng.choice(TOPICS), rng.choice(CONTENT)
         )
     elif choice == 3:
         others = rng.sample([domain.id(u) for u in USERS], rng.randint(1, 2))
@@ -170,7 +191,7 @@ async def message_change(ctx: ActionContext, domain: Domain, rng: random.Random)
             await messages.do_update_message(ctx, senders[0], target, content=rng.choice(CONTENT))
     elif choice == 5:
         await messages.do_update_message(
-            ctx, user, target, topic=rng.choice("abAc"), propagate_mode=rng.choice(PROPAGATE)
+            ctx, user, target, topic=rng.choice(NEW_TOPICS), propagate_mode=rng.choice(PROPAGATE)
         )
     elif choice == 6:
         await messages.do_delete_messages(
@@ -187,7 +208,8 @@ async def message_change(ctx: ActionContext, domain: Domain, rng: random.Random)
             stream_id = domain.streams[rng.choice(("Denmark", "Verona", "Scotland"))]
             await messages.do_mark_stream_as_read(ctx, user, stream_id, rng.choice(("a", None)))
     elif choice == 10:
-        await messages.do_add_reaction(ctx, user, target, rng.choice(("tada", "octopus")))
+        # "one": a custom emoji of realm_config_change, when active
+        await messages.do_add_reaction(ctx, user, target, rng.choice(("tada", "octopus", "one")))
     else:
         await messages.do_send_direct_typing(ctx, user, "start", [_user(domain, rng)])
 
@@ -289,7 +311,7 @@ async def personal_change(ctx: ActionContext, domain: Domain, rng: random.Random
         )
     elif choice in (1, 2):
         await personal.do_set_user_topic_visibility_policy(
-            ctx, user, stream_id, rng.choice("abA"), rng.randrange(4)
+            ctx, user, stream_id, rng.choice(TOPICS), rng.randrange(4)
         )
     elif choice == 3:
         change = rng.choice((personal.do_mute_user, personal.do_unmute_user))
@@ -360,12 +382,47 @@ async def scheduled_change(ctx: ActionContext, domain: Domain, rng: random.Rando
             await messages.do_add_submessage(ctx, user, rng.choice(polls), "widget", vote)
 
 
+async def profile_field_change(ctx: ActionContext, domain: Domain, rng: random.Random) -> None:
+    """A custom profile field created, edited (a list losing an option),
+    reordered or deleted, or a user's value of one set or removed (names,
+    options and values from small sets, so that refusals happen too)."""
+    realm, user = domain.realm_id, _user(domain, rng)
+    fields = await _ids(
+        ctx, b"SELECT id FROM custom_profile_fields WHERE realm_id = %s ORDER BY id", (realm,)
+    )
+    field = rng.choice(fields) if fields else 0
+    options = {"a": {"text": "A", "order": "1"}, "b": {"text": "B", "order": "2"}}
+    choice = rng.randrange(7)
+    if choice == 0:
+        kind = rng.choice((1, 2, 3, 8))  # short and long text, a list, pronouns
+        await profile_fields.do_create_profile_field(
+            ctx, None, realm, name=rng.choice(("One", "Two", "Three")), field_type=kind,
+            field_data=options if kind == 3 else None,
+        )  # fmt: skip
+    elif choice == 1:
+        kept = dict(rng.sample(sorted(options.items()), rng.randint(1, 2)))
+        await profile_fields.do_update_profile_field(
+            ctx, None, realm, field, hint=rng.choice(("", "hint")), field_data=kept
+        )
+    elif choice == 2:
+        rng.shuffle(fields)
+        await profile_fields.do_reorder_profile_fields(ctx, None, realm, fields)
+    elif choice == 3:
+        if rng.random() < 0.3:
+            await profile_fields.do_delete_profile_field(ctx, None, realm, field)
+    elif choice in (4, 5):
+        value = rng.choice(("a", "b", "**c**"))
+        await profile_fields.do_update_profile_data(ctx, user, realm, user, [(field, value)])
+    else:
+        await profile_fields.do_remove_profile_data(ctx, user, realm, user, [field])
+
+
 async def any_change(ctx: ActionContext, domain: Domain, rng: random.Random) -> None:
     """One change of any area; a refusal changes nothing."""
     action = rng.choice([realm_setting, realm_config_change, stream_change, stream_change,
                          message_change, message_change, message_change, user_change,
                          bot_change, group_change, personal_change,
-                         scheduled_change])  # fmt: skip
+                         scheduled_change, profile_field_change])  # fmt: skip
     with contextlib.suppress(ActionError):
         await action(ctx, domain, rng)
 

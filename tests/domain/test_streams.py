@@ -14,8 +14,11 @@ import itertools
 
 import pytest
 
+from apply_events.appliers.streams import SUBSCRIPTION_LISTS
 from generation import accounts
 from generation.actions.base import ActionContext, ActionError
+from generation.actions.messages import do_send_stream_message
+from generation.actions.personal import do_mute_topic_legacy
 from generation.actions.streams import (
     StreamRequest,
     do_add_default_stream,
@@ -27,12 +30,13 @@ from generation.actions.streams import (
     do_remove_default_stream,
     do_remove_subscriptions,
     do_rename_stream,
+    do_unarchive_stream,
     do_update_subscription_properties,
     send_stream_access_for_role,
     send_subscriber_activity,
     subscribe_to_default_streams,
 )
-from tests.domain.harness import covers
+from tests.domain.harness import MODERN, covers
 
 STREAM_SECTIONS = ["stream", "subscription", "default_streams"]
 _names = (f"Rome {n}" for n in itertools.count())
@@ -470,48 +474,164 @@ def test_making_a_stream_public_shows_it_with_its_subscribers(domain, include_su
     domain.verify(make(False), user="polonius", num_events=0, state_change_expected=False)
 
 
-@covers(("subscription", "remove"), ("stream", "delete"))
-def test_deleting_a_stream(domain):
+# -- archiving and unarchiving --------------------------------------------------------
+# Zulip since feature level 315: an archived stream keeps its subscriptions;
+# clients with `archived_channels` (MODERN) keep it, with `is_archived`, the
+# others (LEGACY) lose it as before and get it back as a new stream.
+
+LEGACY = MODERN - {"archived_channels"}
+
+
+def _archive(domain, stream, actor=None):
+    return lambda ctx: do_delete_stream(ctx, actor, domain.realm_id, stream)
+
+
+def _unarchive(domain, stream, actor=None):
+    return lambda ctx: do_unarchive_stream(ctx, actor, domain.realm_id, stream)
+
+
+@covers(("stream", "update"), ("stream", "delete"))
+@pytest.mark.parametrize("include_subscribers", [True, False])
+def test_archiving_a_stream_with_and_without_archived_channels(domain, include_subscribers):
     iago, denmark = domain.id("iago"), domain.streams["Denmark"]
-    events = domain.verify(
-        lambda ctx: do_delete_stream(ctx, iago, domain.realm_id, denmark), num_events=2
-    )
-    assert [(e["type"], e["op"]) for e in events] == [
-        ("subscription", "remove"),
-        ("stream", "delete"),
-    ]
-    assert events[1]["streams"] == [{"stream_id": denmark}]
-    state = domain.fetch()
-    assert all(
-        denmark not in _by_id(state[key]) for key in ("streams", "subscriptions", "unsubscribed")
-    )
-    # The name is free again.
-    domain.run(lambda ctx: do_create_stream(ctx, iago, domain.realm_id, "Denmark"))
+    options = {"include_subscribers": include_subscribers}
+    for user in ("hamlet", "polonius"):  # subscribers: a member, and a guest
+        domain.run(_subscribe(domain, "iago", "Denmark", "polonius"))
+        [update] = domain.verify(_archive(domain, denmark, iago), user=user, **options)
+        assert {k: update[k] for k in ("op", "stream_id", "name", "property", "value")} == {
+            "op": "update",
+            "stream_id": denmark,
+            "name": "Denmark",
+            "property": "is_archived",
+            "value": True,
+        }
+        state = domain.fetch(user, **options)
+        kept = _by_id(state["subscriptions"])[denmark]
+        assert kept["is_archived"] is True
+        assert _by_id(state["streams"])[denmark]["is_archived"] is True
+        if include_subscribers:
+            assert kept["subscribers"] == sorted(
+                domain.id(u) for u in ("iago", "hamlet", "othello", "polonius")
+            )
+        domain.run(_unarchive(domain, denmark))
+        [delete] = domain.verify(
+            _archive(domain, denmark, iago), user=user, capabilities=LEGACY, **options
+        )
+        assert (delete["op"], delete["streams"], delete["stream_ids"]) == (
+            "delete",
+            [{"stream_id": denmark}],
+            [denmark],
+        )
+        state = domain.fetch(user, capabilities=LEGACY, **options)
+        assert denmark not in _by_id(state["streams"])
+        assert all(denmark not in _by_id(state[key]) for key in SUBSCRIPTION_LISTS)
+        domain.run(_unarchive(domain, denmark))
+        domain.run(_unsubscribe(domain, "iago", "Denmark", "polonius"))
 
 
-@covers(("subscription", "remove"), ("stream", "delete"), ("default_streams", None))
-def test_deleting_a_default_stream(domain):
+@covers(("stream", "update"), ("stream", "delete"), ("default_streams", None))
+def test_archiving_a_default_stream(domain):
     verona = domain.streams["Verona"]
+    for user, capabilities in (("hamlet", MODERN), ("othello", MODERN), ("othello", LEGACY)):
+        events = domain.verify(
+            _archive(domain, verona), user=user, capabilities=capabilities, num_events=2
+        )
+        assert [(e["type"], e.get("op")) for e in events] == [
+            ("default_streams", None),
+            ("stream", "update" if capabilities is MODERN else "delete"),
+        ]
+        assert events[0]["default_streams"] == []
+        domain.run(_unarchive(domain, verona))
+        # Unarchiving does not make it a default stream again (Zulip's neither).
+        assert domain.fetch()["realm_default_streams"] == []
+        domain.run(lambda ctx: do_add_default_stream(ctx, None, domain.realm_id, verona))
 
-    def delete(ctx):
-        return do_delete_stream(ctx, None, domain.realm_id, verona)
 
-    events = domain.verify(delete, num_events=3)
-    assert events[2]["default_streams"] == []
-    assert domain.fetch()["realm_default_streams"] == []
+@covers(
+    ("stream", "update"),
+    ("stream", "delete"),
+    ("stream", "create"),
+    ("subscription", "peer_add"),
+    ("subscription", "add"),
+)
+def test_archiving_and_unarchiving_keep_muted_channels_and_topics(domain):
+    hamlet, denmark = domain.id("hamlet"), domain.streams["Denmark"]
+    domain.run(
+        lambda ctx: do_update_subscription_properties(ctx, hamlet, [(denmark, "is_muted", True)])
+    )
+    domain.run(lambda ctx: do_mute_topic_legacy(ctx, hamlet, denmark, "walls", "add"))
+    domain.run(lambda ctx: do_send_stream_message(ctx, domain.id("othello"), denmark, "t", "hi"))
+    for capabilities in (MODERN, LEGACY):
+        domain.verify(
+            _archive(domain, denmark),
+            capabilities=capabilities,
+            fetch_event_types=["stream", "update_message_flags", "muted_topics", "subscription"],
+        )
+        events = domain.verify(
+            _unarchive(domain, denmark),
+            capabilities=capabilities,
+            fetch_event_types=["stream", "update_message_flags", "muted_topics", "subscription"],
+            num_events=1 if capabilities is MODERN else 3,
+        )
+        if capabilities is MODERN:
+            assert (events[0]["property"], events[0]["value"]) == ("is_archived", False)
 
 
-@covers(("stream", "delete"), ("default_streams", None))
-def test_deleting_a_stream_seen_by_a_non_subscriber(domain):
+@covers(
+    ("stream", "update"),
+    ("stream", "create"),
+    ("subscription", "peer_add"),
+    ("subscription", "add"),
+    ("subscription", "remove"),
+)
+@pytest.mark.parametrize("include_subscribers", [True, False])
+def test_unarchiving_a_stream_with_and_without_archived_channels(domain, include_subscribers):
+    iago, verona = domain.id("iago"), domain.streams["Verona"]
+    options = {"include_subscribers": include_subscribers}
+    # othello left Verona (an unsubscribed row); iago never joined it.
+    domain.run(_subscribe(domain, "iago", "Verona", "othello"))
+    domain.run(_unsubscribe(domain, "iago", "Verona", "othello"))
+    for user, legacy_events in (
+        ("hamlet", [("stream", "create"), ("subscription", "peer_add"), ("subscription", "add")]),
+        (
+            "othello",
+            [
+                ("stream", "create"),
+                ("subscription", "peer_add"),
+                ("subscription", "add"),
+                ("subscription", "remove"),
+            ],
+        ),
+        ("iago", [("stream", "create"), ("subscription", "peer_add")]),
+    ):
+        domain.run(_archive(domain, verona))
+        [update] = domain.verify(_unarchive(domain, verona, iago), user=user, **options)
+        assert (update["op"], update["property"], update["value"]) == (
+            "update",
+            "is_archived",
+            False,
+        )
+        domain.run(_archive(domain, verona))
+        events = domain.verify(
+            _unarchive(domain, verona, iago),
+            user=user,
+            capabilities=LEGACY,
+            num_events=len(legacy_events),
+            **options,
+        )
+        assert [(e["type"], e["op"]) for e in events] == legacy_events
+        assert events[0]["streams"][0]["is_archived"] is False
+        assert events[1]["user_ids"] == [domain.id("hamlet")]
+    # Nobody who cannot see it hears of it.
+    domain.run(_archive(domain, verona))
     domain.verify(
-        lambda ctx: do_delete_stream(ctx, None, domain.realm_id, domain.streams["Verona"]),
-        user="othello",
-        num_events=2,
+        _unarchive(domain, verona), user="polonius", num_events=0, state_change_expected=False
     )
 
 
-def test_deleting_a_private_stream_tells_no_outsider(domain):
-    for outsider in ("hamlet", "polonius"):
+@covers(("stream", "update"))
+def test_archiving_a_private_stream_tells_no_outsider(domain):
+    for outsider, capabilities in itertools.product(("hamlet", "polonius"), (MODERN, LEGACY)):
         scotland = domain.run(
             lambda ctx: do_create_stream(
                 ctx,
@@ -522,12 +642,157 @@ def test_deleting_a_private_stream_tells_no_outsider(domain):
                 subscribers=[domain.id("iago")],
             )
         )
-        domain.verify(
-            lambda ctx, s=scotland: do_delete_stream(ctx, None, domain.realm_id, s),
-            user=outsider,
-            num_events=0,
-            state_change_expected=False,
+        for action in (_archive(domain, scotland), _unarchive(domain, scotland)):
+            domain.verify(
+                action,
+                user=outsider,
+                capabilities=capabilities,
+                num_events=0,
+                state_change_expected=False,
+            )
+    # Its subscriber keeps it.
+    [event] = domain.verify(_archive(domain, scotland), user="iago")
+    assert event["value"] is True
+
+
+@covers(("subscription", "peer_remove"), ("subscription", "peer_add"))
+def test_subscriber_lists_of_archived_streams_follow_deactivation(domain):
+    othello, denmark = domain.id("othello"), domain.streams["Denmark"]
+    domain.run(_archive(domain, denmark))
+
+    def activity(active):
+        return _set_user(
+            domain,
+            "othello",
+            "is_active",
+            active,
+            lambda ctx: send_subscriber_activity(ctx, othello),
         )
+
+    for capabilities in (MODERN, LEGACY):
+        [gone] = domain.verify(
+            activity(False),
+            capabilities=capabilities,
+            fetch_event_types=STREAM_SECTIONS,
+            state_change_expected=capabilities is MODERN,
+        )
+        assert (gone["op"], gone["stream_ids"]) == ("peer_remove", [denmark])
+        domain.verify(
+            activity(True),
+            capabilities=capabilities,
+            fetch_event_types=STREAM_SECTIONS,
+            state_change_expected=capabilities is MODERN,
+        )
+
+
+@covers(("stream", "create"), ("subscription", "peer_add"), ("default_streams", None))
+def test_a_member_again_sees_archived_streams_only_with_archived_channels(domain):
+    othello, denmark = domain.id("othello"), domain.streams["Denmark"]
+    domain.run(_unsubscribe(domain, "iago", "Denmark", "othello"))
+    domain.run(_archive(domain, denmark))
+    guest, member = accounts.ROLES["guest"], accounts.ROLES["member"]
+
+    def role(new_role, was_guest):
+        return _set_user(
+            domain,
+            "othello",
+            "role",
+            new_role,
+            lambda ctx: send_stream_access_for_role(ctx, othello, was_guest),
+        )
+
+    for capabilities in (MODERN, LEGACY):
+        domain.run(role(guest, False))
+        # Verona and Denmark, the latter's subscribers as a peer_add of their own
+        events = domain.verify(
+            role(member, True),
+            user="othello",
+            capabilities=capabilities,
+            num_events=4,
+            fetch_event_types=STREAM_SECTIONS,
+        )
+        created = _by_id(events[0]["streams"])
+        assert (denmark in created) is (capabilities is MODERN)
+
+
+@covers(("subscription", "remove"))
+def test_leaving_an_archived_stream(domain):
+    denmark = domain.streams["Denmark"]
+    domain.run(_archive(domain, denmark))
+    [removed] = domain.verify(_unsubscribe(domain, "hamlet", "Denmark"))
+    assert removed["subscriptions"] == [{"name": "Denmark", "stream_id": denmark}]
+    left = _by_id(domain.fetch()["unsubscribed"])[denmark]
+    assert left["is_archived"] is True
+    domain.verify(
+        _unsubscribe(domain, "othello", "Denmark"),
+        user="othello",
+        capabilities=LEGACY,
+        state_change_expected=False,
+    )
+
+
+# -- refusals of archived streams ----------------------------------------------------
+
+
+def test_archived_streams_refuse_what_zulip_refuses(domain):
+    iago, hamlet, denmark, realm = (
+        domain.id("iago"),
+        domain.id("hamlet"),
+        domain.streams["Denmark"],
+        domain.realm_id,
+    )
+    _refused(domain, _unarchive(domain, denmark, iago), "Channel is not currently deactivated")
+    domain.run(_archive(domain, denmark, iago))
+    _refused(domain, _archive(domain, denmark, iago), "Channel is already deactivated")
+    _refused(
+        domain,
+        _unarchive(domain, denmark, hamlet),
+        "Must be an organization administrator",
+        "UNAUTHORIZED",
+    )
+    _refused(domain, _unarchive(domain, 10**15, iago), "Invalid channel ID")
+    # Nobody subscribes to it; its name stays taken.
+    _refused(
+        domain, _subscribe(domain, "hamlet", "denmark"), r"Unable to access channel \(Denmark\)\."
+    )
+    _refused(
+        domain,
+        lambda ctx: do_create_stream(ctx, iago, realm, "Denmark"),
+        r"Unable to access channel \(Denmark\)\.",
+    )
+    result = domain.run(
+        lambda ctx: do_add_subscriptions(
+            ctx, hamlet, realm, [StreamRequest("Denmark")], authorization_errors_fatal=False
+        )
+    )
+    assert result.unauthorized == ["Denmark"]
+    # Nobody sends to it.
+    _refused(
+        domain,
+        lambda ctx: do_send_stream_message(ctx, hamlet, denmark, "t", "hello"),
+        "Not authorized to send to channel 'Denmark'",
+    )
+    _refused(
+        domain,
+        lambda ctx: do_send_stream_message(ctx, hamlet, "Denmark", "t", "hello"),
+        "Not authorized to send to channel 'Denmark'",
+    )
+    # A stream that took its name meanwhile keeps it.
+    domain.run(lambda ctx: do_rename_stream(ctx, iago, realm, domain.streams["Verona"], "Denmark"))
+    _refused(domain, _unarchive(domain, denmark, iago), "Channel named Denmark already exists")
+    # A private stream nobody is subscribed to stays archived.
+    lonely = domain.run(
+        lambda ctx: do_create_stream(
+            ctx, None, realm, next(_names), invite_only=True, subscribers=[domain.id("othello")]
+        )
+    )
+    domain.run(_archive(domain, lonely))
+    domain.run(
+        lambda ctx: ctx.conn.execute(
+            "UPDATE subscriptions SET active = false WHERE stream_id = %s", (lonely,)
+        )
+    )
+    _refused(domain, _unarchive(domain, lonely), "Channel is private and have no subscribers")
 
 
 # -- default streams ----------------------------------------------------------------

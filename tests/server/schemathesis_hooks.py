@@ -37,7 +37,11 @@ SELECT md5(concat_ws('|',
      JOIN users u ON u.id = x.user_id WHERE u.realm_id = %(r)s),
   (SELECT string_agg(x::text, ',' ORDER BY x::text) FROM presences x WHERE realm_id = %(r)s),
   (SELECT string_agg(x::text, ',' ORDER BY x::text) FROM default_streams x
-     WHERE realm_id = %(r)s)
+     WHERE realm_id = %(r)s),
+  (SELECT string_agg(x::text, ',' ORDER BY x::text) FROM custom_profile_fields x
+     WHERE realm_id = %(r)s),
+  (SELECT string_agg(x::text, ',' ORDER BY x::text) FROM custom_profile_field_values x
+     JOIN users u ON u.id = x.user_id WHERE u.realm_id = %(r)s)
 ))
 """
 

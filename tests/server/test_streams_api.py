@@ -257,8 +257,8 @@ def test_the_zulip_clients_stream_methods(server, domain, apis):
         ("stream", "update"),
         ("default_streams", None),
         ("subscription", "peer_remove"),
-        ("stream", "delete"),
         ("default_streams", None),
+        ("stream", "delete"),
     ]
     # A member may not manage streams.
     refused = hamlet.update_stream({"stream_id": domain.streams["Denmark"], "new_name": "Mine"})
@@ -436,3 +436,62 @@ def test_unauthenticated_and_wrong_methods(server):
     response = requests.get(f"{server.url}/api/v1/streams/abc", timeout=10)
     assert response.status_code == 404
     assert response.json()["result"] == "error"
+
+
+# -- archiving and unarchiving -------------------------------------------------------
+
+
+def test_archiving_keeps_subscriptions_and_history_and_unarchiving_brings_it_back(apis, domain):
+    denmark = domain.streams["Denmark"]
+    iago, hamlet = apis["iago"], apis["hamlet"]
+    watcher = Watcher(hamlet)
+    sent = ok(
+        iago.request("POST", "messages", type="stream", to="Denmark", topic="t", content="hi")
+    )
+
+    ok(iago.request("DELETE", f"streams/{denmark}"))
+    kinds, events = watcher.events()
+    assert kinds == [("stream", "delete")]  # the watcher did not declare archived_channels
+    body = error(iago.request("DELETE", f"streams/{denmark}"))
+    assert body["msg"] == "Channel is already deactivated"
+
+    # Its history stays readable; nobody sends to it or joins it.
+    history = ok(
+        hamlet.request(
+            "GET",
+            "messages",
+            anchor="newest",
+            num_before=5,
+            num_after=0,
+            narrow=[{"operator": "channel", "operand": denmark}],
+        )
+    )
+    assert sent["id"] in [m["id"] for m in history["messages"]]
+    body = error(
+        hamlet.request("POST", "messages", type="stream", to="Denmark", topic="t", content="x")
+    )
+    assert body["msg"] == "Not authorized to send to channel 'Denmark'"
+    body = error(
+        hamlet.request("POST", "users/me/subscriptions", subscriptions=[{"name": "Denmark"}])
+    )
+    assert body["msg"] == "Unable to access channel (Denmark)."
+    assert "Denmark" not in names(ok(hamlet.request("GET", "streams"))["streams"])
+    listed = ok(hamlet.request("GET", "streams", exclude_archived=False))["streams"]
+    assert [s["is_archived"] for s in listed if s["stream_id"] == denmark] == [True]
+
+    # Unarchiving: administrators only, `is_archived` false.
+    body = error(hamlet.request("PATCH", f"streams/{denmark}", is_archived=False), 403)
+    assert body["code"] == "UNAUTHORIZED"
+    body = error(iago.request("PATCH", f"streams/{denmark}", is_archived="maybe"))
+    assert body["msg"] == 'Argument "is_archived" is not valid JSON.'
+    body = error(iago.request("PATCH", f"streams/{denmark}", is_archived=1))
+    assert body["msg"] == "is_archived is not a boolean"
+    ok(iago.request("PATCH", f"streams/{denmark}", is_archived=True))  # nothing, as Zulip
+    ok(iago.request("PATCH", f"streams/{denmark}", is_archived=False))
+    kinds, events = watcher.events()
+    assert kinds == [("stream", "create"), ("subscription", "peer_add"), ("subscription", "add")]
+    [subscription] = events[2]["subscriptions"]
+    assert (subscription["name"], subscription["is_archived"]) == ("Denmark", False)
+    body = error(iago.request("PATCH", f"streams/{denmark}", is_archived=False))
+    assert body["msg"] == "Channel is not currently deactivated"
+    ok(hamlet.request("POST", "messages", type="stream", to="Denmark", topic="t", content="back"))

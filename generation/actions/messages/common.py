@@ -17,6 +17,7 @@ from typing import Literal
 from psycopg.rows import class_row
 
 from generation.actions.base import ROLE_GUEST, ActionError, Connection, UserRow
+from generation.actions.messages.mentions import mentionable_groups
 from generation.markdown import Person, Rendered, possible_mentions, render
 
 # Zulip's limits (MAX_MESSAGE_LENGTH, MAX_TOPIC_NAME_LENGTH); the schema checks them too.
@@ -40,6 +41,8 @@ class _Stream:
     name: str
     invite_only: bool
     subscribed: bool
+    # Archived: kept visible to its viewers, refused to every sender.
+    deactivated: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -127,11 +130,16 @@ def _no_such_stream(stream: int | str) -> ActionError:
     return ActionError(f"Channel '{stream}' does not exist", "STREAM_DOES_NOT_EXIST")
 
 
-async def _stream_for_sender(conn: Connection, sender: UserRow, stream: int | str) -> _Stream:
+async def _stream_for_sender(
+    conn: Connection, sender: UserRow, stream: int | str, *, archived_known: bool = True
+) -> _Stream:
     """The channel `sender` may post to (by id, or by name ignoring case).
     Members post to public channels and to private ones they belong to;
     guests only to channels they belong to. Channels a user cannot see are
-    reported as nonexistent."""
+    reported as nonexistent; an archived one they can see is refused as
+    Zulip's access_stream_for_send_message does ("Not authorized to send to
+    channel ..."), or as nonexistent without `archived_known` (typing:
+    Zulip's access_stream_by_id)."""
     if isinstance(stream, str) and (len(stream) > 60 or "\x00" in stream):
         raise _no_such_stream(stream)  # no channel has such a name
     where = "s.id = %s" if isinstance(stream, int) else "lower(s.name) = lower(%s)"
@@ -141,17 +149,21 @@ async def _stream_for_sender(conn: Connection, sender: UserRow, stream: int | st
         SELECT s.id, s.name, s.invite_only,
                EXISTS (SELECT 1 FROM subscriptions sub
                        WHERE sub.stream_id = s.id AND sub.user_id = %s AND sub.active)
-                   AS subscribed
+                   AS subscribed,
+               s.deactivated
         FROM streams s
-        WHERE s.realm_id = %s AND NOT s.deactivated AND {where}
+        WHERE s.realm_id = %s AND (NOT s.deactivated OR %s) AND {where}
+        ORDER BY s.deactivated, s.id LIMIT 1
         """,  # noqa: S608 (a fixed condition)
-        (sender.id, sender.realm_id, stream),
+        (sender.id, sender.realm_id, archived_known, stream),
     )
     found = await cur.fetchone()
     if found is None or (not found.subscribed and (sender.is_guest or found.invite_only)):
         if found is not None and found.invite_only and sender.is_admin:
             raise ActionError(f"Not authorized to send to channel '{found.name}'")
         raise _no_such_stream(stream)
+    if found.deactivated:
+        raise ActionError(f"Not authorized to send to channel '{found.name}'")
     return found
 
 
@@ -284,7 +296,11 @@ async def _people(conn: Connection, realm_id: int, content: str) -> list[Person]
 
 
 async def _render(conn: Connection, realm_id: int, content: str) -> Rendered:
-    return render(content, await _people(conn, realm_id, content))
+    """The content rendered with the people and groups it may mention; a
+    group's members are added by `mentions.with_group_members`, which needs
+    the sender."""
+    people = await _people(conn, realm_id, content)
+    return render(content, people, await mentionable_groups(conn, realm_id, content))
 
 
 async def _users_by_ids_or_emails(

@@ -33,6 +33,8 @@ from generation.actions.messages.common import (
     normalize_content,
     normalize_topic,
 )
+from generation.actions.messages.mentions import with_group_members
+from generation.actions.personal.alert_words import alerted_recipient_ids
 from generation.markdown import Rendered, is_me_message
 
 # A sender who started editing just before the limit may save just after it
@@ -62,14 +64,14 @@ def _can_modify(user: UserRow, message: _Message) -> bool:
     return message.subscribed or (not message.invite_only and not user.is_guest)
 
 
-_FLAG_NAMES = ("read", "starred", "mentioned", "wildcard_mentioned")
+_FLAG_NAMES = ("read", "starred", "mentioned", "wildcard_mentioned", "has_alert_word")
 
 
 async def _flags_of(conn: Connection, message_id: int) -> dict[int, list[str]]:
     """Every recipient's flags on a message, in Zulip's order."""
     cur = await conn.execute(
         """
-        SELECT user_id, read, starred, mentioned, wildcard_mentioned
+        SELECT user_id, read, starred, mentioned, wildcard_mentioned, has_alert_word
         FROM user_messages WHERE message_id = %s
         """,
         (message_id,),
@@ -84,7 +86,8 @@ async def _flags_on(conn: Connection, wanted: Mapping[int, int]) -> dict[int, li
     """Each user's flags on one message of theirs (`wanted`: user -> message)."""
     cur = await conn.execute(
         """
-        SELECT um.user_id, um.read, um.starred, um.mentioned, um.wildcard_mentioned
+        SELECT um.user_id, um.read, um.starred, um.mentioned, um.wildcard_mentioned,
+               um.has_alert_word
         FROM unnest(%s::bigint[], %s::bigint[]) AS w(user_id, message_id)
         JOIN user_messages um ON um.user_id = w.user_id AND um.message_id = w.message_id
         """,
@@ -153,8 +156,9 @@ async def do_update_message(
     the content, within `message_content_edit_limit_seconds` of sending
     (when set); the sender, administrators and members (not guests) edit
     the topic of a channel message, for this message only, the later ones of
-    its topic, or the whole topic (`propagate_mode`). Mention flags follow
-    the new content. One `update_message` event to everyone who may see the
+    its topic, or the whole topic (`propagate_mode`). Mention flags (user
+    groups' members included) and `has_alert_word` follow the new content,
+    for everyone who holds the message. One `update_message` event to everyone who may see the
     messages, each with their own flags for `message_id`.
     """
     conn = ctx.conn
@@ -233,6 +237,7 @@ async def _store_edit(conn: Connection, edit: _Edit) -> tuple[list[int], Rendere
     rendered = None
     if edit.new_content is not None:
         rendered = await _render(conn, edit.actor.realm_id, edit.new_content)
+        rendered = await with_group_members(conn, edit.actor, rendered)
         # One entry per edit: a topic changed with the content is in the
         # entry the move just added.
         prev = (
@@ -257,14 +262,19 @@ async def _store_edit(conn: Connection, edit: _Edit) -> tuple[list[int], Rendere
                 "user": edit.actor.id,
             },
         )
+        # Zulip's update_user_message_flags: mentions and alert words are
+        # recounted for everyone who holds the message.
+        alerted = await alerted_recipient_ids(conn, message.id, edit.new_content)
         await conn.execute(
             """
-            UPDATE user_messages SET mentioned = user_id = ANY(%s), wildcard_mentioned = %s
+            UPDATE user_messages SET mentioned = user_id = ANY(%s), wildcard_mentioned = %s,
+                   has_alert_word = user_id = ANY(%s)
             WHERE message_id = %s
             """,
             (
                 sorted(rendered.mentioned_user_ids),
                 rendered.wildcard and message.stream_id is not None,
+                sorted(alerted),
                 message.id,
             ),
         )

@@ -1,17 +1,34 @@
-"""Emoji reactions to messages."""
+"""Emoji reactions to messages, and the emoji rules they share with the
+user status (`check_emoji`).
+
+An emoji is Unicode (`unicode_emoji`: its code is its code points), one of
+the realm's custom emoji (`realm_emoji`: its code is the custom emoji's id,
+generation/actions/realm_config/emoji.py) or Zulip's extra emoji `zulip`.
+Zulip's rules (zerver/lib/emoji.py): a client may name an emoji by name
+alone, and an active custom emoji of that name wins over a Unicode one;
+a new reaction or status may use only an active custom emoji, while a
+reaction of one deactivated since stays, may still be removed, and may
+still be voted for (reacting with the same emoji as someone already did
+takes that reaction's name, unchecked).
+"""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from generation.actions.base import ActionContext, ActionError, UserRow, get_user
+from generation.actions.base import ActionContext, ActionError, Connection, UserRow, get_user
 from generation.actions.messages.common import _audience, _messages
 
 REACTION_TYPES = ("unicode_emoji", "realm_emoji", "zulip_extra_emoji")
 
-_EMOJI_NAME = re.compile(r"[a-z0-9_+-]{1,60}")
+# A name: Zulip's Unicode names, and custom emoji names (lower-case letters,
+# digits, '.', '-', '_'; at most 100 characters, realm_config/emoji.py).
+_EMOJI_NAME = re.compile(r"[a-z0-9_.+-]{1,100}")
 _EMOJI_CODE = re.compile(r"[0-9a-f]{1,8}(-[0-9a-f]{1,8}){0,9}")
+# A custom emoji's code: its id, a positive bigint.
+_REALM_EMOJI_CODE = re.compile(r"[1-9][0-9]{0,18}")
+_MAX_ID = 2**63 - 1
 
 # Zulip's names of common Unicode emoji, for reactions sent by name only.
 # (Zulip resolves names through its full emoji table; a client may always
@@ -29,32 +46,88 @@ EMOJI_CODES = {
 }  # fmt: skip
 
 
-def check_emoji(
-    name: str | None, code: str | None, reaction_type: str | None
-) -> tuple[str, str, str]:
-    """(name, code, type) of a reaction (or a status emoji) from what a client gave: a Unicode
-    emoji by name (common names only) or by name and code, or Zulip's extra
-    emoji `zulip`. eventq has no custom (realm) emoji."""
-    kind = reaction_type or "unicode_emoji"
-    if kind not in REACTION_TYPES:
-        raise ActionError(f"Invalid emoji type: '{kind}'")
-    if name is None or not _EMOJI_NAME.fullmatch(name):
+def _realm_emoji_id(code: str) -> int | None:
+    """The custom emoji id a code names, None if it names none."""
+    if not _REALM_EMOJI_CODE.fullmatch(code) or int(code) > _MAX_ID:
+        return None
+    return int(code)
+
+
+async def resolve_emoji(
+    conn: Connection, realm_id: int, name: str, code: str | None, reaction_type: str | None
+) -> tuple[str, str]:
+    """(code, type) of an emoji as a client named it, Zulip's defaults filling
+    what it left out (`get_emoji_data`): the realm's active custom emoji of
+    that name, else `zulip`, else a Unicode emoji eventq knows by name. A
+    name eventq does not know, with a code, is Unicode (eventq has no full
+    table of Unicode names). Not yet checked: see `check_emoji_request`."""
+    if reaction_type is not None and reaction_type not in REACTION_TYPES:
+        raise ActionError(f"Invalid emoji type: '{reaction_type}'")
+    if code is not None and reaction_type is not None:
+        return code, reaction_type
+    if not _EMOJI_NAME.fullmatch(name):
         raise ActionError("Invalid emoji name.")
-    if kind == "realm_emoji":
-        raise ActionError("Invalid custom emoji.")
-    if kind == "zulip_extra_emoji":
-        if name != "zulip" or code not in (None, "zulip"):
+    cur = await conn.execute(
+        "SELECT id FROM realm_emoji WHERE realm_id = %s AND name = %s AND NOT deactivated",
+        (realm_id, name),
+    )
+    row = await cur.fetchone()
+    found: tuple[str, str] | None
+    if row is not None:
+        found = (str(row[0]), "realm_emoji")
+    elif name == "zulip":
+        found = ("zulip", "zulip_extra_emoji")
+    elif name in EMOJI_CODES:
+        found = (EMOJI_CODES[name], "unicode_emoji")
+    elif code is not None:
+        found = (code, "unicode_emoji")
+    else:
+        raise ActionError(f"Emoji '{name}' does not exist")
+    return code if code is not None else found[0], reaction_type or found[1]
+
+
+async def check_emoji_request(
+    conn: Connection, realm_id: int, name: str, code: str, reaction_type: str
+) -> None:
+    """`ActionError` unless (name, code, type) is an emoji a new reaction or
+    status may use in the realm (Zulip's `check_emoji_request`)."""
+    if reaction_type == "realm_emoji":
+        emoji_id = _realm_emoji_id(code)
+        row = None
+        if emoji_id is not None:
+            cur = await conn.execute(
+                "SELECT name, deactivated FROM realm_emoji WHERE id = %s AND realm_id = %s",
+                (emoji_id, realm_id),
+            )
+            row = await cur.fetchone()
+        if row is None:
+            raise ActionError("Invalid custom emoji.")
+        if row[0] != name:
+            raise ActionError("Invalid custom emoji name.")
+        if row[1]:
+            raise ActionError("This custom emoji has been deactivated.")
+    elif reaction_type == "zulip_extra_emoji":
+        if code != "zulip":
+            raise ActionError("Invalid emoji code.")
+        if name != code:
             raise ActionError("Invalid emoji name.")
-        return name, "zulip", kind
-    known = EMOJI_CODES.get(name)
-    if code is None:
-        if known is None:
-            raise ActionError(f"Emoji '{name}' does not exist")
-        return name, known, kind
-    if not _EMOJI_CODE.fullmatch(code):
-        raise ActionError("Invalid emoji code.")
-    if known is not None and known != code:
-        raise ActionError("Invalid emoji name.")
+    else:
+        if not _EMOJI_NAME.fullmatch(name):
+            raise ActionError("Invalid emoji name.")
+        if not _EMOJI_CODE.fullmatch(code):
+            raise ActionError("Invalid emoji code.")
+        known = EMOJI_CODES.get(name)
+        if known is not None and known != code:
+            raise ActionError("Invalid emoji name.")
+
+
+async def check_emoji(
+    conn: Connection, realm_id: int, name: str, code: str | None, reaction_type: str | None
+) -> tuple[str, str, str]:
+    """(name, code, type) of a new reaction or status emoji from what a
+    client gave, checked: `resolve_emoji`, then `check_emoji_request`."""
+    code, kind = await resolve_emoji(conn, realm_id, name, code, reaction_type)
+    await check_emoji_request(conn, realm_id, name, code, kind)
     return name, code, kind
 
 
@@ -83,12 +156,29 @@ async def do_add_reaction(
     reaction_type: str | None = None,
 ) -> None:
     """React to a message the user can see with an emoji; a `reaction` add
-    event to everyone who may see the message."""
+    event to everyone who may see the message. The same emoji (code and
+    type) as a reaction already on the message is a vote for it: it takes
+    that reaction's name, and is not checked (Zulip's `check_add_reaction`:
+    a custom emoji deactivated since may still be voted for)."""
     conn = ctx.conn
-    emoji = check_emoji(emoji_name, emoji_code, reaction_type)
+    # What needs no lookup is refused first, whatever the message.
+    if reaction_type is not None and reaction_type not in REACTION_TYPES:
+        raise ActionError(f"Invalid emoji type: '{reaction_type}'")
+    if not _EMOJI_NAME.fullmatch(emoji_name):
+        raise ActionError("Invalid emoji name.")
     async with ctx.transaction() as outbox:
         user = await get_user(conn, user_id)
         [message] = await _messages(conn, user, [message_id])
+        code, kind = await resolve_emoji(conn, user.realm_id, emoji_name, emoji_code, reaction_type)
+        cur = await conn.execute(
+            "SELECT emoji_name FROM reactions"
+            " WHERE message_id = %s AND emoji_code = %s AND reaction_type = %s LIMIT 1",
+            (message.id, code, kind),
+        )
+        voted = await cur.fetchone()
+        if voted is None:
+            await check_emoji_request(conn, user.realm_id, emoji_name, code, kind)
+        emoji = (emoji_name if voted is None else voted[0], code, kind)
         cur = await conn.execute(
             """
             INSERT INTO reactions (message_id, user_id, emoji_name, emoji_code, reaction_type)
@@ -113,8 +203,11 @@ async def do_remove_reaction(
     reaction_type: str | None = None,
 ) -> None:
     """Remove the user's own reaction, named by `emoji_code` (and type) or by
-    `emoji_name`; a `reaction` remove event to everyone who may see the
-    message."""
+    `emoji_name` (whatever its type: eventq matches the stored name, as it
+    has no full table of Unicode names to look codes up in); a `reaction`
+    remove event to everyone who may see the message. Nothing is checked
+    against the realm's custom emoji, so a reaction of a deactivated one is
+    removed like any other (Zulip's `remove_reaction`)."""
     conn = ctx.conn
     kind = reaction_type or "unicode_emoji"
     if kind not in REACTION_TYPES:
@@ -123,7 +216,11 @@ async def do_remove_reaction(
         raise ActionError(
             "At least one of the following arguments must be present: emoji_name, emoji_code"
         )
-    if emoji_code is not None and not (_EMOJI_CODE.fullmatch(emoji_code) or emoji_code == "zulip"):
+    if emoji_code is not None and not (
+        _EMOJI_CODE.fullmatch(emoji_code)
+        or emoji_code == "zulip"
+        or _realm_emoji_id(emoji_code) is not None
+    ):
         raise ActionError("Invalid emoji code.")
     if emoji_code is None and emoji_name is not None and not _EMOJI_NAME.fullmatch(emoji_name):
         raise ActionError("Invalid emoji name.")

@@ -17,6 +17,7 @@ from generation.actions.messages.common import (
     normalize_content,
     normalize_topic,
 )
+from generation.actions.messages.mentions import with_group_members
 from generation.actions.messages.submessages import insert_submessage
 from generation.actions.messages.widgets import WIDGET_MSG_TYPE, widget_content
 from generation.actions.personal.alert_words import alerted_user_ids
@@ -205,6 +206,7 @@ async def do_send_stream_message(
             raise ActionError("Topics are required in this organization.")
         content = normalize_content(content)
         rendered = await _render(conn, sender.realm_id, content)
+        rendered = await with_group_members(conn, sender, rendered)
         recipients = await _subscriber_ids(conn, [target.id]) | {sender.id}
         flags = {
             uid: _flags(uid, sender.id, rendered, stream=True, read_by_sender=read_by_sender)
@@ -261,6 +263,7 @@ async def do_send_direct_message(
         ids = sorted(participants)
         content = normalize_content(content)
         rendered = await _render(conn, sender.realm_id, content)
+        rendered = await with_group_members(conn, sender, rendered)
         flags = {
             uid: _flags(uid, sender.id, rendered, stream=False, read_by_sender=read_by_sender)
             for uid in ids

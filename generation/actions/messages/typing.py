@@ -59,7 +59,7 @@ async def do_send_stream_typing(
     async with ctx.transaction() as outbox:
         sender = await get_user(conn, sender_id)
         event = _typing_event(op, sender, "stream")
-        target = await _stream_for_sender(conn, sender, stream_id)
+        target = await _stream_for_sender(conn, sender, stream_id, archived_known=False)
         event["stream_id"] = target.id
         event["topic"] = normalize_topic(topic)
         subscribers = await _subscriber_ids(conn, [target.id])

@@ -15,6 +15,7 @@ read) and whose alert words a message contains
 from generation.actions.personal.alert_words import (
     MAX_ALERT_WORD_LENGTH,
     MAX_ALERT_WORDS,
+    alerted_recipient_ids,
     alerted_user_ids,
     contains_alert_word,
     do_add_alert_words,
@@ -45,7 +46,12 @@ from generation.actions.personal.snippets import (
     do_edit_saved_snippet,
     user_saved_snippets,
 )
-from generation.actions.personal.status import MAX_STATUS_TEXT, do_update_user_status
+from generation.actions.personal.status import (
+    MAX_STATUS_TEXT,
+    do_update_user_status,
+    format_status,
+    user_status,
+)
 from generation.actions.personal.topics import (
     MAX_USER_TOPICS,
     MUTED_TOPIC_OPS,
@@ -66,6 +72,7 @@ __all__ = [
     "MUTED_TOPIC_OPS",
     "VISIBILITY_POLICIES",
     "DraftData",
+    "alerted_recipient_ids",
     "alerted_user_ids",
     "contains_alert_word",
     "delete_all_drafts",
@@ -82,6 +89,7 @@ __all__ = [
     "do_set_user_topic_visibility_policy",
     "do_unmute_user",
     "do_update_user_status",
+    "format_status",
     "get_drafts",
     "muted_topics",
     "muted_users",
@@ -89,4 +97,5 @@ __all__ = [
     "user_alert_words",
     "user_drafts",
     "user_saved_snippets",
+    "user_status",
 ]

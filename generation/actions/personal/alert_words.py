@@ -4,7 +4,8 @@ Words are kept in the order they were added, each once whatever its letter
 case (the first spelling stays). Every change sends the whole list
 (`alert_words`) to the user only. A message sent afterwards gets the
 `has_alert_word` flag for each recipient whose word it contains
-(`alerted_user_ids`, read by message sending).
+(`alerted_user_ids`, read by message sending), and an edit of its content
+recounts the flag for everyone who holds it (`alerted_recipient_ids`).
 """
 
 from __future__ import annotations
@@ -74,6 +75,21 @@ async def alerted_user_ids(conn: Connection, user_ids: Collection[int], content:
     cur = await conn.execute(
         "SELECT user_id, word FROM alert_words WHERE user_id = ANY(%s) AND strpos(%s, folded) > 0",
         (list(user_ids), content.lower()),
+    )
+    return {
+        int(user_id) for user_id, word in await cur.fetchall() if contains_alert_word(content, word)
+    }
+
+
+async def alerted_recipient_ids(conn: Connection, message_id: int, content: str) -> set[int]:
+    """Of the users who hold `message_id` (a row in `user_messages`), those
+    with an alert word that `content` contains: an edit's recount, with the
+    prefilter of `alerted_user_ids`, in one query."""
+    cur = await conn.execute(
+        "SELECT a.user_id, a.word FROM user_messages um"
+        " JOIN alert_words a ON a.user_id = um.user_id"
+        " WHERE um.message_id = %s AND strpos(%s, a.folded) > 0",
+        (message_id, content.lower()),
     )
     return {
         int(user_id) for user_id, word in await cur.fetchall() if contains_alert_word(content, word)

@@ -2,21 +2,78 @@
 
 Zulip's rules (`POST users/me/status`): each field the request leaves out
 (None) keeps its value, an empty string clears it, and an emoji is set or
-cleared as a whole (name, code and type). The `user_status` event carries
-exactly the fields the request set and goes to every active user of the
-realm: eventq models no restriction on who may see whom (Zulip's
-`can_access_all_users_group` at its default, everyone).
+cleared as a whole (name, code and type); the emoji follows the rules of a
+new reaction (`check_emoji`: one of the realm's active custom emoji, by
+name or by its id as the code, is accepted, a deactivated one refused; a
+status set before its emoji was deactivated keeps it). The `user_status`
+event carries exactly the fields the request set and goes to every active
+user of the realm: eventq models no restriction on who may see whom
+(Zulip's `can_access_all_users_group` at its default, everyone).
+
+`GET users/{id}/status` reads one user's status (`user_status`) as
+register's `user_status` shows it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from generation.actions.base import ActionContext, ActionError, active_user_ids, get_user
+from generation.actions.base import (
+    ActionContext,
+    ActionError,
+    Connection,
+    active_user_ids,
+    get_user,
+)
 from generation.actions.messages.reactions import check_emoji
 
 # Zulip's limit on `status_text`.
 MAX_STATUS_TEXT = 60
+
+
+def format_status(
+    *, away: bool, status_text: str, emoji_name: str, emoji_code: str, reaction_type: str
+) -> dict[str, Any]:
+    """A stored status as Zulip shows it: only what is set
+    (`format_user_status`), the emoji as a whole."""
+    status: dict[str, Any] = {}
+    if away:
+        status["away"] = True
+    if status_text:
+        status["status_text"] = status_text
+    if emoji_name:
+        status.update(emoji_name=emoji_name, emoji_code=emoji_code, reaction_type=reaction_type)
+    return status
+
+
+async def user_status(conn: Connection, realm_id: int, user_id: int) -> dict[str, Any]:
+    """The status of a user of the realm (`{}` if they never set one), with
+    Zulip's refusals (`access_user_by_id`): "No such user" for an id that is
+    no user of the realm or a bot, "User is deactivated" for a deactivated
+    user."""
+    cur = await conn.execute(
+        """
+        SELECT u.is_bot, u.is_active, s.away, s.status_text, s.emoji_name, s.emoji_code,
+               s.reaction_type
+        FROM users u LEFT JOIN user_statuses s ON s.user_id = u.id
+        WHERE u.id = %s AND u.realm_id = %s
+        """,
+        (user_id, realm_id),
+    )
+    row = await cur.fetchone()
+    if row is None or row[0]:
+        raise ActionError("No such user")
+    if not row[1]:
+        raise ActionError("User is deactivated")
+    if row[2] is None:  # no status row
+        return {}
+    return format_status(
+        away=row[2],
+        status_text=row[3],
+        emoji_name=row[4],
+        emoji_code=row[5],
+        reaction_type=row[6],
+    )
 
 
 async def do_update_user_status(
@@ -40,17 +97,19 @@ async def do_update_user_status(
             raise ActionError("status_text must not contain null bytes")
     if away is None and status_text is None and emoji_name is None:
         raise ActionError("Client did not pass any new values.")
-    emoji: tuple[str, str, str] | None = None
-    if emoji_name == "":
-        emoji = ("", "", "unicode_emoji")  # clears the emoji
-    elif emoji_name is not None:
-        emoji = check_emoji(emoji_name, emoji_code, reaction_type)
-    elif emoji_code or reaction_type:
+    if emoji_name is None and (emoji_code or reaction_type):
         raise ActionError(
             "Client must pass emoji_name if they pass either emoji_code or reaction_type."
         )
     user = await get_user(ctx.conn, user_id)
     async with ctx.transaction() as outbox:
+        emoji: tuple[str, str, str] | None = None
+        if emoji_name == "":
+            emoji = ("", "", "unicode_emoji")  # clears the emoji
+        elif emoji_name is not None:
+            emoji = await check_emoji(
+                ctx.conn, user.realm_id, emoji_name, emoji_code, reaction_type
+            )
         await ctx.conn.execute(
             "INSERT INTO user_statuses (user_id) VALUES (%s) ON CONFLICT DO NOTHING", (user.id,)
         )

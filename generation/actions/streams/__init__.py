@@ -2,7 +2,8 @@
 subscribing by name and creating the missing streams, unsubscribing
 (`subscriptions`), the user's own settings of a subscription
 (`subscription_settings`), renaming a stream and changing its description
-or privacy (`update`), archiving one (`archive`), the realm's default
+or privacy (`update`), archiving one (`archive`) and unarchiving it
+(`unarchive`), the realm's default
 streams (`defaults`) and what changes to a user mean for streams
 (`user_changes`), a module each, over the subscribing and unsubscribing they
 share (`membership`) and their rows, checks, lookups and event senders
@@ -14,6 +15,10 @@ Every event about a stream goes to exactly the users who can see it (or who
 just gained or lost sight of it), so nothing about a private stream reaches
 anyone else; `apply_events/fetch/streams.py` builds the state by the same
 rule.
+
+An archived stream keeps its subscriptions and its viewers (Zulip since
+feature level 315); nobody sends to it or subscribes to it, and only
+clients with the `archived_channels` capability hold it.
 
 Invariant kept here: an unsubscribed (inactive) subscription row exists only
 for a stream its user can still see. Whoever loses sight of a stream loses
@@ -50,6 +55,7 @@ from generation.actions.streams.subscriptions import (
     do_create_stream,
     do_remove_subscriptions,
 )
+from generation.actions.streams.unarchive import do_unarchive_stream
 from generation.actions.streams.update import (
     do_change_stream_description,
     do_change_stream_invite_only,
@@ -81,6 +87,7 @@ __all__ = [
     "do_remove_default_stream",
     "do_remove_subscriptions",
     "do_rename_stream",
+    "do_unarchive_stream",
     "do_update_subscription_properties",
     "send_stream_access_for_role",
     "send_subscriber_activity",

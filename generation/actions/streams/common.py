@@ -33,7 +33,8 @@ MAX_DESCRIPTION_LENGTH = 1024
 
 _STREAM_COLUMNS = """
     id, realm_id, name, description, invite_only,
-    floor(extract(epoch FROM date_created))::bigint AS date_created
+    floor(extract(epoch FROM date_created))::bigint AS date_created,
+    deactivated
 """
 
 
@@ -46,6 +47,8 @@ class StreamRow:
     invite_only: bool
     # UNIX seconds
     date_created: int
+    # Archived (Zulip's `is_archived`): its subscriptions are kept.
+    deactivated: bool = False
 
     def basic(self) -> dict[str, Any]:
         """The stream object of events (`BasicStream`)."""
@@ -56,6 +59,7 @@ class StreamRow:
             "rendered_description": render_description(self.description),
             "invite_only": self.invite_only,
             "date_created": self.date_created,
+            "is_archived": self.deactivated,
             **CHANNEL_POLICIES,
         }
 
@@ -118,6 +122,19 @@ async def _lock_streams(conn: Connection, realm_id: int, where: str, args: Any) 
     return await cur.fetchall()
 
 
+async def _lock_any_streams(
+    conn: Connection, realm_id: int, where: str, args: Any
+) -> list[StreamRow]:
+    """Streams of the realm matching `where`, archived ones included, locked, by id."""
+    cur = conn.cursor(row_factory=class_row(StreamRow))
+    await cur.execute(
+        f"SELECT {_STREAM_COLUMNS} FROM streams"  # noqa: S608 (fixed SQL fragments)
+        f" WHERE realm_id = %s AND {where} ORDER BY id FOR UPDATE",
+        (realm_id, *args),
+    )
+    return await cur.fetchall()
+
+
 async def _lock_realm_defaults(conn: Connection, realm_id: int) -> None:
     """Serialize changes of the realm's default streams, so that each
     `default_streams` event carries the list as of its own commit. Taken
@@ -145,6 +162,17 @@ async def _visible_stream(
     """The stream, locked, if the actor can see it; otherwise the same error
     as for a stream that does not exist."""
     found = await _lock_streams(conn, realm_id, "id = %s", (stream_id,))
+    if not found or not await _can_see(conn, actor, found[0]):
+        raise ActionError("Invalid channel ID")
+    return found[0]
+
+
+async def _visible_stream_any(
+    conn: Connection, actor: UserRow | None, realm_id: int, stream_id: int
+) -> StreamRow:
+    """The stream, archived or not, locked, if the actor can see it (its
+    subscribers keep it when it is archived); otherwise "Invalid channel ID"."""
+    found = await _lock_any_streams(conn, realm_id, "id = %s", (stream_id,))
     if not found or not await _can_see(conn, actor, found[0]):
         raise ActionError("Invalid channel ID")
     return found[0]

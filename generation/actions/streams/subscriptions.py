@@ -15,6 +15,7 @@ from generation.actions.streams.common import (
     StreamRow,
     _actor,
     _can_see,
+    _lock_any_streams,
     _lock_streams,
     _require_admin,
     _resolve_principals,
@@ -71,8 +72,9 @@ async def do_add_subscriptions(
     """Subscribe `principals` (user ids or emails; default: the actor) to
     the named streams, creating the missing ones (public unless
     `invite_only`). Only administrators subscribe others; guests neither
-    create streams nor subscribe themselves. A stream the actor cannot see
-    is refused, or skipped and listed as unauthorized when not fatal."""
+    create streams nor subscribe themselves. A stream the actor cannot see,
+    or an archived one, is refused, or skipped and listed as unauthorized
+    when not fatal."""
     names: dict[str, StreamRequest] = {}
     for request in requests:
         name = check_stream_name(request.name)
@@ -96,13 +98,24 @@ async def do_add_subscriptions(
                 conn, realm_id, "lower(name) = ANY(%s)", (list(names),)
             )
         }
+        # An archived stream keeps its name; nobody subscribes to it.
+        archived = {
+            stream.name.lower(): stream
+            for stream in await _lock_any_streams(
+                conn,
+                realm_id,
+                "deactivated AND lower(name) = ANY(%s)",
+                ([key for key in names if key not in existing],),
+            )
+        }
         streams: list[StreamRow] = []
         for key, request in names.items():
             stream = existing.get(key)
-            if stream is None:
+            if stream is None and key not in archived:
                 stream = await _create_stream(conn, realm_id, request, invite_only)
                 result.created.append(stream.id)
-            elif not await _can_see(conn, actor, stream):
+            elif stream is None or not await _can_see(conn, actor, stream):
+                stream = stream or archived[key]
                 if authorization_errors_fatal:
                     raise ActionError(f"Unable to access channel ({stream.name}).")
                 result.unauthorized.append(stream.name)
@@ -169,9 +182,9 @@ async def do_remove_subscriptions(
     *,
     principals: Sequence[str | int] | None = None,
 ) -> SubscriptionsRemoved:
-    """Unsubscribe `principals` (default: the actor) from the named streams;
-    only administrators unsubscribe others. Every name must be a stream the
-    actor can see."""
+    """Unsubscribe `principals` (default: the actor) from the named streams,
+    archived ones included; only administrators unsubscribe others. Every
+    name must be a stream the actor can see."""
     result = SubscriptionsRemoved()
     async with ctx.transaction() as outbox:
         conn = ctx.conn
@@ -186,9 +199,14 @@ async def do_remove_subscriptions(
         keys = [
             key for key in dict.fromkeys(n.strip().lower() for n in stream_names) if _valid(key)
         ]
+        # Archived streams too, as Zulip's list_to_streams (an active
+        # stream wins over an archived one of the same name).
         found = {
             stream.name.lower(): stream
-            for stream in await _lock_streams(conn, realm_id, "lower(name) = ANY(%s)", (keys,))
+            for stream in sorted(
+                await _lock_any_streams(conn, realm_id, "lower(name) = ANY(%s)", (keys,)),
+                key=lambda stream: not stream.deactivated,
+            )
             if await _can_see(conn, actor, stream)
         }
         missing = [name.strip() for name in stream_names if name.strip().lower() not in found]

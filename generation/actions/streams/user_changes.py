@@ -45,15 +45,15 @@ async def send_subscriber_activity(ctx: ActionContext, user_id: int) -> None:
     """After a user is deactivated or reactivated (in the caller's
     transaction, after `users.is_active` changed): subscriber lists hold
     active users only, so the viewers of each stream the user is subscribed
-    to get `peer_remove` (deactivated) or `peer_add` (reactivated) for them.
+    to get `peer_remove` (deactivated) or `peer_add` (reactivated) for them,
+    archived streams included (their subscriptions are kept).
     Deactivation: call before queueing the `realm_user` remove event."""
     async with ctx.transaction() as outbox:
         conn = ctx.conn
         cur = await conn.execute(
             "SELECT u.realm_id, u.is_active, array_agg(x.stream_id ORDER BY x.stream_id)"
             " FROM users u JOIN subscriptions x ON x.user_id = u.id"
-            " JOIN streams s ON s.id = x.stream_id"
-            " WHERE u.id = %s AND x.active AND NOT s.deactivated GROUP BY u.realm_id, u.is_active",
+            " WHERE u.id = %s AND x.active GROUP BY u.realm_id, u.is_active",
             (user_id,),
         )
         row = await cur.fetchone()
@@ -72,7 +72,8 @@ async def send_subscriber_activity(ctx: ActionContext, user_id: int) -> None:
 async def send_stream_access_for_role(ctx: ActionContext, user_id: int, was_guest: bool) -> None:
     """After a user's role changed (in the caller's transaction, after
     `users.role` changed): a user who became a guest loses sight of the
-    public streams they are not subscribed to (`stream` delete, their
+    public streams they are not subscribed to, archived ones included
+    (`stream` delete, their
     unsubscribed rows go) and of the default streams (an empty
     `default_streams`); a guest who became a member gains them (`stream`
     create, their subscribers as `peer_add`, the default streams)."""
@@ -84,7 +85,7 @@ async def send_stream_access_for_role(ctx: ActionContext, user_id: int, was_gues
         cur = conn.cursor(row_factory=class_row(StreamRow))
         await cur.execute(
             f"SELECT {_STREAM_COLUMNS} FROM streams s"  # noqa: S608 (fixed SQL fragments)
-            " WHERE realm_id = %s AND NOT deactivated AND NOT invite_only AND NOT EXISTS ("
+            " WHERE realm_id = %s AND NOT invite_only AND NOT EXISTS ("
             "   SELECT 1 FROM subscriptions x"
             "   WHERE x.stream_id = s.id AND x.user_id = %s AND x.active)"
             " ORDER BY id FOR SHARE",
