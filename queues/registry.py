@@ -15,7 +15,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from queues.client import ClientDescriptor, ClientRules, QueueOptions, Waiter
+from queues.client import (
+    DROPPED,
+    ClientDescriptor,
+    ClientRule,
+    ClientRules,
+    QueueOptions,
+    Waiter,
+)
 from queues.errors import BadQueueId, TooManyQueues
 from queues.event_queue import EventQueue, Item
 from queues.payload import Embed, Encoder, Event, Payload
@@ -95,6 +102,14 @@ class QueueRegistry:
         # Wraps queued events' encodings for a snapshot's encoder (`EventQueue.to_dict`).
         self.embed = embed
         self.rules = rules
+        # Per type, the rules that may drop an event for a client: the only
+        # ones a queue's `accepts` must ask (the others only rewrite, which
+        # NoticePayloads does once per variant, not once per queue).
+        self._dropping: dict[str, tuple[ClientRule, ...]] = {
+            event_type: dropping
+            for event_type, type_rules in rules.items()
+            if (dropping := tuple(r for r in type_rules if DROPPED in (r.with_it, r.without_it)))
+        }
         self.limits = limits if limits is not None else QueueLimits()
         self._new_queue_id = new_queue_id
         self.end_hooks: list[EndHook] = []
@@ -395,6 +410,7 @@ class QueueRegistry:
         """
         event_type: str = event["type"]
         rules = self.rules.get(event_type, ())
+        dropping = self._dropping.get(event_type, ())
         payloads = NoticePayloads(event, self.encode, origin, rules)
         report = DeliveryReport()
         overflowed: list[ClientDescriptor] = []
@@ -422,7 +438,7 @@ class QueueRegistry:
                     # A recipient's queue is served here, with its own flags,
                     # or not at all: never again by the realm-wide pass.
                     reached.add(client.queue_id)
-                if not client.accepts(event_type, event, rules) or (
+                if not client.accepts(event_type, event, dropping) or (
                     client.covered and position in client.covered
                 ):
                     continue
@@ -434,7 +450,7 @@ class QueueRegistry:
         if public:
             assert realm_id is not None
             for client in self._public_by_realm[realm_id].values():
-                if client.queue_id in reached or not client.accepts(event_type, event, rules):
+                if client.queue_id in reached or not client.accepts(event_type, event, dropping):
                     continue
                 if client.covered and position in client.covered:
                     continue
@@ -475,7 +491,7 @@ class QueueRegistry:
             ):
                 return None
         rules = self.rules.get(event["type"], ())
-        if not client.accepts(event["type"], event, rules):
+        if not client.accepts(event["type"], event, self._dropping.get(event["type"], ())):
             return None
         return NoticePayloads(event, self.encode, origin, rules).for_client(client, data)
 
@@ -508,11 +524,11 @@ class QueueRegistry:
         """Push `event` to every queue whose `event_types` accepts it (the
         `restart` event after a reload). Returns how many queues got it."""
         payload = Payload.build(event, self.encode)
-        rules = self.rules.get(event["type"], ())
+        dropping = self._dropping.get(event["type"], ())
         overflowed: list[ClientDescriptor] = []
         count = 0
         for client in self._clients.values():
-            if client.accepts(event["type"], event, rules):
+            if client.accepts(event["type"], event, dropping):
                 count += 1
                 self._push(client, payload, now, overflowed)
         self._end_overflowed(overflowed, now)

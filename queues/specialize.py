@@ -214,14 +214,19 @@ def _legacy_presence(event: Event) -> list[Event]:
 _PRONOUNS, _SHORT_TEXT = 8, 1
 
 
+def _has_pronouns(event: Event) -> bool:
+    fields = event.get("fields")
+    return isinstance(fields, list) and any(
+        isinstance(field, Mapping) and field.get("type") == _PRONOUNS for field in fields
+    )
+
+
 def _pronouns_as_short_text(event: Event) -> list[Event]:
     """Zulip's custom profile fields for clients without
     `pronouns_field_type_supported`: PRONOUNS fields as SHORT_TEXT."""
-    fields = event.get("fields")
-    if not isinstance(fields, list) or not any(
-        isinstance(field, Mapping) and field.get("type") == _PRONOUNS for field in fields
-    ):
+    if not _has_pronouns(event):
         return [event]
+    fields = event["fields"]
     shown = [
         {**field, "type": _SHORT_TEXT}
         if isinstance(field, Mapping) and field.get("type") == _PRONOUNS
@@ -402,6 +407,7 @@ FORMS = frozenset({AS_SENT, DROPPED, *_REWRITES})
 # ordinary event is built and encoded once for every client, not once per
 # form.
 _CHANGES: dict[str, Callable[[Event], bool]] = {
+    "pronouns_as_short_text": _has_pronouns,
     "empty_topic_display": _has_empty_topic,
     "archived_kept": _for_hidden,
     "archived_hidden": _hides_archived,

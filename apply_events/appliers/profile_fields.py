@@ -9,6 +9,7 @@ state: it sets values, never adds to them. Pure: no database, no clock.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any, NotRequired, TypedDict
 
@@ -17,6 +18,7 @@ from apply_events.state import Event, State, StateContext, event_int
 from generation.events.profile_fields import (
     FIELD_TYPES,
     PRONOUNS,
+    SELECT,
     SHORT_TEXT,
     CustomProfileField,
 )
@@ -90,23 +92,44 @@ def apply_custom_profile_fields(state: State, event: Event, ctx: StateContext) -
 # -- the people's values --------------------------------------------------------------
 
 
+def _options(field: Mapping[str, Any]) -> frozenset[str] | None:
+    """A list field's option keys (None: any value is kept)."""
+    if field.get("type") != SELECT or not isinstance(field.get("field_data"), str):
+        return None
+    try:
+        decoded = json.loads(field["field_data"])
+    except ValueError:
+        return None
+    return frozenset(decoded) if isinstance(decoded, dict) else None
+
+
 def apply_fields_to_people(state: State, event: Event, ctx: StateContext) -> None:
     """The `realm_user` section's people lose their values of the fields no
-    longer in the list (a deleted field's, as Zulip's apply_event)."""
+    longer in the list (a deleted field's, as Zulip's apply_event) and of
+    the options no longer in a list field (the action deleted them with no
+    event of their own)."""
     fields = event.get("fields")
     raw = state.get("raw_users")
     if not isinstance(fields, list) or not isinstance(raw, dict):
         return
     kept = {
-        str(field_id)
+        str(field_id): _options(field)
         for field in fields
         if isinstance(field, Mapping) and (field_id := event_int(field.get("id"))) is not None
     }
     for person in raw.values():
         data = person.get("profile_data") if isinstance(person, dict) else None
         if isinstance(data, dict):
-            for field_id in [key for key in data if key not in kept]:
+            for field_id in [key for key in data if _dropped(kept, key, data[key])]:
                 del data[field_id]
+
+
+def _dropped(kept: Mapping[str, frozenset[str] | None], field_id: str, entry: object) -> bool:
+    if field_id not in kept:
+        return True
+    options = kept[field_id]
+    value = entry.get("value") if isinstance(entry, Mapping) else None
+    return options is not None and value not in options
 
 
 def apply_profile_value(person: dict[str, Any], change: Mapping[str, Any]) -> None:

@@ -123,8 +123,14 @@ def _with_profile_data(
 def _avatar_optional(ctx: StateContext, row: _UserRow, shown: dict[str, Any]) -> dict[str, Any]:
     """A person in register's `realm_users`: without `avatar_url` when the
     client declared `user_avatar_url_field_optional` and the user is
-    long-term idle (Zulip's `format_user_row`); register only, as Zulip."""
-    if row.long_term_idle and "user_avatar_url_field_optional" in ctx.capabilities:
+    long-term idle (Zulip's `format_user_row`); register only, as Zulip. Never
+    the registering user: registering is a visit (Zulip reactivates a
+    soft-deactivated user as it registers)."""
+    if (
+        row.long_term_idle
+        and row.id != ctx.user_id
+        and "user_avatar_url_field_optional" in ctx.capabilities
+    ):
         shown.pop("avatar_url", None)
     return shown
 

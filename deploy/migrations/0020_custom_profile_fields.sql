@@ -2,7 +2,7 @@
 -- CustomProfileFieldValue): the fields a realm's administrators define, and
 -- each user's value of them. The rules (who may change what, each type's
 -- values, the options of a list) are the actions'
--- (generation/actions/profile_fields.py); the checks here are Zulip's
+-- (generation/actions/profile_fields/); the checks here are Zulip's
 -- lengths and what keeps a row meaningful.
 
 -- A realm's fields. `field_type` is Zulip's number: 1 short text, 2 long

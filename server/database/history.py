@@ -412,7 +412,7 @@ async def topics(conn: Connection, reader: Reader, stream_id: int) -> list[tuple
     channel (or it is not of their realm)."""
     cur = await conn.execute(
         """
-        SELECT s.invite_only, sub.user_id IS NOT NULL, s.deactivated
+        SELECT s.invite_only, sub.user_id IS NOT NULL
         FROM streams s LEFT JOIN subscriptions sub
           ON sub.stream_id = s.id AND sub.user_id = %(me)s AND sub.active
         WHERE s.id = %(stream)s AND s.realm_id = %(realm)s
@@ -422,8 +422,9 @@ async def topics(conn: Connection, reader: Reader, stream_id: int) -> list[tuple
     row = await cur.fetchone()
     if row is None:
         return None
-    if row[2] or not _reads_whole(reader, _Channel(stream_id, bool(row[0]), bool(row[1]))):
-        # Archived, or not theirs to read: Zulip's access_stream_by_id refuses it.
+    if not _reads_whole(reader, _Channel(stream_id, bool(row[0]), bool(row[1]))):
+        # Not theirs to read: Zulip's access_stream_by_id refuses it. An
+        # archived channel stays readable (docs/behaviour.md), as in GET messages.
         return None
     cur = await conn.execute(
         """

@@ -12,7 +12,7 @@ server/handlers/domain.py):
 
 Parameters are decoded as Zulip clients encode them (JSON for non-strings);
 the rules and the events are the actions'
-(`generation/actions/profile_fields.py`).
+(`generation/actions/profile_fields/`).
 """
 
 from __future__ import annotations

@@ -71,7 +71,10 @@ FETCH_CHOICES: list[frozenset[str] | None] = [
     frozenset({"starred_messages", "update_message_flags", "delete_message"}),
     frozenset({"stream", "subscription", "default_streams"}),
     frozenset({"stream"}),
-    frozenset({"realm_user", "presence"}),
+    # The people with their profile data, and the list of fields whose
+    # event drops a deleted field's values (Zulip's clients ask for both;
+    # docs/behaviour.md says what one asking only for the people keeps).
+    frozenset({"realm_user", "presence", "custom_profile_fields"}),
     frozenset({"user_settings", "default_streams", "realm"}),
 ]
 

@@ -246,6 +246,7 @@ def test_custom_emoji_reaction_refusals(domain, database_url):
         ("theirs", theirs, "Invalid custom emoji."),
         ("red_tick", tick, "Invalid custom emoji name."),
         ("green_tick", "1f389", "Invalid custom emoji."),
+        ("green_tick", "1\x00", "Invalid custom emoji."),
     ):
         refused(
             domain,
@@ -259,6 +260,14 @@ def test_custom_emoji_reaction_refusals(domain, database_url):
                                     "zulip_extra_emoji"),
         "Invalid emoji code.",
     )  # fmt: skip
+    # A code of no emoji's form is refused, never looked up (a NUL is no
+    # text PostgreSQL takes).
+    for kind in ("unicode_emoji", None):
+        refused(
+            domain,
+            lambda ctx, k=kind: do_add_reaction(ctx, hamlet, message_id, "smile", "\x00", k),
+            "Invalid emoji code.",
+        )
     refused(
         domain,
         lambda ctx: do_remove_reaction(ctx, hamlet, message_id, emoji_code="x" * 20,
@@ -547,6 +556,10 @@ def test_long_term_idle_users_have_no_avatar_url_for_clients_declaring_it(domain
         fetch_event_types=["realm_user"], capabilities=MODERN - {"user_avatar_url_field_optional"}
     )
     assert all(avatars(without).values())
+    # Registering is a visit: an idle user's own register keeps their avatar.
+    own = avatars(domain.fetch("othello", fetch_event_types=["realm_user"]))
+    assert own[domain.id("othello")]
+    assert not own[domain.id("iago")]
     # Back: a new presence makes them a regular user again.
     domain.run(lambda ctx: do_update_presence(ctx, domain.id("othello"), "active"))
     assert avatars(domain.fetch(fetch_event_types=["realm_user"]))[domain.id("othello")]

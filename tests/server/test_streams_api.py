@@ -467,6 +467,8 @@ def test_archiving_keeps_subscriptions_and_history_and_unarchiving_brings_it_bac
         )
     )
     assert sent["id"] in [m["id"] for m in history["messages"]]
+    topics = ok(hamlet.request("GET", f"users/me/{denmark}/topics"))["topics"]
+    assert {"name": "t", "max_id": sent["id"]} in topics
     body = error(
         hamlet.request("POST", "messages", type="stream", to="Denmark", topic="t", content="x")
     )

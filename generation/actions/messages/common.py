@@ -197,7 +197,8 @@ async def _outsiders(
     """Of `audience`, those who hold some of `message_ids` (messages of
     `message`'s channel) but cannot see that channel now: not subscribed to
     a private one (they left, or were removed), a guest not subscribed to a
-    public one, anyone once it is archived. For each, the ids they hold: an
+    public one (an archived channel keeps its subscribers and its readers,
+    docs/behaviour.md). For each, the ids they hold: an
     event about the messages tells them of those only. None for a direct
     message (its recipients hold it)."""
     if message.stream_id is None or not audience:
@@ -211,7 +212,7 @@ async def _outsiders(
         LEFT JOIN subscriptions sub
           ON sub.user_id = u.id AND sub.stream_id = s.id AND sub.active
         WHERE u.id = ANY(%(audience)s)
-          AND (s.deactivated OR (sub.user_id IS NULL AND (s.invite_only OR u.role = %(guest)s)))
+          AND sub.user_id IS NULL AND (s.invite_only OR u.role = %(guest)s)
         GROUP BY u.id
         """,
         {

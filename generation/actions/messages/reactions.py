@@ -86,6 +86,16 @@ async def resolve_emoji(
     return code if code is not None else found[0], reaction_type or found[1]
 
 
+def _well_formed(code: str, reaction_type: str) -> bool:
+    """Whether `code` has the form of a code of its type (every stored
+    reaction's has): a code that does not is never looked up."""
+    if reaction_type == "realm_emoji":
+        return _realm_emoji_id(code) is not None
+    if reaction_type == "zulip_extra_emoji":
+        return code == "zulip"
+    return _EMOJI_CODE.fullmatch(code) is not None
+
+
 async def check_emoji_request(
     conn: Connection, realm_id: int, name: str, code: str, reaction_type: str
 ) -> None:
@@ -170,12 +180,14 @@ async def do_add_reaction(
         user = await get_user(conn, user_id)
         [message] = await _messages(conn, user, [message_id])
         code, kind = await resolve_emoji(conn, user.realm_id, emoji_name, emoji_code, reaction_type)
-        cur = await conn.execute(
-            "SELECT emoji_name FROM reactions"
-            " WHERE message_id = %s AND emoji_code = %s AND reaction_type = %s LIMIT 1",
-            (message.id, code, kind),
-        )
-        voted = await cur.fetchone()
+        voted = None
+        if _well_formed(code, kind):
+            cur = await conn.execute(
+                "SELECT emoji_name FROM reactions"
+                " WHERE message_id = %s AND emoji_code = %s AND reaction_type = %s LIMIT 1",
+                (message.id, code, kind),
+            )
+            voted = await cur.fetchone()
         if voted is None:
             await check_emoji_request(conn, user.realm_id, emoji_name, code, kind)
         emoji = (emoji_name if voted is None else voted[0], code, kind)

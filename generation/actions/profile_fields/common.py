@@ -48,9 +48,11 @@ MAX_LONG_TEXT = 500
 # Django's URLValidator (Zulip's check_url).
 MAX_URL = 2048
 # eventq's bounds, far above any real use (Zulip has none): every change of
-# a field sends the whole list to every user, and a USER value names users.
+# a field sends the whole list to every user (at most 200 fields of 10,000
+# characters of field_data: 2 MB, well within a queue's byte bound), and a
+# USER value names users.
 MAX_FIELDS = 200
-MAX_FIELD_DATA = 100_000
+MAX_FIELD_DATA = 10_000
 MAX_USERS_IN_VALUE = 1000
 _MAX_ID = 2**63 - 1
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from generation.actions.base import ActionContext, ActionError, Outbox, active_user_ids
+from generation.actions.base import ActionContext, ActionError
 from generation.actions.profile_fields.checks import (
     _check_field,
     _encoded_data,
@@ -25,7 +25,6 @@ from generation.actions.profile_fields.common import (
     _notify_fields,
     _require_administrator,
     _summary_fields,
-    _value_event,
 )
 from generation.events.profile_fields import SELECT
 
@@ -161,7 +160,7 @@ async def do_update_profile_field(
         )
         if field_data is not None and field.field_type == SELECT:
             removed = sorted(set(old_data) - set(new_data))
-            await _remove_values(ctx, outbox, realm_id, field, removed)
+            await _remove_values(ctx, field, removed)
         await _saved(
             ctx,
             """
@@ -188,38 +187,32 @@ async def do_update_profile_field(
         await _notify_fields(ctx, outbox, realm_id)
 
 
-async def _remove_values(
-    ctx: ActionContext, outbox: Outbox, realm_id: int, field: FieldRow, options: list[str] | None
-) -> None:
+async def _remove_values(ctx: ActionContext, field: FieldRow, options: list[str] | None) -> None:
     """Delete the values of `field` that chose one of `options` (removed
-    from a list), or all of them (None), each with its `realm_user` update."""
+    from a list), or all of them (None). No event of their own: the list's
+    event that follows tells every client, whose people lose the values of
+    fields and options no longer in it (Zulip's, and
+    apply_events/appliers/profile_fields.py), rather than one `realm_user`
+    update per value to every user of the realm."""
     if options == []:
         return
-    cur = await ctx.conn.execute(
+    await ctx.conn.execute(
         "DELETE FROM custom_profile_field_values"
-        " WHERE field_id = %s AND (%s::text[] IS NULL OR value = ANY(%s)) RETURNING user_id",
+        " WHERE field_id = %s AND (%s::text[] IS NULL OR value = ANY(%s))",
         (field.id, options, options),
     )
-    removed = sorted(await cur.fetchall())
-    if removed:
-        users = await active_user_ids(ctx.conn, realm_id)
-        for (user_id,) in removed:
-            outbox.send(realm_id, _value_event(user_id, field, None), users)
 
 
 async def do_delete_profile_field(
     ctx: ActionContext, actor_id: int | None, realm_id: int, field_id: int
 ) -> None:
-    """Delete a field and every value of it, each value with its
-    `realm_user` update (value null) before the list's event. Zulip sends
-    the list alone, its clients dropping the values on it; the updates make
-    the people's `profile_data` exact for a client that registered for
-    `realm_user` without `custom_profile_fields`."""
+    """Delete a field and every value of it; the list's event tells every
+    user (Zulip's: a client drops the field's values on it)."""
     await _require_administrator(ctx, actor_id, realm_id)
     async with ctx.transaction() as outbox:
         await _lock_realm(ctx, realm_id)
         field = await _field(ctx.conn, realm_id, field_id, lock="FOR UPDATE")
-        await _remove_values(ctx, outbox, realm_id, field, None)
+        await _remove_values(ctx, field, None)
         await ctx.conn.execute("DELETE FROM custom_profile_fields WHERE id = %s", (field.id,))
         await _notify_fields(ctx, outbox, realm_id)
 

@@ -84,13 +84,15 @@ async def do_update_profile_data(
     """Set a user's values, `data` being (field id, value) pairs in order:
     the user's own of fields they may edit, or anyone's as an
     administrator. One `realm_user` update per value that changed; returns
-    the ids of their fields."""
+    the ids of their fields. A field given more than once takes its last
+    value: one change, one event, however often a request repeats it."""
     changed: list[int] = []
-    is_admin = await _target(ctx, actor_id, realm_id, user_id)
+    latest = dict(data)
     async with ctx.transaction() as outbox:
-        fields = await _fields_of_values(ctx.conn, realm_id, [field_id for field_id, _ in data])
+        is_admin = await _target(ctx, actor_id, realm_id, user_id)
+        fields = await _fields_of_values(ctx.conn, realm_id, list(latest))
         checked: list[tuple[FieldRow, str]] = []
-        for field_id, value in data:  # every value checked before any is written
+        for field_id, value in latest.items():  # every value checked before any is written
             field = _changeable(fields, field_id, is_admin)
             checked.append((field, await _stored_value(ctx.conn, realm_id, field, value)))
         users = await active_user_ids(ctx.conn, realm_id)
@@ -126,8 +128,8 @@ async def do_remove_profile_data(
     error, as Zulip's); one `realm_user` update (value null) per removed
     value. Returns the ids of their fields."""
     removed: list[int] = []
-    is_admin = await _target(ctx, actor_id, realm_id, user_id)
     async with ctx.transaction() as outbox:
+        is_admin = await _target(ctx, actor_id, realm_id, user_id)
         fields = await _fields_of_values(ctx.conn, realm_id, field_ids)
         users = await active_user_ids(ctx.conn, realm_id)
         for field_id in field_ids:

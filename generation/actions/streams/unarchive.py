@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import psycopg
+
 from generation.actions.base import ActionContext, ActionError, Outbox
 from generation.actions.streams.common import (
     StreamRow,
@@ -54,7 +56,15 @@ async def do_unarchive_stream(
         subscribers = (await _subscribers(conn, [stream.id]))[stream.id]
         if stream.invite_only and not subscribers:
             raise ActionError("Channel is private and have no subscribers")
-        await conn.execute("UPDATE streams SET deactivated = false WHERE id = %s", (stream.id,))
+        try:
+            # In a savepoint: a same-named stream unarchived or created by a
+            # concurrent transaction is Zulip's error, not a broken one.
+            async with conn.transaction():
+                await conn.execute(
+                    "UPDATE streams SET deactivated = false WHERE id = %s", (stream.id,)
+                )
+        except psycopg.errors.UniqueViolation:
+            raise ActionError(f"Channel named {stream.name} already exists") from None
         stream = dataclasses.replace(stream, deactivated=False)
         viewers = sorted((await _viewers(conn, [stream.id]))[stream.id])
         unarchived = {
