@@ -19,6 +19,7 @@ from generation.events.personal import (
     ReactionType,
     SavedSnippet,
     VisibilityPolicy,
+    format_status,
 )
 
 # -- state shapes (register's response, after post-processing) -----------------
@@ -103,13 +104,13 @@ def status_entry(
 ) -> dict[str, Any]:
     """A raw entry from a stored status: only what is set (Zulip's
     `format_user_status`)."""
-    status: dict[str, Any] = {}
-    if away:
-        status["away"] = True
-    if text:
-        status["status_text"] = text
-    if emoji_name:
-        status.update(emoji_name=emoji_name, emoji_code=emoji_code, reaction_type=reaction_type)
+    status = format_status(
+        away=away,
+        status_text=text,
+        emoji_name=emoji_name,
+        emoji_code=emoji_code,
+        reaction_type=reaction_type,
+    )
     return {"active": active, "status": status}
 
 

@@ -6,7 +6,7 @@ Zulip's (zulip.yaml, GET /events)."""
 
 from __future__ import annotations
 
-from typing import Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 from generation.events.declaration import EventType, empty_topic_rule
 
@@ -184,3 +184,18 @@ TYPES: tuple[EventType, ...] = (
         capability=None,
     ),
 )
+
+
+def format_status(
+    *, away: bool, status_text: str, emoji_name: str, emoji_code: str, reaction_type: str
+) -> dict[str, Any]:
+    """A stored status as Zulip shows it: only what is set
+    (`format_user_status`), the emoji as a whole."""
+    status: dict[str, Any] = {}
+    if away:
+        status["away"] = True
+    if status_text:
+        status["status_text"] = status_text
+    if emoji_name:
+        status.update(emoji_name=emoji_name, emoji_code=emoji_code, reaction_type=reaction_type)
+    return status

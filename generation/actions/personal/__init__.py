@@ -49,7 +49,6 @@ from generation.actions.personal.snippets import (
 from generation.actions.personal.status import (
     MAX_STATUS_TEXT,
     do_update_user_status,
-    format_status,
     user_status,
 )
 from generation.actions.personal.topics import (
@@ -89,7 +88,6 @@ __all__ = [
     "do_set_user_topic_visibility_policy",
     "do_unmute_user",
     "do_update_user_status",
-    "format_status",
     "get_drafts",
     "muted_topics",
     "muted_users",

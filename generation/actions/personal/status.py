@@ -26,24 +26,10 @@ from generation.actions.base import (
     get_user,
 )
 from generation.actions.messages.reactions import check_emoji
+from generation.events.personal import format_status
 
 # Zulip's limit on `status_text`.
 MAX_STATUS_TEXT = 60
-
-
-def format_status(
-    *, away: bool, status_text: str, emoji_name: str, emoji_code: str, reaction_type: str
-) -> dict[str, Any]:
-    """A stored status as Zulip shows it: only what is set
-    (`format_user_status`), the emoji as a whole."""
-    status: dict[str, Any] = {}
-    if away:
-        status["away"] = True
-    if status_text:
-        status["status_text"] = status_text
-    if emoji_name:
-        status.update(emoji_name=emoji_name, emoji_code=emoji_code, reaction_type=reaction_type)
-    return status
 
 
 async def user_status(conn: Connection, realm_id: int, user_id: int) -> dict[str, Any]:
