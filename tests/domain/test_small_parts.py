@@ -1,4 +1,4 @@
-"""The small parts of issue 34, each as Zulip does it: a user's status read
+"""Smaller parts of Zulip's API, each as Zulip does it: a user's status read
 by id; the realm's custom emoji in reactions and statuses; user group
 mentions on sending and editing; alert words recounted on an edit; and
 register's `user_avatar_url_field_optional` for long-term idle users."""

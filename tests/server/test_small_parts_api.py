@@ -1,4 +1,4 @@
-"""The small parts of issue 34 over HTTP against the real server: a user's
+"""Smaller parts of Zulip's API over HTTP against the real server: a user's
 status by id, custom emoji in reactions and statuses, user group mentions
 and alert words on an edit; the refusals as Zulip's JSON errors."""
 
