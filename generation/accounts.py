@@ -31,6 +31,12 @@ ROLES = {"owner": 100, "administrator": 200, "moderator": 300, "member": 400, "g
 ROLE_NAMES = {number: name for name, number in ROLES.items()}
 ROLE_GUEST = ROLES["guest"]
 
+# eventq knows no host name for a realm (Zulip's `realm.host` is the
+# subdomain under EXTERNAL_HOST): the addresses it makes up (a bot's, the
+# one shown for a user one may not see) are the realm's subdomain under this
+# reserved domain (RFC 2606), like Zulip's FAKE_EMAIL_DOMAIN.
+FAKE_EMAIL_DOMAIN = "eventq.invalid"
+
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
 

@@ -8,13 +8,18 @@ a fan-out grows with the number of variants, not the number of queues.
 
 The message event contract (what a producer sends for a message):
 `{"type": "message", "message": {...}, "sender_queue_id"?: str,
-"local_id"?: str, "invite_only"?: bool, "internal_data"?: {...}}` where
-`message` is the client message dict, optionally with `rendered_content` (the
-HTML) beside the raw `content`. Clients receive
+"local_id"?: str, "invite_only"?: bool, "internal_data"?: {...},
+"user_ids_without_access_to_sender"?: [int]}` where `message` is the client
+message dict, optionally with `rendered_content` (the HTML) beside the raw
+`content`. Clients receive
 `{"type": "message", "message": ..., "flags": [...]}`, plus `local_message_id`
 on the sender's own queue (as Zulip's `process_message_event` builds them);
 a channel message to the empty topic carries `EMPTY_TOPIC_DISPLAY_NAME` as its
-`subject` for clients without the `empty_topic_name` capability.
+`subject` for clients without the `empty_topic_name` capability; the users of
+`user_ids_without_access_to_sender` get the sender as "Unknown user" (Zulip's
+`can_access_sender`: that name, the address
+`user{id}@{sender_realm_str}.eventq.invalid` and the unknown-user picture;
+`sender_id` and `display_recipient` unchanged).
 """
 
 from __future__ import annotations
@@ -46,7 +51,20 @@ class NoticePayloads:
         "_rules",
         "_shared",
         "_variants",
+        "_without_access",
     )
+
+    # The message notice's key of the users who may not see its sender, and
+    # what Zulip shows them instead: the same texts as generation.events
+    # .messages.USER_IDS_WITHOUT_ACCESS_TO_SENDER and generation.actions
+    # .access (INACCESSIBLE_USER_NAME, INACCESSIBLE_AVATAR_URL, and the
+    # address of `inaccessible_email`, under generation.accounts
+    # .FAKE_EMAIL_DOMAIN); `queues` imports only the standard library, and
+    # tests/domain/test_access_messages.py checks they agree.
+    WITHOUT_ACCESS_TO_SENDER = "user_ids_without_access_to_sender"
+    UNKNOWN_SENDER_NAME = "Unknown user"
+    UNKNOWN_SENDER_AVATAR = "/static/images/unknown-user-avatar.png"
+    UNKNOWN_SENDER_DOMAIN = "eventq.invalid"
 
     def __init__(
         self,
@@ -67,11 +85,18 @@ class NoticePayloads:
         # without `empty_topic_name` see under the display name (once per
         # notice: every other message costs its clients nothing more).
         self._empty_topic = is_message and _in_empty_topic(event["message"])
+        # The users who get the sender as "Unknown user" (once per notice;
+        # None, the common case, costs the other messages one test per client).
+        without = event.get(self.WITHOUT_ACCESS_TO_SENDER) if is_message else None
+        self._without_access: frozenset[int] | None = (
+            frozenset(without) if isinstance(without, list) and without else None
+        )
         self._encode = encode
         self._shared: Payload | None = None
         self._by_key: dict[object, Payload] = {}
-        # (apply_markdown, avatar_url nulled, empty topic named) -> the client message dict
-        self._messages: dict[tuple[bool, bool, bool], dict[str, Any]] = {}
+        # (apply_markdown, avatar_url nulled, empty topic named, sender seen)
+        # -> the client message dict
+        self._messages: dict[tuple[bool, bool, bool, bool], dict[str, Any]] = {}
         self._variants: dict[object, Payload | tuple[Payload, ...]] = {}
         # One-entry memo of `_user_form`: delivery visits a user's queues one
         # after the other, so the per-user work is done once per user.
@@ -136,16 +161,25 @@ class NoticePayloads:
             return None
         local_id = event.get("local_id")
         is_sender_queue = local_id is not None and event.get("sender_queue_id") == client.queue_id
+        without = self._without_access
+        sees_sender = without is None or client.user_id not in without
         # Zulip's client_gravatar: the client computes a Gravatar itself, so
-        # the sender's avatar_url is null for it (any other URL is kept).
-        no_avatar = options.client_gravatar and self._gravatar
+        # the sender's avatar_url is null for it (any other URL is kept; an
+        # unknown sender's picture is never a Gravatar).
+        no_avatar = options.client_gravatar and self._gravatar and sees_sender
         named = self._empty_topic and EMPTY_TOPIC_CAPABILITY not in options.capabilities
-        key = ("message", options.apply_markdown, no_avatar, flags, is_sender_queue, named)
+        key = (
+            "message", options.apply_markdown, no_avatar, flags, is_sender_queue, named,
+            sees_sender,
+        )  # fmt: skip
         payload = self._by_key.get(key)
         if payload is None:
+            message_variant = self._message_variant(
+                options.apply_markdown, no_avatar, named, sees_sender
+            )
             client_event: Event = {
                 "type": "message",
-                "message": self._message_variant(options.apply_markdown, no_avatar, named),
+                "message": message_variant,
                 "flags": list(flags),
             }
             if is_sender_queue:
@@ -157,13 +191,23 @@ class NoticePayloads:
         return payload
 
     def _message_variant(
-        self, apply_markdown: bool, no_avatar: bool, named: bool
+        self, apply_markdown: bool, no_avatar: bool, named: bool, sees_sender: bool
     ) -> dict[str, Any]:
-        variant = self._messages.get((apply_markdown, no_avatar, named))
+        """The client message dict of one variant, built once per notice."""
+        variant_key = (apply_markdown, no_avatar, named, sees_sender)
+        variant = self._messages.get(variant_key)
         if variant is None:
             variant = dict(self._event["message"])
             if no_avatar:
                 variant["avatar_url"] = None
+            if not sees_sender:
+                # Zulip's MessageDict.finalize_payload with can_access_sender false.
+                variant["sender_full_name"] = self.UNKNOWN_SENDER_NAME
+                variant["sender_email"] = (
+                    f"user{variant.get('sender_id')}@{variant.get('sender_realm_str')}"
+                    f".{self.UNKNOWN_SENDER_DOMAIN}"
+                )
+                variant["avatar_url"] = self.UNKNOWN_SENDER_AVATAR
             if named:
                 variant["subject"] = EMPTY_TOPIC_DISPLAY_NAME
             rendered = variant.pop("rendered_content", None)
@@ -173,7 +217,7 @@ class NoticePayloads:
                     variant["content_type"] = "text/html"
                 else:
                     variant["content_type"] = "text/x-markdown"
-            self._messages[(apply_markdown, no_avatar, named)] = variant
+            self._messages[variant_key] = variant
         return variant
 
 
@@ -185,6 +229,11 @@ GRAVATAR_PREFIX = "https://secure.gravatar.com/avatar/"
 
 def _is_gravatar(url: object) -> bool:
     return isinstance(url, str) and url.startswith(GRAVATAR_PREFIX)
+
+
+def _has_gravatar(event: Event) -> bool:
+    person = event.get("person")
+    return isinstance(person, Mapping) and _is_gravatar(person.get("avatar_url"))
 
 
 def _gravatar_null(event: Event) -> list[Event]:
@@ -323,6 +372,31 @@ def _empty_topic_display(event: Event) -> list[Event]:
 WITHOUT_ARCHIVED_CHANNELS = "only_without_archived_channels"
 
 
+# The key of Zulip's `realm_user` add of a user the recipient may not see
+# (its person is "Unknown user"): the same text as
+# generation.events.users.INACCESSIBLE_USER (tests/queues/test_specialize.py
+# checks they agree). It never reaches a client.
+INACCESSIBLE_USER = "inaccessible_user"
+
+
+def _inaccessible(event: Event) -> bool:
+    return INACCESSIBLE_USER in event
+
+
+def _inaccessible_dropped(event: Event) -> list[Event]:
+    """Zulip's `user_list_incomplete` clients: no event for a user they may
+    not see (they leave such users out of their list)."""
+    return [] if INACCESSIBLE_USER in event else [event]
+
+
+def _inaccessible_unmarked(event: Event) -> list[Event]:
+    """Clients without `user_list_incomplete`: the "Unknown user" they keep
+    in their list, without the mark."""
+    if INACCESSIBLE_USER not in event:
+        return [event]
+    return [{k: v for k, v in event.items() if k != INACCESSIBLE_USER}]
+
+
 def _archiving_update(event: Event) -> bool:
     """A `stream` update saying a channel was archived or unarchived."""
     return event.get("op") == "update" and event.get("property") == "is_archived"
@@ -398,6 +472,8 @@ _REWRITES: dict[str, Callable[[Event], list[Event]]] = {
     "empty_topic_display": _empty_topic_display,
     "archived_kept": _archived_kept,
     "archived_hidden": _archived_hidden,
+    "inaccessible_dropped": _inaccessible_dropped,
+    "inaccessible_unmarked": _inaccessible_unmarked,
 }
 # Every form a rule may name: as sent, none, or one of the rewrites.
 FORMS = frozenset({AS_SENT, DROPPED, *_REWRITES})
@@ -407,10 +483,13 @@ FORMS = frozenset({AS_SENT, DROPPED, *_REWRITES})
 # ordinary event is built and encoded once for every client, not once per
 # form.
 _CHANGES: dict[str, Callable[[Event], bool]] = {
+    "gravatar_null": _has_gravatar,
     "pronouns_as_short_text": _has_pronouns,
     "empty_topic_display": _has_empty_topic,
     "archived_kept": _for_hidden,
     "archived_hidden": _hides_archived,
+    "inaccessible_dropped": _inaccessible,
+    "inaccessible_unmarked": _inaccessible,
 }
 
 

@@ -16,6 +16,8 @@ class RealmState(TypedDict, total=False):
     realm_allow_message_editing: bool
     realm_mandatory_topics: bool
     realm_message_content_edit_limit_seconds: int | None
+    # Zulip's setting, a system group's id (generation/actions/access.py).
+    realm_can_access_all_users_group: int
     # What clients without the `empty_topic_name` capability get for the
     # empty topic "", and what the others show for it.
     realm_empty_topic_display_name: str
@@ -31,6 +33,7 @@ REALM_PROPERTIES = {
     "allow_message_editing": "realm_allow_message_editing",
     "mandatory_topics": "realm_mandatory_topics",
     "message_content_edit_limit_seconds": "realm_message_content_edit_limit_seconds",
+    "can_access_all_users_group": "realm_can_access_all_users_group",
 }
 
 

@@ -183,10 +183,12 @@ def apply_realm_user(state: State, event: Event, ctx: StateContext) -> None:
         url = added.get("avatar_url")
         if ctx.client_gravatar and isinstance(url, str) and url.startswith(GRAVATAR_PREFIX):
             added["avatar_url"] = None
-        added["is_active"] = True
-        if not added.get("is_bot"):
+        # A guest may come to see a deactivated user (generation/actions/access.py).
+        added["is_active"] = person.get("is_active") is not False
+        if not added.get("is_bot") and not isinstance(person.get("profile_data"), dict):
             # A new person has no values (Zulip's apply_event); one replayed
-            # over a fresh fetch keeps those it has.
+            # over a fresh fetch keeps those it has. A user one comes to see
+            # comes with theirs, as does "Unknown user" (none).
             known = raw.get(user_id)
             data = known.get("profile_data") if isinstance(known, dict) else None
             added["profile_data"] = data if isinstance(data, dict) else {}
@@ -198,8 +200,9 @@ def apply_realm_user(state: State, event: Event, ctx: StateContext) -> None:
         if "user_list_incomplete" in ctx.capabilities:
             raw.pop(user_id, None)
         elif user_id in raw:
-            raw[user_id] = _unknown_user(user_id)
+            raw[user_id] = _unknown_user(user_id, state.get("raw_unknown_user"))
         _drop_subscriber(state, user_id)
+        _hide_status(state, user_id)
 
 
 def _update_person(
@@ -238,23 +241,27 @@ def _drop_subscriber(state: State, user_id: int) -> None:
                 stream["subscribers"] = [uid for uid in stream["subscribers"] if uid != user_id]
 
 
-def _unknown_user(user_id: int) -> dict[str, Any]:
-    """Zulip's placeholder for a user one may no longer see."""
+def _hide_status(state: State, user_id: int) -> None:
+    """A user one may no longer see has no status for one (the `user_status`
+    section's entries, apply_events/appliers/personal.py; as a fresh fetch,
+    apply_events/fetch/personal.py)."""
+    statuses = state.get("raw_user_status")
+    entry = statuses.get(user_id) if isinstance(statuses, dict) else None
+    if isinstance(entry, dict):
+        entry["active"] = False
+
+
+def _unknown_user(user_id: int, template: object) -> dict[str, Any]:
+    """Zulip's placeholder for a user one may no longer see, as a fresh fetch
+    shows them: the fetch's `template` (generation.actions.access's
+    `inaccessible_person` for user 0) with this user's id and address."""
+    if not isinstance(template, dict) or not isinstance(template.get("email"), str):
+        return {"user_id": user_id, "full_name": "Unknown user", "is_active": True}
+    _, _, domain = template["email"].partition("@")
     return {
+        **template,
         "user_id": user_id,
-        "email": f"user{user_id}@unknown.invalid",
-        "delivery_email": None,
-        "full_name": "Unknown user",
-        "role": 400,
-        "is_admin": False,
-        "is_owner": False,
-        "is_guest": False,
-        "is_bot": False,
-        "is_active": True,
-        "date_joined": "1970-01-01T00:00:00+00:00",
-        "timezone": "",
-        "avatar_version": 1,
-        "avatar_url": None,
+        "email": f"user{user_id}@{domain}",
         "profile_data": {},
     }
 
@@ -263,6 +270,7 @@ def post_process_realm_users(state: State, ctx: StateContext) -> None:
     """`raw_users` -> `realm_users` (active) and `realm_non_active_users`, each
     sorted by id, without `is_active` (Zulip's post_process_state)."""
     raw = state.pop("raw_users", None)
+    state.pop("raw_unknown_user", None)
     if not isinstance(raw, dict):
         return
     active: list[dict[str, Any]] = []
@@ -362,7 +370,8 @@ def _apply_modern_presence(raw: dict[int, Any], presences: dict[str, Any]) -> No
 
 def apply_presence_people(state: State, event: Event, ctx: StateContext) -> None:
     """`realm_user` events as the presence section sees them: who exists and
-    is active (only active users' presence is shown)."""
+    is active (only active users' presence is shown; a user a restricted
+    guest may not see counts as inactive for them, apply_events/fetch/users.py)."""
     raw = state.get("raw_presences")
     person = event.get("person")
     if not isinstance(raw, dict) or not isinstance(person, dict):
@@ -373,14 +382,19 @@ def apply_presence_people(state: State, event: Event, ctx: StateContext) -> None
     if event.get("op") == "add" and isinstance(person.get("email"), str):
         entry = raw.get(user_id)
         joined = _timestamp(person.get("date_joined"))
+        # A guest may come to see a deactivated user (access.py).
+        active = person.get("is_active") is not False
         if entry is None:
-            raw[user_id] = presence_entry(person["email"], True, joined)
+            raw[user_id] = presence_entry(person["email"], active, joined)
         else:
-            entry.update(email=person["email"], is_active=True, date_joined=joined)
+            entry.update(email=person["email"], is_active=active, date_joined=joined)
     elif event.get("op") == "update" and isinstance(person.get("is_active"), bool):
         entry = raw.get(user_id)
         if entry is not None:
             entry["is_active"] = person["is_active"]
+    elif event.get("op") == "remove" and user_id in raw:
+        # One may no longer see them: no presence shown, as a fresh fetch.
+        raw[user_id]["is_active"] = False
 
 
 def _timestamp(iso: object) -> int | None:

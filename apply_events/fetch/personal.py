@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 
 from apply_events.appliers import personal as appliers
+from apply_events.fetch.users import VIEWER_RESTRICTED, seen_by
 from apply_events.section import Section
 from apply_events.state import State, StateContext
 from generation.accounts import ROLE_GUEST
@@ -32,26 +33,31 @@ Connection = psycopg.AsyncConnection[Any]
 
 
 async def fetch_user_status(conn: Connection, ctx: StateContext) -> State:
+    """Every status of the realm; that of a user a restricted guest may not
+    see counts as an inactive user's for them (not shown, as Zulip) until a
+    `realm_user` add says they may (apply_events/fetch/users.py)."""
     cur = await conn.execute(
-        """
+        f"""
         SELECT s.user_id, u.is_active, s.away, s.status_text, s.emoji_name, s.emoji_code,
-               s.reaction_type
+               s.reaction_type, u.is_bot, {VIEWER_RESTRICTED}
         FROM user_statuses s JOIN users u ON u.id = s.user_id
-        WHERE u.realm_id = %s
-        """,
-        (ctx.realm_id,),
+        WHERE u.realm_id = %(realm)s
+        """,  # noqa: S608 (a constant)
+        {"realm": ctx.realm_id, "viewer": ctx.user_id},
     )
+    rows = await cur.fetchall()
+    seen = await seen_by(conn, ctx.user_id, rows[0][8] if rows else None)
     return {
         "raw_user_status": {
             row[0]: appliers.status_entry(
-                active=row[1],
+                active=row[1] and (seen is None or row[7] or row[0] in seen),
                 away=row[2],
                 text=row[3],
                 emoji_name=row[4],
                 emoji_code=row[5],
                 reaction_type=row[6],
             )
-            for row in await cur.fetchall()
+            for row in rows
         }
     }
 

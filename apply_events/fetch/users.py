@@ -5,6 +5,14 @@ the number of users; rows in id order.
 
 Also the reads behind the users endpoints (GET /users, POST
 /users/me/presence), which answer in the same shapes.
+
+A guest of a realm that restricts guests (`can_access_all_users_group`,
+generation/actions/access.py) reads only the users they may see: the others
+are "Unknown user" in the people (or left out, for a client declaring
+`user_list_incomplete`), and have no presence and no status. Whether the
+reader is such a guest is a column of each section's own query, so that no
+one else pays a statement for it; such a guest's sections cost one more
+(`generation.actions.access.access_map`).
 """
 
 from __future__ import annotations
@@ -19,13 +27,19 @@ from psycopg.rows import class_row
 from apply_events.appliers import users as appliers
 from apply_events.section import Section
 from apply_events.state import State, StateContext
+from generation.accounts import ROLE_GUEST
+from generation.actions.access import access_map, inaccessible_person
 from generation.actions.profile_fields import realm_profile_data
-from generation.events.users import ROLE_MODERATOR, Person, gravatar_url, person, role_flags
+from generation.events.users import (
+    PRESENCE_HISTORY,
+    ROLE_MODERATOR,
+    Person,
+    gravatar_url,
+    person,
+    role_flags,
+)
 
 Connection = psycopg.AsyncConnection[Any]
-
-# Zulip shows the presence of users connected within the last two weeks.
-PRESENCE_HISTORY = "14 days"
 
 
 class UserGone(LookupError):
@@ -47,6 +61,10 @@ class _UserRow:
     # Zulip's `long_term_idle` (soft deactivation), as eventq can tell it:
     # see _LONG_TERM_IDLE.
     long_term_idle: bool
+    # The realm's, the same on every row: its subdomain (the domain of
+    # "Unknown user"'s address) and whether it restricts what guests see.
+    realm_subdomain: str
+    guests_restricted: bool
 
 
 # Zulip soft-deactivates a human whose last visit is more than 28 whole days
@@ -66,14 +84,45 @@ _LONG_TERM_IDLE = (
 async def _user_rows(conn: Connection, realm_id: int, user_id: int | None = None) -> list[_UserRow]:
     cur = conn.cursor(row_factory=class_row(_UserRow))
     query = (
-        "SELECT id, email, full_name, role, is_active, date_joined, timezone,"  # noqa: S608 (a constant)
-        f" bot_type, bot_owner_id, {_LONG_TERM_IDLE} FROM users WHERE realm_id = %s"
+        "SELECT users.id, users.email, users.full_name, users.role, users.is_active,"  # noqa: S608 (a constant)
+        " users.date_joined, users.timezone, users.bot_type, users.bot_owner_id,"
+        f" {_LONG_TERM_IDLE}, realms.subdomain AS realm_subdomain,"
+        " NOT realms.guests_see_all_users AS guests_restricted"
+        " FROM users JOIN realms ON realms.id = users.realm_id WHERE users.realm_id = %s"
     )
     if user_id is None:
-        await cur.execute(query + " ORDER BY id", (realm_id,))
+        await cur.execute(query + " ORDER BY users.id", (realm_id,))
     else:
-        await cur.execute(query + " AND id = %s", (realm_id, user_id))
+        await cur.execute(query + " AND users.id = %s", (realm_id, user_id))
     return await cur.fetchall()
+
+
+# Whether the reader (the `%(viewer)s` parameter) is a guest of a realm that
+# restricts guests (migration 0022): a column of a section's query, NULL for
+# no such user. Postgres evaluates it once per statement (it names no
+# column of the outer query).
+VIEWER_RESTRICTED = (
+    "(SELECT v.role = "  # noqa: S608 (a constant)
+    f"{ROLE_GUEST} AND NOT r.guests_see_all_users FROM users v"
+    " JOIN realms r ON r.id = v.realm_id WHERE v.id = %(viewer)s)"
+)
+
+
+async def seen_by(conn: Connection, viewer_id: int, restricted: bool | None) -> set[int] | None:
+    """The users `viewer_id` may see (themselves included; every bot is seen
+    as well), or None when they see everyone: `restricted` is what
+    `VIEWER_RESTRICTED` read. One statement, only for a restricted guest."""
+    if not restricted:
+        return None
+    return (await access_map(conn, [viewer_id]))[viewer_id]
+
+
+async def _hidden_from(conn: Connection, viewer: _UserRow, rows: list[_UserRow]) -> set[int]:
+    """The humans of `rows` that `viewer` may not see."""
+    seen = await seen_by(conn, viewer.id, viewer.role == ROLE_GUEST and viewer.guests_restricted)
+    if seen is None:
+        return set()
+    return {row.id for row in rows if row.bot_type is None and row.id not in seen}
 
 
 def _person(row: _UserRow, client_gravatar: bool) -> Person:
@@ -97,16 +146,27 @@ async def fetch_people(
     *,
     client_gravatar: bool,
     user_id: int | None = None,
+    viewer_id: int | None = None,
     include_custom_profile_fields: bool = False,
 ) -> list[dict[str, Any]]:
     """Every user of the realm (or only `user_id`), active or not, in id
     order, as GET /users shows them (with `is_active`; with each human's
-    `profile_data` if `include_custom_profile_fields`)."""
+    `profile_data` if `include_custom_profile_fields`). For the whole realm,
+    each user `viewer_id` may not see is "Unknown user" (Zulip's
+    `get_members_backend`: its `get_users_for_api` call leaves
+    `user_list_incomplete` false)."""
     rows = await _user_rows(conn, realm_id, user_id)
+    viewer = next((row for row in rows if row.id == viewer_id), None)
+    hidden = await _hidden_from(conn, viewer, rows) if viewer is not None else set()
     data = (
         await realm_profile_data(conn, realm_id, user_id) if include_custom_profile_fields else None
     )
-    return [_with_profile_data(row, _person(row, client_gravatar), data) for row in rows]
+    return [
+        inaccessible_person(row.id, row.realm_subdomain)
+        if row.id in hidden
+        else _with_profile_data(row, _person(row, client_gravatar), data)
+        for row in rows
+    ]
 
 
 def _with_profile_data(
@@ -136,19 +196,29 @@ def _avatar_optional(ctx: StateContext, row: _UserRow, shown: dict[str, Any]) ->
 
 
 async def fetch_realm_users(conn: Connection, ctx: StateContext) -> State:
+    """The people; for a restricted guest, each user they may not see is
+    "Unknown user" (Zulip's `get_users_for_api`), or left out for a client
+    declaring `user_list_incomplete`. `raw_unknown_user` (user 0's
+    placeholder, popped by post-processing) is what the `realm_user` remove
+    applier shows a user as later, as a fresh fetch would."""
     rows = await _user_rows(conn, ctx.realm_id)
     me = next((row for row in rows if row.id == ctx.user_id), None)
     if me is None:
         raise UserGone(ctx.user_id)
     is_admin, is_owner, is_guest = role_flags(me.role)
+    hidden = await _hidden_from(conn, me, rows)
     data = await realm_profile_data(conn, ctx.realm_id)
+    incomplete = "user_list_incomplete" in ctx.capabilities
+    raw: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        if row.id not in hidden:
+            shown = _with_profile_data(row, _person(row, ctx.client_gravatar), data)
+            raw[row.id] = _avatar_optional(ctx, row, shown)
+        elif not incomplete:
+            raw[row.id] = inaccessible_person(row.id, row.realm_subdomain)
     return {
-        "raw_users": {
-            row.id: _avatar_optional(
-                ctx, row, _with_profile_data(row, _person(row, ctx.client_gravatar), data)
-            )
-            for row in rows
-        },
+        "raw_users": raw,
+        "raw_unknown_user": inaccessible_person(0, me.realm_subdomain),
         # Zulip's system bots; eventq has none.
         "cross_realm_bots": [],
         "user_id": me.id,
@@ -167,31 +237,46 @@ async def fetch_realm_users(conn: Connection, ctx: StateContext) -> State:
 
 
 async def fetch_presence(conn: Connection, ctx: StateContext) -> State:
+    """Every user's presence; a user a restricted guest may not see counts as
+    inactive for them (so not shown, as Zulip filters presence for guests)
+    until a `realm_user` add says they may."""
     cur = await conn.execute(
         f"""
         SELECT u.id, u.email, u.is_active,
                floor(extract(epoch FROM u.date_joined))::bigint,
                floor(extract(epoch FROM p.last_active_time))::bigint,
                floor(extract(epoch FROM p.last_connected_time))::bigint,
-               coalesce(p.last_connected_time >= now() - interval '{PRESENCE_HISTORY}', false)
+               coalesce(p.last_connected_time >= now() - interval '{PRESENCE_HISTORY}', false),
+               u.is_bot, {VIEWER_RESTRICTED}
         FROM users u LEFT JOIN presences p ON p.user_id = u.id
-        WHERE u.realm_id = %s
+        WHERE u.realm_id = %(realm)s
         ORDER BY u.id
-        """,  # noqa: S608 (a constant interval)
-        (ctx.realm_id,),
+        """,  # noqa: S608 (constants)
+        {"realm": ctx.realm_id, "viewer": ctx.user_id},
     )
+    rows = await cur.fetchall()
+    seen = await seen_by(conn, ctx.user_id, rows[0][8] if rows else None)
     return {
         "raw_presences": {
-            row[0]: appliers.presence_entry(row[1], row[2], row[3], row[4], row[5], row[6])
-            for row in await cur.fetchall()
+            row[0]: appliers.presence_entry(
+                row[1],
+                row[2] and (seen is None or row[7] or row[0] in seen),
+                row[3],
+                row[4],
+                row[5],
+                row[6],
+            )
+            for row in rows
         }
     }
 
 
-async def fetch_presences(conn: Connection, realm_id: int, *, slim: bool) -> dict[str, Any]:
-    """The realm's `presences` as register shows them (for POST
-    /users/me/presence and GET /realm/presence)."""
-    ctx = StateContext(user_id=0, realm_id=realm_id, queue_id="", slim_presence=slim)
+async def fetch_presences(
+    conn: Connection, realm_id: int, *, slim: bool, viewer_id: int
+) -> dict[str, Any]:
+    """The realm's `presences` as register shows them to `viewer_id` (for
+    POST /users/me/presence and GET /realm/presence)."""
+    ctx = StateContext(user_id=viewer_id, realm_id=realm_id, queue_id="", slim_presence=slim)
     state = await fetch_presence(conn, ctx)
     appliers.post_process_presence(state, ctx)
     presences: dict[str, Any] = state["presences"]

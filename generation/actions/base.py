@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any, Protocol
 
 import psycopg
@@ -27,7 +28,7 @@ from psycopg.rows import class_row
 
 from generation import eventlog
 from generation.accounts import ROLES
-from generation.events.users import is_control
+from generation.events.users import is_control, person
 from generation.notice import Notice, encode_notice, make_notice
 
 Connection = psycopg.AsyncConnection[Any]
@@ -127,6 +128,39 @@ class UserRow:
     @property
     def is_guest(self) -> bool:
         return self.role == ROLE_GUEST
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PersonRow:
+    """A user of any state, with what a `Person` shows."""
+
+    id: int
+    realm_id: int
+    email: str
+    full_name: str
+    role: int
+    is_active: bool
+    date_joined: datetime
+    timezone: str
+
+
+PERSON_COLUMNS = "id, realm_id, email, full_name, role, is_active, date_joined, timezone"
+
+
+def person_of(row: PersonRow) -> dict[str, Any]:
+    """The `Person` of a `realm_user` event: always with its avatar URL
+    (register's appliers null it for `client_gravatar` clients)."""
+    return dict(
+        person(
+            user_id=row.id,
+            email=row.email,
+            full_name=row.full_name,
+            role=row.role,
+            is_active=row.is_active,
+            date_joined=row.date_joined,
+            timezone=row.timezone,
+        )
+    )
 
 
 async def get_user(conn: Connection, user_id: int, realm_id: int | None = None) -> UserRow:

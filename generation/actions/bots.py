@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row
 
-from generation.accounts import ROLES, api_key_id, hash_api_key, new_api_key
+from generation.accounts import FAKE_EMAIL_DOMAIN, ROLES, api_key_id, hash_api_key, new_api_key
 
 # A module, not its names: generation/actions/users.py imports this module
 # (a deactivated person's bots stop with them), so either may load first.
@@ -61,11 +61,10 @@ MAX_BOTS_PER_OWNER = 100
 # (eventq makes no outgoing requests), embedded bots run inside Zulip's server.
 CREATABLE_BOT_TYPES = (BOT_GENERIC, BOT_INCOMING_WEBHOOK)
 
-# eventq knows no host name for a realm (Zulip's `realm.host` is the
-# subdomain under EXTERNAL_HOST): a bot's address is `<short_name>-bot@` the
-# realm's subdomain under this reserved domain (RFC 2606), like Zulip's
-# FAKE_EMAIL_DOMAIN: an identifier no mail is ever sent to.
-BOT_EMAIL_DOMAIN = "eventq.invalid"
+# A bot's address is `<short_name>-bot@` the realm's subdomain under
+# generation/accounts.py's FAKE_EMAIL_DOMAIN: an identifier no mail is ever
+# sent to.
+BOT_EMAIL_DOMAIN = FAKE_EMAIL_DOMAIN
 
 # What a bot's short name (the local part before `-bot`) may contain: the
 # common characters of an address's local part, without leading, trailing

@@ -1,10 +1,15 @@
 """Users of a realm: joining, names, roles, deactivation and reactivation;
 who is online (presence); and each user's own settings.
 
-Realm-wide facts about people (`realm_user`, `presence`) go to every active
-user of the realm: eventq models no restriction on who may see whom (Zulip's
-`can_access_all_users_group` at its default, everyone). A user's settings go
-to that user's own queues only.
+Facts about a person (`realm_user`, `presence`) go to the active users who
+may see them: everyone, unless the realm restricts its guests (Zulip's
+`can_access_all_users_group` set to role:members,
+generation/actions/access.py). Then a guest hears only of the users they
+share a channel or a group conversation with: a new user reaches the other
+guests as "Unknown user", and a deactivation, a reactivation or a role
+into or out of guest tells each guest concerned whom they lost (`realm_user`
+remove) or gained (`realm_user` add). A user's settings go to that user's
+own queues only.
 
 `actor_id` None is the operator (the command line), allowed everything an
 owner is.
@@ -13,10 +18,8 @@ owner is.
 from __future__ import annotations
 
 import dataclasses
-import time
 import unicodedata
-from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import psycopg
 from psycopg.rows import class_row
@@ -30,7 +33,26 @@ from generation.accounts import (
     new_api_key,
 )
 from generation.actions import bots
-from generation.actions.base import ActionContext, ActionError, active_user_ids, get_user
+from generation.actions.access import (
+    AccessBefore,
+    access_before,
+    guests_see_all_users,
+    inaccessible_person,
+    realm_subdomain,
+    send_access_changes,
+    users_who_can_access,
+)
+from generation.actions.base import (
+    PERSON_COLUMNS,
+    ActionContext,
+    ActionError,
+    Connection,
+    Outbox,
+    PersonRow,
+    active_user_ids,
+    get_user,
+    person_of,
+)
 from generation.actions.groups import send_activity_group_changes, send_role_group_changes
 from generation.actions.personal.drafts import delete_all_drafts
 from generation.actions.streams import (
@@ -39,18 +61,11 @@ from generation.actions.streams import (
     subscribe_to_default_streams,
 )
 from generation.events.users import (
+    INACCESSIBLE_USER,
     ROLE_GUEST,
     ROLE_OWNER,
     credentials_changed,
-    legacy_presence,
-    person,
 )
-
-# Zulip's PRESENCE_UPDATE_MIN_FREQ_SECONDS: a user's presence row is written
-# at most this often per field, however many clients ping (each open tab pings
-# every minute); an event goes out exactly when the row is written, so that
-# register's state plus the events always equals a fresh fetch.
-PRESENCE_UPDATE_MIN_FREQ_SECS = 55
 
 MAX_FULL_NAME = 100
 MAX_EMAIL = 254
@@ -111,49 +126,14 @@ USER_SETTINGS: dict[str, type] = {
     "enable_drafts_synchronization": bool,
 }
 
-PresenceStatus = Literal["active", "idle"]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PersonRow:
-    """A user of any state, with what a `Person` shows."""
-
-    id: int
-    realm_id: int
-    email: str
-    full_name: str
-    role: int
-    is_active: bool
-    date_joined: datetime
-    timezone: str
-
-
-_PERSON_COLUMNS = "id, realm_id, email, full_name, role, is_active, date_joined, timezone"
-
 
 async def _person_row(ctx: ActionContext, realm_id: int, user_id: int) -> PersonRow | None:
     cur = ctx.conn.cursor(row_factory=class_row(PersonRow))
     await cur.execute(
-        f"SELECT {_PERSON_COLUMNS} FROM users WHERE id = %s AND realm_id = %s",  # noqa: S608 (fixed columns)
+        f"SELECT {PERSON_COLUMNS} FROM users WHERE id = %s AND realm_id = %s",  # noqa: S608 (fixed columns)
         (user_id, realm_id),
     )
     return await cur.fetchone()
-
-
-def _person_of(row: PersonRow) -> dict[str, Any]:
-    """The `Person` of a `realm_user` event: always with its avatar URL
-    (register's appliers null it for `client_gravatar` clients)."""
-    return dict(
-        person(
-            user_id=row.id,
-            email=row.email,
-            full_name=row.full_name,
-            role=row.role,
-            is_active=row.is_active,
-            date_joined=row.date_joined,
-            timezone=row.timezone,
-        )
-    )
 
 
 async def find_user(conn: psycopg.AsyncConnection[Any], realm_id: int, email: str) -> PersonRow:
@@ -161,7 +141,7 @@ async def find_user(conn: psycopg.AsyncConnection[Any], realm_id: int, email: st
     command line, which names users by email."""
     cur = conn.cursor(row_factory=class_row(PersonRow))
     await cur.execute(
-        f"SELECT {_PERSON_COLUMNS} FROM users"  # noqa: S608 (fixed columns)
+        f"SELECT {PERSON_COLUMNS} FROM users"  # noqa: S608 (fixed columns)
         " WHERE realm_id = %s AND lower(email) = lower(%s)",
         (realm_id, email),
     )
@@ -292,7 +272,8 @@ async def do_create_user(
 ) -> CreatedUser:
     """Create an active user with a fresh API key (returned only here), their
     settings row, and their subscriptions to the realm's default streams;
-    every active user of the realm is told (`realm_user` add).
+    every active user of the realm is told (`realm_user` add; see
+    `_send_created` for a realm that restricts its guests).
     Administrators may create users; only owners may create owners."""
     actor = await _administrator(ctx, actor_id, realm_id)
     email = check_email(email)
@@ -310,13 +291,54 @@ async def do_create_user(
         user_id, api_key = await _insert_user(ctx, realm_id, email, full_name, role)
         await ctx.conn.execute("INSERT INTO user_settings (user_id) VALUES (%s)", (user_id,))
         row = await _target(ctx, realm_id, user_id)
-        users = await active_user_ids(ctx.conn, realm_id)
-        outbox.send(realm_id, {"type": "realm_user", "op": "add", "person": _person_of(row)}, users)
+        await _send_created(ctx.conn, outbox, row)
         # System groups' members follow roles (generation/actions/groups).
         await send_role_group_changes(ctx, realm_id, user_id, None, role)
         # After the add event: their peers learn of the subscriber from it.
         await subscribe_to_default_streams(ctx, user_id)
     return CreatedUser(user_id, realm_id, row.email, row.full_name, ROLE_NAMES[role], api_key)
+
+
+async def _send_created(conn: Connection, outbox: Outbox, row: PersonRow) -> None:
+    """`realm_user` add of a new user, as Zulip's notify_created_user: the
+    whole person to whoever may see them, and in a realm that restricts its
+    guests "Unknown user" (`inaccessible_person`, flagged `inaccessible_user`
+    for the queues: queues/specialize.py) to every other active guest.
+
+    A guest subscribed to one of the default streams the user is about to
+    join gets neither here: joining them makes the guest gain the user, and
+    generation/actions/streams/membership.py then sends the whole person,
+    before the `peer_add` that names them."""
+    cur = await conn.execute(
+        """
+        SELECT u.id, u.role = %s AND NOT r.guests_see_all_users
+        FROM users u JOIN realms r ON r.id = u.realm_id
+        WHERE u.realm_id = %s AND u.is_active ORDER BY u.id
+        """,
+        (ROLE_GUEST, row.realm_id),
+    )
+    active = await cur.fetchall()
+    restricted = [user_id for user_id, guest in active if guest and user_id != row.id]
+    joining: set[int] = set()
+    if restricted:
+        cur = await conn.execute(
+            """
+            SELECT DISTINCT x.user_id FROM default_streams d
+            JOIN streams s ON s.id = d.stream_id AND NOT s.deactivated
+            JOIN subscriptions x ON x.stream_id = d.stream_id AND x.active
+            WHERE d.realm_id = %s AND x.user_id = ANY(%s)
+            """,
+            (row.realm_id, restricted),
+        )
+        joining = {user_id for (user_id,) in await cur.fetchall()}
+    unseen = set(restricted) - joining
+    seeing = [user_id for user_id, _ in active if user_id not in joining | unseen]
+    outbox.send(row.realm_id, {"type": "realm_user", "op": "add", "person": person_of(row)}, seeing)
+    if unseen:
+        placeholder = inaccessible_person(row.id, await realm_subdomain(conn, row.realm_id))
+        event: dict[str, Any] = {"type": "realm_user", "op": "add", "person": placeholder}
+        event[INACCESSIBLE_USER] = True
+        outbox.send(row.realm_id, event, sorted(unseen))
 
 
 async def _insert_user(
@@ -352,7 +374,8 @@ async def do_change_full_name(
     ctx: ActionContext, actor_id: int, realm_id: int, user_id: int, full_name: str
 ) -> bool:
     """Rename a user: oneself, or anyone as an administrator. Every active
-    user is told; returns False (and tells nobody) if the name is unchanged."""
+    user who may see them is told; returns False (and tells nobody) if the
+    name is unchanged."""
     if actor_id != user_id:
         await _administrator(ctx, actor_id, realm_id)
     else:
@@ -365,7 +388,7 @@ async def do_change_full_name(
         await ctx.conn.execute(
             "UPDATE users SET full_name = %s WHERE id = %s", (full_name, user_id)
         )
-        users = await active_user_ids(ctx.conn, realm_id)
+        users = await users_who_can_access(ctx.conn, realm_id, user_id)
         event = {
             "type": "realm_user",
             "op": "update",
@@ -379,9 +402,11 @@ async def do_change_user_role(
     ctx: ActionContext, actor_id: int | None, realm_id: int, user_id: int, role: int
 ) -> bool:
     """Give a user another role. Administrators may; making or unmaking an
-    owner takes an owner, and the last owner stays one. Every active user is
-    told; a user who becomes or stops being a guest also gets the streams
-    they now see or no longer see. Returns False if the role is unchanged."""
+    owner takes an owner, and the last owner stays one. Every active user who
+    may see them is told; a user who becomes or stops being a guest also gets
+    the streams they now see or no longer see, and in a realm that restricts
+    its guests the users they no longer see (`realm_user` remove) or now see
+    (`realm_user` add). Returns False if the role is unchanged."""
     actor = await _administrator(ctx, actor_id, realm_id)
     role = check_role(role)
     async with ctx.transaction() as outbox:
@@ -395,14 +420,49 @@ async def do_change_user_role(
             raise ActionError(
                 "The owner permission cannot be removed from the only organization owner."
             )
+        own = await _own_access_before(ctx.conn, target, role)
         await ctx.conn.execute("UPDATE users SET role = %s WHERE id = %s", (role, user_id))
-        users = await active_user_ids(ctx.conn, realm_id)
+        users = await users_who_can_access(ctx.conn, realm_id, user_id)
         event = {"type": "realm_user", "op": "update", "person": {"user_id": user_id, "role": role}}
         outbox.send(realm_id, event, users)
         await send_role_group_changes(ctx, realm_id, user_id, target.role, role)
+        was_guest = target.role == ROLE_GUEST
+        # A former guest gains people before the streams whose subscribers
+        # name them, a new guest loses them after the streams: the order of
+        # subscriptions (generation/actions/streams/membership.py).
+        if own is not None and was_guest:
+            await send_access_changes(ctx.conn, outbox, own)
         # Into or out of the guest role: the streams the user can see change.
-        await send_stream_access_for_role(ctx, user_id, was_guest=target.role == ROLE_GUEST)
+        await send_stream_access_for_role(ctx, user_id, was_guest=was_guest)
+        if own is not None and not was_guest:
+            await send_access_changes(ctx.conn, outbox, own)
     return True
+
+
+async def _own_access_before(conn: Connection, target: PersonRow, role: int) -> AccessBefore | None:
+    """Whom an active user about to become or stop being a guest sees now,
+    for `send_access_changes` after the change; None if nothing changes for
+    them (another role change, a deactivated user, a realm that restricts
+    nobody). A non-guest sees every user of the realm."""
+    if not target.is_active or (target.role == ROLE_GUEST) == (role == ROLE_GUEST):
+        return None
+    if target.role == ROLE_GUEST:
+        return await access_before(conn, target.realm_id, guests=[target.id])
+    if await guests_see_all_users(conn, target.realm_id):
+        return None
+    cur = await conn.execute("SELECT id FROM users WHERE realm_id = %s", (target.realm_id,))
+    return AccessBefore(target.realm_id, {target.id: {row[0] for row in await cur.fetchall()}})
+
+
+async def _audience(
+    conn: Connection, realm_id: int, user_id: int, access: AccessBefore
+) -> list[int]:
+    """The active users who may see `user_id` (`users_who_can_access`),
+    without a second look at the realm's guests when `access` (taken in the
+    same action) found that it restricts nobody."""
+    if access.seen is None:
+        return await active_user_ids(conn, realm_id)
+    return await users_who_can_access(conn, realm_id, user_id)
 
 
 async def do_end_sessions(ctx: ActionContext, user_id: int, realm_id: int) -> None:
@@ -424,8 +484,11 @@ async def do_deactivate_user(
 ) -> None:
     """Deactivate an active user: their API key stops working and they leave
     every list of active users: the viewers of their streams get
-    `peer_remove`, the remaining active users `realm_user` update (presence
-    lists drop them on it). Administrators may; an owner only by an owner; never the last owner."""
+    `peer_remove`, the remaining active users who may still see them
+    `realm_user` update (presence lists drop them on it), and a restricted
+    guest who saw them only through a channel `realm_user` remove instead
+    (Zulip's send_events_for_user_deactivation). Administrators may; an
+    owner only by an owner; never the last owner."""
     actor = await _administrator(ctx, actor_id, realm_id)
     async with ctx.transaction() as outbox:
         await _lock_realm(ctx, realm_id)
@@ -438,16 +501,21 @@ async def do_deactivate_user(
                 raise ActionError("Cannot deactivate the only organization owner")
         # Zulip's cascade: their bots stop first.
         await bots.deactivate_owned_bots(ctx, realm_id, user_id)
+        access = await access_before(ctx.conn, realm_id)
+        if access.seen is not None and user_id in access.seen:
+            # A deactivated guest has no queue to tell of anyone.
+            seen = {guest: users for guest, users in access.seen.items() if guest != user_id}
+            access = AccessBefore(realm_id, seen)
         await ctx.conn.execute("UPDATE users SET is_active = false WHERE id = %s", (user_id,))
         # Subscriber lists hold active users: `peer_remove` first, as Zulip.
         await send_subscriber_activity(ctx, user_id)
-        users = await active_user_ids(ctx.conn, realm_id)
         event = {
             "type": "realm_user",
             "op": "update",
             "person": {"user_id": user_id, "is_active": False},
         }
-        outbox.send(realm_id, event, users)
+        outbox.send(realm_id, event, await _audience(ctx.conn, realm_id, user_id, access))
+        await send_access_changes(ctx.conn, outbox, access)
         await bots.send_bot_activity(ctx, outbox, realm_id, user_id, active=False)
         await send_activity_group_changes(ctx, realm_id, user_id, active=False)
 
@@ -456,9 +524,10 @@ async def do_reactivate_user(
     ctx: ActionContext, actor_id: int | None, realm_id: int, user_id: int
 ) -> None:
     """Reactivate a deactivated user (with their old API key, role, settings
-    and subscriptions). Every active user, them included, is told, and the
-    viewers of their streams get `peer_add`.
-    Administrators may; an owner only by an owner."""
+    and subscriptions). Every active user who may see them, them included,
+    is told (`realm_user` update; the whole person, `realm_user` add, to a
+    restricted guest who sees them again), and the viewers of their streams
+    get `peer_add`. Administrators may; an owner only by an owner."""
     actor = await _administrator(ctx, actor_id, realm_id)
     async with ctx.transaction() as outbox:
         await _lock_realm(ctx, realm_id)
@@ -467,14 +536,17 @@ async def do_reactivate_user(
             raise ActionError("User is already active")
         if target.role == ROLE_OWNER:
             _require_owner(actor)
+        access = await access_before(ctx.conn, realm_id)
         await ctx.conn.execute("UPDATE users SET is_active = true WHERE id = %s", (user_id,))
-        users = await active_user_ids(ctx.conn, realm_id)
+        gained = await send_access_changes(ctx.conn, outbox, access)
+        told = {guest for guest, users in gained.items() if user_id in users}
         event = {
             "type": "realm_user",
             "op": "update",
             "person": {"user_id": user_id, "is_active": True},
         }
-        outbox.send(realm_id, event, users)
+        users = await _audience(ctx.conn, realm_id, user_id, access)
+        outbox.send(realm_id, event, [user for user in users if user not in told])
         await bots.send_bot_activity(ctx, outbox, realm_id, user_id, active=True)
         await send_activity_group_changes(ctx, realm_id, user_id, active=True)
         # Back in the subscriber lists of their streams (`peer_add`).
@@ -518,83 +590,3 @@ async def do_change_user_setting(
             event["language_name"] = LANGUAGES[str(value)]
         outbox.send(user.realm_id, event, [user_id])
     return True
-
-
-# -- presence ------------------------------------------------------------------
-
-
-async def do_update_presence(
-    ctx: ActionContext, user_id: int, status: str, *, now: float | None = None
-) -> bool:
-    """Record that a client of the user is connected, and active or idle, at
-    `now` (seconds since the epoch; default: the current time, kept to whole
-    seconds as clients see it).
-
-    Zulip's rules: the row's `last_connected_time` moves at most every
-    `PRESENCE_UPDATE_MIN_FREQ_SECS`, `last_active_time` likewise and only for
-    `active`; an update older than the row changes nothing. When the row
-    changes every active user of the realm gets a `presence` event (modern
-    form: `user_id` and `email`; the queues drop `email` for `slim_presence`
-    clients). Returns whether it changed.
-    """
-    if status not in ("active", "idle"):
-        raise ActionError(f"Invalid status: {status}")
-    user = await get_user(ctx.conn, user_id)
-    moment = int(time.time() if now is None else now)
-    async with ctx.transaction() as outbox:
-        await ctx.conn.execute(
-            "INSERT INTO presences (user_id, realm_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-            (user_id, user.realm_id),
-        )
-        cur = await ctx.conn.execute(
-            """
-            SELECT floor(extract(epoch FROM p.last_active_time))::bigint,
-                   floor(extract(epoch FROM p.last_connected_time))::bigint,
-                   floor(extract(epoch FROM u.date_joined))::bigint
-            FROM presences p JOIN users u ON u.id = p.user_id
-            WHERE p.user_id = %s FOR UPDATE OF p
-            """,
-            (user_id,),
-        )
-        row = await cur.fetchone()
-        assert row is not None
-        active, connected, joined = row
-        new_active, new_connected = _presence_after(active, connected, status, moment)
-        if (new_active, new_connected) == (active, connected):
-            return False
-        await ctx.conn.execute(
-            "UPDATE presences SET last_active_time = to_timestamp(%s),"
-            " last_connected_time = to_timestamp(%s) WHERE user_id = %s",
-            (new_active, new_connected, user_id),
-        )
-        # Zulip shows a user who never was active as active when they joined.
-        shown_active = joined if new_active is None else new_active
-        event = {
-            "type": "presence",
-            "user_id": user_id,
-            "email": user.email,
-            # The time of the update (the new `last_connected_time`, which
-            # register's appliers take from here).
-            "server_timestamp": float(new_connected),
-            "presence": {"website": legacy_presence(shown_active, new_connected)},
-            # The modern form, for clients with simplified_presence_events.
-            "presences": {
-                str(user_id): {"active_timestamp": shown_active, "idle_timestamp": new_connected}
-            },
-        }
-        outbox.send(user.realm_id, event, await active_user_ids(ctx.conn, user.realm_id))
-    return True
-
-
-def _presence_after(
-    active: int | None, connected: int | None, status: str, now: int
-) -> tuple[int | None, int]:
-    """(last active, last connected) after an update at `now`."""
-    if connected is None:  # the first update: the user has connected
-        return (now if status == "active" else active), now
-    if now - connected > PRESENCE_UPDATE_MIN_FREQ_SECS:
-        connected = now
-    if status == "active" and (active is None or now - active > PRESENCE_UPDATE_MIN_FREQ_SECS):
-        active = now
-        connected = max(connected, now)
-    return active, connected

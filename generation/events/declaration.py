@@ -46,6 +46,10 @@ from typing import Literal
 #   without it (generation.events.streams.WITHOUT_ARCHIVED_CHANNELS) dropped,
 #   or given without that mark; for the latter also an archived channel as
 #   `stream` delete and never in a `stream` create. Other events go as sent.
+# - "inaccessible_dropped", "inaccessible_unmarked": Zulip's
+#   `user_list_incomplete` on `realm_user` add: an add of a user the client
+#   may not see (generation.events.users.INACCESSIBLE_USER) is dropped, or
+#   given without that mark. Other events go as sent.
 Form = Literal[
     "as_sent",
     "dropped",
@@ -59,6 +63,8 @@ Form = Literal[
     "empty_topic_display",
     "archived_kept",
     "archived_hidden",
+    "inaccessible_dropped",
+    "inaccessible_unmarked",
 ]
 
 

@@ -19,6 +19,13 @@ ReactionType = Literal["unicode_emoji", "realm_emoji", "zulip_extra_emoji"]
 # The flags a user changes through `update_message_flags`.
 EditableFlag = Literal["read", "starred"]
 
+# The optional key of a `message` notice listing the recipients who may not
+# see its sender (Zulip's `user_ids_without_access_to_sender`; a guest of a
+# realm that restricts them, generation/actions/access.py): the queues give
+# them the message with the sender as "Unknown user" (`queues/specialize.py`,
+# `NoticePayloads`, which holds the same text). It never reaches a client.
+USER_IDS_WITHOUT_ACCESS_TO_SENDER = "user_ids_without_access_to_sender"
+
 
 class MessageRecipientUser(TypedDict):
     """One participant of a direct message (`display_recipient`)."""

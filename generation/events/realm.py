@@ -20,6 +20,9 @@ class RealmUpdateEvent(TypedDict):
 
 class RealmUpdateDictData(TypedDict, total=False):
     message_content_edit_limit_seconds: int | None
+    # The id of the realm's role:everyone or role:members system group
+    # (generation/actions/access.py).
+    can_access_all_users_group: int
 
 
 class RealmUpdateDictEvent(TypedDict):

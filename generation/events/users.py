@@ -46,15 +46,70 @@ class Person(TypedDict):
     # the user who owns the bot.
     bot_type: NotRequired[int]
     bot_owner_id: NotRequired[int]
+    # A human's custom profile field values, by field id: only in the
+    # `realm_user` add a guest gets for a user they can now see
+    # (generation/actions/access.py); a new user has none.
+    profile_data: NotRequired[dict[str, Any]]
+
+
+class InaccessiblePerson(TypedDict):
+    """A user the client may not see (Zulip's `get_data_for_inaccessible_user`,
+    generation/actions/access.py): "Unknown user", a member, active, joined
+    at the epoch, with the unknown-user picture."""
+
+    user_id: int
+    email: str
+    delivery_email: None
+    full_name: Literal["Unknown user"]
+    role: Literal[400]
+    is_admin: Literal[False]
+    is_owner: Literal[False]
+    is_guest: Literal[False]
+    is_bot: Literal[False]
+    is_active: Literal[True]
+    date_joined: str
+    timezone: Literal[""]
+    avatar_version: int
+    avatar_url: str
+    profile_data: dict[str, Any]
+
+
+# The key of a `realm_user` add whose person is a user the recipient may not
+# see (Zulip's `inaccessible_user` flag): the queues drop the event for
+# clients with `user_list_incomplete` and remove the key for the others
+# (`queues/specialize.py` forms "inaccessible_dropped" and
+# "inaccessible_unmarked", which hold the same text).
+INACCESSIBLE_USER = "inaccessible_user"
 
 
 class RealmUserAddEvent(TypedDict):
-    """A user joined the realm; sent to every active user of the realm."""
+    """A user joined the realm, or a guest can now see a user (Zulip's
+    restricted access, generation/actions/access.py); sent to those who may
+    see the user, and, as "Unknown user" (`InaccessiblePerson`), to the
+    guests who may not, unless their client declared `user_list_incomplete`."""
 
     id: int
     type: Literal["realm_user"]
     op: Literal["add"]
-    person: Person
+    person: Person | InaccessiblePerson
+
+
+class PersonRemoved(TypedDict):
+    """A user the recipient may no longer see."""
+
+    user_id: int
+    full_name: Literal["Unknown user"]
+
+
+class RealmUserRemoveEvent(TypedDict):
+    """A guest may no longer see a user (they share no channel or group
+    conversation any more; Zulip's feature level 228): the client shows the
+    user as "Unknown user", or forgets them with `user_list_incomplete`."""
+
+    id: int
+    type: Literal["realm_user"]
+    op: Literal["remove"]
+    person: PersonRemoved
 
 
 class PersonFullName(TypedDict):
@@ -87,7 +142,8 @@ class PersonBotOwner(TypedDict):
 
 
 class RealmUserUpdateEvent(TypedDict):
-    """Something about a user changed; sent to every active user of the realm."""
+    """Something about a user changed; sent to every active user of the realm
+    who may see them (generation/actions/access.py)."""
 
     id: int
     type: Literal["realm_user"]
@@ -162,14 +218,22 @@ class UserSettingsUpdateEvent(TypedDict):
 TYPES: tuple[EventType, ...] = (
     EventType(
         "realm_user",
-        {"add": RealmUserAddEvent, "update": RealmUserUpdateEvent},
+        {"add": RealmUserAddEvent, "update": RealmUserUpdateEvent, "remove": RealmUserRemoveEvent},
         # the people, who is active for presence, and the bots (a bot is a
         # person too) with who administers them, and whose status is shown
         state=("realm_user", "presence", "realm_bot", "user_status"),
-        # Zulip's client_gravatar (the register option): a person's Gravatar
-        # `avatar_url` is null, as in register's `realm_users`.
-        capability=ClientRule(
-            "client_gravatar", option=True, with_it="gravatar_null", when_key="person"
+        capability=(
+            # Zulip's client_gravatar (the register option): a person's
+            # Gravatar `avatar_url` is null, as in register's `realm_users`.
+            ClientRule("client_gravatar", option=True, with_it="gravatar_null", when_key="person"),
+            # Zulip's user_list_incomplete: no "Unknown user" for a user
+            # the client may not see (INACCESSIBLE_USER; any other event
+            # goes as sent, at no cost: queues/specialize.py `_CHANGES`).
+            ClientRule(
+                "user_list_incomplete",
+                with_it="inaccessible_dropped",
+                without_it="inaccessible_unmarked",
+            ),
         ),
     ),
     EventType(
@@ -246,6 +310,27 @@ def legacy_presence(active: int, connected: int) -> PresenceInfo:
     if active + LEGACY_ACTIVE_OFFSET_SECS >= connected:
         return {"client": "website", "status": "active", "timestamp": active, "pushable": False}
     return {"client": "website", "status": "idle", "timestamp": connected, "pushable": False}
+
+
+# Zulip shows the presence of users connected within the last two weeks.
+PRESENCE_HISTORY = "14 days"
+
+
+def presence_event(user_id: int, email: str, active: int, connected: int) -> dict[str, Any]:
+    """A `presence` event for a user last active at `active` and last
+    connected at `connected` (seconds since the epoch), in both of Zulip's
+    forms (the queues give each client one)."""
+    return {
+        "type": "presence",
+        "user_id": user_id,
+        "email": email,
+        # The time of the update (the new `last_connected_time`, which
+        # register's appliers take from here).
+        "server_timestamp": float(connected),
+        "presence": {"website": legacy_presence(active, connected)},
+        # The modern form, for clients with simplified_presence_events.
+        "presences": {str(user_id): {"active_timestamp": active, "idle_timestamp": connected}},
+    }
 
 
 def iso_datetime(moment: datetime) -> str:

@@ -1,7 +1,10 @@
 """Stored messages as Zulip's clients read them in history (`GET
 /messages`, `GET /messages/{id}`): the message object of a `message` event
 (generation/events/messages.py, `MessageObject`), with the reader's own
-`flags` and, for an edited message, `last_edit_timestamp`."""
+`flags` and, for an edited message, `last_edit_timestamp`. A sender the
+reader may not see (a guest of a realm that restricts them,
+generation/actions/access.py) is shown as "Unknown user", as Zulip's
+`MessageDict.post_process_dicts` does; `display_recipient` is left as is."""
 
 from __future__ import annotations
 
@@ -10,6 +13,12 @@ from typing import Any
 
 import psycopg
 
+from generation.actions.access import (
+    INACCESSIBLE_AVATAR_URL,
+    INACCESSIBLE_USER_NAME,
+    inaccessible_email,
+    inaccessible_user_ids,
+)
 from generation.actions.messages.send import avatar_url
 from generation.actions.messages.submessages import submessage_dicts
 from generation.markdown import is_me_message
@@ -79,6 +88,7 @@ async def message_dicts(
     cur = await conn.execute("SELECT subdomain FROM realms WHERE id = %s", (realm_id,))
     realm_row = await cur.fetchone()
     subdomain = "" if realm_row is None else str(realm_row[0])
+    unseen = await inaccessible_user_ids(conn, realm_id, user_id, {row[1] for row in rows})
     messages = []
     for row in rows:
         (message_id, sender_id, email, full_name, stream_id, stream_name, topic) = row[:7]
@@ -107,6 +117,10 @@ async def message_dicts(
             "timestamp": sent,
             "flags": _flags(*row[13:19]),
         }
+        if sender_id in unseen:
+            message["sender_email"] = inaccessible_email(sender_id, subdomain)
+            message["sender_full_name"] = INACCESSIBLE_USER_NAME
+            message["avatar_url"] = INACCESSIBLE_AVATAR_URL
         if stream_id is not None:
             message["stream_id"] = stream_id
         if edited is not None:

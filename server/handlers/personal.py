@@ -22,11 +22,13 @@ import dataclasses
 from typing import Annotated, Any
 
 from generation.actions import personal as actions
+from generation.actions.base import ActionContext
 from server.errors import ApiError
 from server.handlers.actions import ActionHandler, Body, operation
+from server.handlers.users import check_can_access_user
 from server.http.auth import AuthUser
 from server.http.declared import JsonSchema, Nothing, Param
-from server.http.params import INT_MAX, decode_json
+from server.http.params import INT_MAX, decode_json, optional_boolean
 
 # Bounds of what a request may carry, checked before any action runs: far
 # above any real request, low enough that none makes the server work long.
@@ -42,21 +44,13 @@ class PersonalHandler(ActionHandler):
 # -- status --------------------------------------------------------------------------
 
 
-def _optional_boolean(name: str, raw: str) -> bool | None:
-    """A JSON boolean; JSON null is "not given"."""
-    value = decode_json(name, raw)
-    if value is not None and not isinstance(value, bool):
-        raise ApiError(f"{name} is not a boolean")
-    return value
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class UpdateStatus:
     away: Annotated[
         bool | None,
         Param(
             "Zulip's legacy away flag",
-            parse=_optional_boolean,
+            parse=optional_boolean,
             schema={"type": ["boolean", "null"]},
         ),
     ] = None
@@ -104,15 +98,22 @@ class StatusHandler(PersonalHandler):
 class UserStatusHandler(PersonalHandler):
     """`GET users/{id}/status`: a user's `status` as register's
     `user_status` shows it (Zulip 9.0, feature level 262); "No such user"
-    for a bot or an id of no user of the realm, "User is deactivated"."""
+    for a bot or an id of no user of the realm, "User is deactivated", then
+    "Insufficient permission" for a user a restricted guest may not see
+    (generation/actions/access.py)."""
 
     SUPPORTED_METHODS = ("GET",)
 
     @operation(Nothing)
     async def get(self, user: AuthUser, args: Nothing, raw_id: str) -> Body:
         target = ActionHandler.path_id(raw_id, "No such user")
-        status = await self.act(lambda ctx: actions.user_status(ctx.conn, user.realm_id, target))
-        return {"status": status}
+
+        async def read(ctx: ActionContext) -> dict[str, Any]:
+            status = await actions.user_status(ctx.conn, user.realm_id, target)
+            await check_can_access_user(ctx.conn, user, target)
+            return status
+
+        return {"status": await self.act(read)}
 
 
 # -- topics ----------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from server.errors import ApiError
 from server.handlers.actions import ActionHandler, Body, operation
 from server.http.auth import AuthUser
 from server.http.declared import JsonSchema, Nothing, Param
-from server.http.params import INT_MAX, decode_json
+from server.http.params import INT_MAX, decode_json, optional_boolean
 
 # Bounds of what a request may carry, checked before any action runs: far
 # above any real request, low enough that none makes the server work long.
@@ -35,14 +35,6 @@ _ID: JsonSchema = {"type": "integer", "minimum": 1, "maximum": INT_MAX}
 _VALUE: JsonSchema = {
     "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "integer"}}]
 }
-
-
-def _optional_boolean(name: str, raw: str) -> bool | None:
-    """A JSON boolean; JSON null is "not given"."""
-    value = decode_json(name, raw)
-    if value is not None and not isinstance(value, bool):
-        raise ApiError(f"{name} is not a boolean")
-    return value
 
 
 def _field_data(name: str, raw: str) -> dict[str, Any]:
@@ -241,7 +233,7 @@ class ProfileFieldsHandler(ProfileFieldsAreaHandler):
         return None
 
 
-_OptionalBool = Param(parse=_optional_boolean, schema={"type": ["boolean", "null"]})
+_OptionalBool = Param(parse=optional_boolean, schema={"type": ["boolean", "null"]})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

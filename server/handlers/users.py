@@ -3,7 +3,9 @@
 - `PATCH settings`: the user's own name and settings;
 - `POST users/me/presence`: a client's presence ping, answered with the
   realm's presence; `GET realm/presence`: the realm's presence;
-- `GET users`, `GET users/me`, `GET users/{id}`: people;
+- `GET users`, `GET users/me`, `GET users/{id}`: people (a guest of a
+  realm that restricts guests sees "Unknown user" for those they may not
+  see, and is refused their `GET users/{id}`: generation/actions/access.py);
 - `POST users` (create), `PATCH users/{id}` (name, role, custom profile
   field values), `DELETE users/{id}` (deactivate), `POST
   users/{id}/reactivate`: administrators.
@@ -22,10 +24,12 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import orjson
+import psycopg
 
 from apply_events.fetch.users import fetch_people, fetch_presences
-from generation.actions import profile_fields
+from generation.actions import presence, profile_fields
 from generation.actions import users as actions
+from generation.actions.access import inaccessible_user_ids
 from generation.actions.base import ActionContext
 from server.errors import ApiError
 from server.handlers.actions import ActionHandler, Body, operation
@@ -59,6 +63,8 @@ class UsersAreaHandler(ActionHandler):
         client_gravatar: bool,
         include_custom_profile_fields: bool = False,
     ) -> Any:
+        """`user_id` as `user` may read them: "No such user" for no user of
+        the realm, then `check_can_access_user`'s refusal."""
         async with self.server.db.connection() as conn:
             found = await fetch_people(
                 conn,
@@ -67,9 +73,23 @@ class UsersAreaHandler(ActionHandler):
                 user_id=user_id,
                 include_custom_profile_fields=include_custom_profile_fields,
             )
-        if not found:
-            raise ApiError("No such user")
+            if not found:
+                raise ApiError("No such user")
+            await check_can_access_user(conn, user, user_id)
         return found[0]
+
+
+async def check_can_access_user(
+    conn: psycopg.AsyncConnection[Any], user: AuthUser, target_id: int
+) -> None:
+    """Refuse `user` a read of a user of their realm they may not see: a
+    guest of a realm that restricts guests, and a human they share no
+    channel or group conversation with (Zulip's `access_user_common`, which
+    answers "Insufficient permission"). No statement for a non-guest."""
+    if user.is_guest and await inaccessible_user_ids(
+        conn, user.realm_id, user.user_id, [target_id]
+    ):
+        raise ApiError("Insufficient permission")
 
 
 def _user_id(raw: str) -> int:
@@ -194,11 +214,13 @@ class PresenceHandler(UsersAreaHandler):
 
     @operation(UpdatePresence)
     async def post(self, user: AuthUser, args: UpdatePresence) -> Body:
-        await self.act(lambda ctx: actions.do_update_presence(ctx, user.user_id, args.status))
+        await self.act(lambda ctx: presence.do_update_presence(ctx, user.user_id, args.status))
         if args.ping_only:
             return None
         async with self.server.db.connection() as conn:
-            presences = await fetch_presences(conn, user.realm_id, slim=args.slim_presence)
+            presences = await fetch_presences(
+                conn, user.realm_id, slim=args.slim_presence, viewer_id=user.user_id
+            )
         return {"presences": presences, "server_timestamp": time.time()}
 
 
@@ -216,7 +238,9 @@ class RealmPresenceHandler(UsersAreaHandler):
     @operation(RealmPresence)
     async def get(self, user: AuthUser, args: RealmPresence) -> Body:
         async with self.server.db.connection() as conn:
-            presences = await fetch_presences(conn, user.realm_id, slim=args.slim_presence)
+            presences = await fetch_presences(
+                conn, user.realm_id, slim=args.slim_presence, viewer_id=user.user_id
+            )
         return {"presences": presences, "server_timestamp": time.time()}
 
 
@@ -235,7 +259,9 @@ class CreateUser:
 
 
 class UsersHandler(UsersAreaHandler):
-    """`GET users`: every user of the realm, active or not (`members`);
+    """`GET users`: every user of the realm, active or not (`members`; for a
+    restricted guest, those they may not see as "Unknown user", whatever the
+    client: Zulip's `get_members_backend`);
     `POST users`: an administrator creates a user (`email`, `full_name`;
     answers `user_id`). eventq has no passwords: a `password` is ignored,
     and the new user's API key is issued with `eventq user rotate-key`."""
@@ -249,6 +275,7 @@ class UsersHandler(UsersAreaHandler):
                 conn,
                 user.realm_id,
                 client_gravatar=args.client_gravatar,
+                viewer_id=user.user_id,
                 include_custom_profile_fields=args.include_custom_profile_fields,
             )
         return {"members": members}
@@ -293,7 +320,8 @@ class UpdateUser:
 
 
 class UserHandler(UsersAreaHandler):
-    """`GET users/{id}`; administrators: `PATCH users/{id}` (`full_name`,
+    """`GET users/{id}` (refused for a user one may not see:
+    `check_can_access_user`); administrators: `PATCH users/{id}` (`full_name`,
     `role`, `profile_data`) and `DELETE users/{id}` (deactivate)."""
 
     SUPPORTED_METHODS = ("GET", "PATCH", "DELETE")

@@ -28,6 +28,15 @@ def decode_json(name: str, value: str) -> Any:
         raise ApiError(f'Argument "{name}" is not valid JSON.') from None
 
 
+def optional_boolean(name: str, raw: str) -> bool | None:
+    """A JSON boolean parameter (a `Param(parse=...)`); JSON null is "not
+    given"."""
+    value = decode_json(name, raw)
+    if value is not None and not isinstance(value, bool):
+        raise ApiError(f"{name} is not a boolean")
+    return value
+
+
 def check_length(name: str, value: str, max_length: int) -> str:
     """`value`, refused when longer than `max_length` characters."""
     if len(value) > max_length:

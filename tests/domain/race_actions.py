@@ -17,13 +17,18 @@ from generation.actions import (
     groups,
     messages,
     personal,
+    presence,
     profile_fields,
     realm_config,
     streams,
     users,
 )
 from generation.actions.base import ActionContext, ActionError
-from generation.actions.realm import do_set_message_edit_limit, do_set_realm_property
+from generation.actions.realm import (
+    do_set_can_access_all_users_group,
+    do_set_message_edit_limit,
+    do_set_realm_property,
+)
 from tests.domain.harness import Domain
 
 RaceAction = Callable[[ActionContext, Domain, random.Random], Awaitable[Any]]
@@ -54,8 +59,16 @@ def _user(domain: Domain, rng: random.Random) -> int:
 
 
 async def realm_setting(ctx: ActionContext, domain: Domain, rng: random.Random) -> None:
-    choice = rng.randrange(3)
-    if choice == 0:
+    choice = rng.randrange(4)
+    if choice == 3:
+        # Whom guests see (generation/actions/access.py): role:everyone or role:members.
+        [group] = await _ids(
+            ctx,
+            b"SELECT id FROM user_groups WHERE realm_id = %s AND is_system_group AND name = %s",
+            (domain.realm_id, rng.choice(("role:everyone", "role:members"))),
+        )
+        await do_set_can_access_all_users_group(ctx, None, domain.realm_id, group)
+    elif choice == 0:
         await do_set_realm_property(
             ctx, None, domain.realm_id, "name", f"Realm {rng.randint(0, 9999)}"
         )
@@ -219,12 +232,17 @@ async def message_change(ctx: ActionContext, domain: Domain, rng: random.Random)
 
 async def user_change(ctx: ActionContext, domain: Domain, rng: random.Random) -> None:
     realm = domain.realm_id
-    choice = rng.randrange(6)
-    if choice == 0:
+    choice = rng.randrange(7)
+    if choice == 6:
+        # A newcomer: "Unknown user" to the guests of a restricted realm.
+        role = rng.choice([accounts.ROLES["member"], accounts.ROLES["guest"]])
+        email = f"new{rng.randint(0, 9999)}@{domain.subdomain}.example"
+        await users.do_create_user(ctx, None, realm, email, "Newcomer", role)
+    elif choice == 0:
         user = _user(domain, rng)
         await users.do_change_full_name(ctx, user, realm, user, f"Person {rng.randint(0, 99)}")
     elif choice == 1:
-        await users.do_update_presence(ctx, _user(domain, rng), rng.choice(("active", "idle")))
+        await presence.do_update_presence(ctx, _user(domain, rng), rng.choice(("active", "idle")))
     elif choice == 2:
         await users.do_change_user_setting(
             ctx, _user(domain, rng), "twenty_four_hour_time", rng.random() < 0.5

@@ -20,7 +20,8 @@ from generation.actions.messages import (
     do_send_stream_message,
     do_update_message,
 )
-from generation.actions.users import do_change_full_name, do_deactivate_user, do_update_presence
+from generation.actions.presence import do_update_presence
+from generation.actions.users import do_change_full_name, do_deactivate_user
 from generation.markdown import MentionGroup, Person, possible_group_mentions, render
 from tests.domain.harness import MODERN, covers
 

@@ -11,6 +11,7 @@ import pytest
 
 from generation import accounts
 from generation.actions.base import ActionError
+from generation.actions.presence import do_update_presence
 from generation.actions.users import (
     do_change_full_name,
     do_change_user_role,
@@ -18,7 +19,6 @@ from generation.actions.users import (
     do_create_user,
     do_deactivate_user,
     do_reactivate_user,
-    do_update_presence,
 )
 from generation.events.users import gravatar_url
 from tests.domain.harness import MODERN, covers

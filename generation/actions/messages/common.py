@@ -33,6 +33,9 @@ class _Realm:
     allow_message_editing: bool
     mandatory_topics: bool
     message_content_edit_limit_seconds: int | None
+    # False when the realm restricts what guests see (Zulip's
+    # `can_access_all_users_group` role:members; generation/actions/access.py).
+    guests_see_all_users: bool
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -114,7 +117,7 @@ async def _realm(conn: Connection, realm_id: int) -> _Realm:
     await cur.execute(
         """
         SELECT subdomain, allow_message_editing, mandatory_topics,
-               message_content_edit_limit_seconds
+               message_content_edit_limit_seconds, guests_see_all_users
         FROM realms WHERE id = %s
         """,
         (realm_id,),

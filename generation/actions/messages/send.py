@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from generation.actions.base import ActionContext, ActionError, Connection, UserRow, get_user
+from generation.actions.access import (
+    access_before,
+    access_map,
+    inaccessible_user_ids,
+    send_access_changes,
+)
+from generation.actions.base import (
+    ROLE_GUEST,
+    ActionContext,
+    ActionError,
+    Connection,
+    UserRow,
+    get_user,
+)
 from generation.actions.messages.common import (
     _Realm,
     _realm,
@@ -22,6 +35,7 @@ from generation.actions.messages.submessages import insert_submessage
 from generation.actions.messages.widgets import WIDGET_MSG_TYPE, widget_content
 from generation.actions.personal.alert_words import alerted_user_ids
 from generation.actions.personal.muting import muters_of
+from generation.events.messages import USER_IDS_WITHOUT_ACCESS_TO_SENDER
 from generation.markdown import Rendered, is_me_message
 
 
@@ -159,15 +173,52 @@ def _message_dict(
     return message
 
 
+async def _check_sender_sees(
+    conn: Connection, sender: UserRow, recipients: Sequence[UserRow]
+) -> None:
+    """Refuse a direct message from a guest to a user they may not see
+    (Zulip's `check_sender_can_access_recipients`)."""
+    if await inaccessible_user_ids(conn, sender.realm_id, sender.id, [u.id for u in recipients]):
+        raise ActionError("You do not have permission to access some of the recipients.")
+
+
+async def _without_access_to_sender(
+    conn: Connection, sender: UserRow, recipient_ids: Iterable[int]
+) -> list[int]:
+    """Of `recipient_ids`, the guests who may not see `sender` (Zulip's
+    `user_ids_without_access_to_sender`): they receive the message with its
+    sender as "Unknown user". Only for a realm that restricts its guests
+    (and a channel message: a conversation makes its participants visible
+    to each other); bots are seen by everyone."""
+    cur = await conn.execute(
+        """
+        SELECT id, role, is_bot FROM users
+        WHERE id = ANY(%s) AND (role = %s OR id = %s)
+        """,
+        (sorted(set(recipient_ids) | {sender.id}), ROLE_GUEST, sender.id),
+    )
+    rows = await cur.fetchall()
+    if any(row[0] == sender.id and row[2] for row in rows):
+        return []
+    guests = [row[0] for row in rows if row[0] != sender.id and row[1] == ROLE_GUEST]
+    if not guests:
+        return []
+    seen = await access_map(conn, guests)
+    return [guest for guest in guests if sender.id not in seen[guest]]
+
+
 def _message_event(
     message: dict[str, Any],
     invite_only: bool | None,
     local_id: str | None,
     sender_queue_id: str | None,
+    without_access: Sequence[int] = (),
 ) -> dict[str, Any]:
     event: dict[str, Any] = {"type": "message", "message": message}
     if invite_only is not None:
         event["invite_only"] = invite_only
+    if without_access:
+        event[USER_IDS_WITHOUT_ACCESS_TO_SENDER] = sorted(without_access)
     if local_id is not None and sender_queue_id is not None:
         event["local_id"] = local_id
         event["sender_queue_id"] = sender_queue_id
@@ -195,6 +246,8 @@ async def do_send_stream_message(
     back as `local_message_id` on the queue `sender_queue_id`. Content
     starting with `/poll` or `/todo` makes the message a widget
     (widgets.py): its first submessage is in the message's `submessages`.
+    In a realm that restricts its guests, the guests who do not see the
+    sender (one not subscribed to the channel) get them as "Unknown user".
     """
     conn = ctx.conn
     async with ctx.transaction() as outbox:
@@ -229,9 +282,16 @@ async def do_send_stream_message(
             target.name, target.id, topic,
         )  # fmt: skip
         message["submessages"] = await _widget(conn, sender, message_id, content)
+        # A sender subscribed to the channel shares it with every recipient:
+        # only an unsubscribed one may be unknown to a guest (Zulip's rule).
+        without_access = (
+            await _without_access_to_sender(conn, sender, recipients)
+            if not realm.guests_see_all_users and not target.subscribed
+            else []
+        )
         outbox.send(
             sender.realm_id,
-            _message_event(message, target.invite_only, local_id, sender_queue_id),
+            _message_event(message, target.invite_only, local_id, sender_queue_id, without_access),
             [{"id": uid, "flags": flags[uid]} for uid in sorted(recipients)],
         )
     return message_id
@@ -250,7 +310,14 @@ async def do_send_direct_message(
 ) -> int:
     """Send a direct message to users of the sender's realm (by id or
     e-mail); its participants are they and the sender. Returns its id.
-    Flags and widgets as `do_send_stream_message`."""
+    Flags and widgets as `do_send_stream_message`.
+
+    In a realm that restricts its guests (generation/actions/access.py), a
+    guest may write only to users they see (else `ActionError`, Zulip's
+    "You do not have permission to access some of the recipients."); a
+    conversation makes its participants visible to each other, so its
+    guests first receive `realm_user` add for each participant they did not
+    see (Zulip's `get_recipients_for_user_creation_events`)."""
     conn = ctx.conn
     if not recipients:
         raise ActionError("Message must have recipients")
@@ -258,9 +325,20 @@ async def do_send_direct_message(
         sender = await get_user(conn, sender_id)
         realm = await _realm(conn, sender.realm_id)
         named = await _users_by_ids_or_emails(conn, sender.realm_id, recipients)
+        restricted = not realm.guests_see_all_users
+        if restricted and sender.is_guest:
+            await _check_sender_sees(conn, sender, named)
         participants = {user.id: user for user in named}
         participants[sender.id] = sender
         ids = sorted(participants)
+        # A conversation makes its participants visible to each other
+        # (generation/actions/access.py): its guests are told whom they gain,
+        # before the message, as Zulip sends the user data first.
+        before = (
+            await access_before(conn, sender.realm_id, guests=ids)
+            if restricted and len(ids) > 1 and any(u.is_guest for u in participants.values())
+            else None
+        )
         content = normalize_content(content)
         rendered = await _render(conn, sender.realm_id, content)
         rendered = await with_group_members(conn, sender, rendered)
@@ -288,6 +366,8 @@ async def do_send_direct_message(
             sender, realm, message_id, timestamp, content, rendered, client, display, None, ""
         )
         message["submessages"] = await _widget(conn, sender, message_id, content)
+        if before is not None:
+            await send_access_changes(conn, outbox, before)
         outbox.send(
             sender.realm_id,
             _message_event(message, None, local_id, sender_queue_id),

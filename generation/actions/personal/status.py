@@ -7,8 +7,9 @@ new reaction (`check_emoji`: one of the realm's active custom emoji, by
 name or by its id as the code, is accepted, a deactivated one refused; a
 status set before its emoji was deactivated keeps it). The `user_status`
 event carries exactly the fields the request set and goes to every active
-user of the realm: eventq models no restriction on who may see whom
-(Zulip's `can_access_all_users_group` at its default, everyone).
+user of the realm who may see the user (Zulip's
+`get_user_ids_who_can_access_user`: everyone, unless the realm restricts
+its guests, generation/actions/access.py).
 
 `GET users/{id}/status` reads one user's status (`user_status`) as
 register's `user_status` shows it.
@@ -18,13 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from generation.actions.base import (
-    ActionContext,
-    ActionError,
-    Connection,
-    active_user_ids,
-    get_user,
-)
+from generation.actions.access import users_who_can_access
+from generation.actions.base import ActionContext, ActionError, Connection, get_user
 from generation.actions.messages.reactions import check_emoji
 from generation.events.personal import format_status
 
@@ -73,8 +69,8 @@ async def do_update_user_status(
     reaction_type: str | None = None,
 ) -> None:
     """Change the fields of the user's status that are given (see the
-    module's docstring); one `user_status` event to every active user of the
-    realm, even when nothing changed (as Zulip)."""
+    module's docstring); one `user_status` event to every active user who
+    may see the user, even when nothing changed (as Zulip)."""
     if status_text is not None:
         status_text = status_text.strip()
         if len(status_text) > MAX_STATUS_TEXT:
@@ -125,4 +121,6 @@ async def do_update_user_status(
             event["status_text"] = status_text
         if emoji is not None:
             event["emoji_name"], event["emoji_code"], event["reaction_type"] = emoji
-        outbox.send(user.realm_id, event, await active_user_ids(ctx.conn, user.realm_id))
+        outbox.send(
+            user.realm_id, event, await users_who_can_access(ctx.conn, user.realm_id, user.id)
+        )

@@ -1,6 +1,8 @@
 """A user's values of the realm's fields: set and removed by the user (of
 the fields they may edit) or by an administrator (see the package's
-docstring)."""
+docstring). Each change goes to the active users who may see the user
+(generation/actions/access.py: everyone, unless the realm restricts its
+guests)."""
 
 from __future__ import annotations
 
@@ -8,13 +10,8 @@ from collections.abc import Mapping, Sequence
 
 from psycopg.rows import class_row
 
-from generation.actions.base import (
-    ActionContext,
-    ActionError,
-    Connection,
-    active_user_ids,
-    get_user,
-)
+from generation.actions import access
+from generation.actions.base import ActionContext, ActionError, Connection, get_user
 from generation.actions.profile_fields.checks import _stored_value
 from generation.actions.profile_fields.common import (
     _COLUMNS,
@@ -95,7 +92,7 @@ async def do_update_profile_data(
         for field_id, value in latest.items():  # every value checked before any is written
             field = _changeable(fields, field_id, is_admin)
             checked.append((field, await _stored_value(ctx.conn, realm_id, field, value)))
-        users = await active_user_ids(ctx.conn, realm_id)
+        users = await access.users_who_can_access(ctx.conn, realm_id, user_id)
         for field, stored in checked:
             event = _value_event(user_id, field, stored)
             rendered = event["person"]["custom_profile_field"].get("rendered_value")
@@ -131,7 +128,7 @@ async def do_remove_profile_data(
     async with ctx.transaction() as outbox:
         is_admin = await _target(ctx, actor_id, realm_id, user_id)
         fields = await _fields_of_values(ctx.conn, realm_id, field_ids)
-        users = await active_user_ids(ctx.conn, realm_id)
+        users = await access.users_who_can_access(ctx.conn, realm_id, user_id)
         for field_id in field_ids:
             field = _changeable(fields, field_id, is_admin)
             cur = await ctx.conn.execute(

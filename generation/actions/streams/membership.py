@@ -1,12 +1,21 @@
 """Subscribing and unsubscribing users (shared by several actions): the rows
 written, a color for each new subscription, and the events that go with a
-change of subscribers, in the caller's transaction."""
+change of subscribers, in the caller's transaction.
+
+In a realm that restricts its guests (generation/actions/access.py), a
+shared channel is what lets a guest see a user: every subscription change
+here also tells the guests concerned the users they gained (`realm_user`
+add, before the subscription events, as Zulip's bulk_add_subscriptions) or
+lost (`realm_user` remove, after them, as Zulip's
+bulk_remove_subscriptions).
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 
+from generation.actions.access import access_before, send_access_changes
 from generation.actions.base import Connection, Outbox, UserRow
 from generation.actions.streams.common import (
     StreamRow,
@@ -53,10 +62,12 @@ async def _subscribe(
     """Subscribe every user to every stream (locked by the caller), in the
     caller's transaction; returns per user id the streams newly subscribed.
 
-    Events, in order: `stream` create to whoever newly sees a stream (all
-    viewers of a stream in `created`; a new subscriber who could not see it
-    before), `subscription` add to each new subscriber (with the subscriber
-    lists after the change), `peer_add` to the stream's other viewers.
+    Events, in order: `realm_user` add to each restricted guest of the
+    streams (new subscribers or not) for the users they now share a stream
+    with, `stream` create to whoever newly sees a stream (all viewers of a
+    stream in `created`; a new subscriber who could not see it before),
+    `subscription` add to each new subscriber (with the subscriber lists
+    after the change), `peer_add` to the stream's other viewers.
     """
     by_id = {stream.id: stream for stream in streams}
     before = await _subscribers(conn, by_id)
@@ -67,7 +78,12 @@ async def _subscribe(
     pairs = [(user, by_id[stream_id]) for stream_id, new in added.items() for user in new]
     if not pairs and not created:
         return {}
+    # Only these streams' subscribers, old and new, can gain anyone.
+    access = await access_before(
+        conn, realm_id, guests={user.id for user, _ in pairs}.union(*before.values())
+    )
     settings = await _insert_subscriptions(conn, pairs)
+    await send_access_changes(conn, outbox, access)
     after = await _subscribers(conn, by_id)
     viewers = await _viewers(conn, by_id)
 
@@ -163,7 +179,9 @@ async def _unsubscribe(
     Events, in order: `subscription` remove to each user removed,
     `peer_remove` to the stream's remaining viewers (and, when several users
     leave at once, to those of them who still see it), `stream` delete to the
-    users who can no longer see the stream.
+    users who can no longer see the stream, and last `realm_user` remove to
+    each restricted guest of the streams for the users they no longer share
+    anything with.
     """
     by_id = {stream.id: stream for stream in streams}
     before = await _subscribers(conn, by_id)
@@ -174,6 +192,8 @@ async def _unsubscribe(
             (removed if user.id in before[stream.id] else not_removed).append((user, stream))
     if not removed:
         return removed, not_removed
+    # Only these streams' subscribers before the change can lose anyone.
+    access = await access_before(conn, realm_id, guests=set[int]().union(*before.values()))
 
     lost: dict[int, list[int]] = defaultdict(list)
     for user, stream in removed:
@@ -215,4 +235,5 @@ async def _unsubscribe(
         },
     )
     _send_stream_delete(outbox, realm_id, lost)
+    await send_access_changes(conn, outbox, access)
     return removed, not_removed
