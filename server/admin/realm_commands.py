@@ -10,7 +10,9 @@ import sys
 from generation import accounts
 from generation.actions import realm as realm_actions
 from generation.actions import realm_lifecycle
+from generation.actions.access import ACCESS_GROUPS
 from generation.actions.base import ActionContext
+from generation.actions.groups.common import system_group_ids
 from server.admin.common import act, connect, find_realm_id, print_json
 from server.config import Settings
 
@@ -74,10 +76,12 @@ def cmd_realm_update(settings: Settings, args: argparse.Namespace) -> int:
         if getattr(args, option) is not None
     }
     limit_given = args.message_edit_limit is not _UNSET
-    if not changes and not limit_given:
+    access_group = args.can_access_all_users_group
+    if not changes and not limit_given and access_group is None:
         print(
             "eventq: realm update: nothing to change; give --name, --description,"
-            " --allow-message-editing, --mandatory-topics or --message-edit-limit",
+            " --allow-message-editing, --mandatory-topics, --message-edit-limit"
+            " or --can-access-all-users-group",
             file=sys.stderr,
         )
         return 2
@@ -91,10 +95,15 @@ def cmd_realm_update(settings: Settings, args: argparse.Namespace) -> int:
                 await realm_actions.do_set_message_edit_limit(
                     ctx, None, realm_id, args.message_edit_limit
                 )
+            if access_group is not None:
+                group_id = (await system_group_ids(ctx.conn, realm_id))[access_group]
+                await realm_actions.do_set_can_access_all_users_group(ctx, None, realm_id, group_id)
 
     act(settings, update)
     if limit_given:
         changes["message_content_edit_limit_seconds"] = args.message_edit_limit
+    if access_group is not None:
+        changes["can_access_all_users_group"] = access_group
     print_json({"realm_id": realm_id, "subdomain": args.subdomain, "changed": changes})
     return 0
 
@@ -127,5 +136,11 @@ def add_realm_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         default=_UNSET,
         metavar="SECONDS|none",
         help="how long after sending a message its content may be edited",
+    )
+    update.add_argument(
+        "--can-access-all-users-group",
+        choices=ACCESS_GROUPS,
+        help="who sees every user: role:everyone, or role:members"
+        " (guests see only whom they share a channel or group conversation with)",
     )
     update.set_defaults(func=cmd_realm_update)

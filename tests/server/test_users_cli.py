@@ -35,11 +35,11 @@ def run(database_url, server):
 
 @pytest.fixture
 def watcher(server, domain):
-    """hamlet's client with a queue for the given event types."""
+    """hamlet's (or `name`'s) client with a queue for the given event types."""
     clients: list[Api] = []
 
-    def watch(*event_types: str) -> tuple[Api, str]:
-        client = Api(server, domain.accounts["hamlet"])
+    def watch(*event_types: str, name: str = "hamlet") -> tuple[Api, str]:
+        client = Api(server, domain.accounts[name])
         clients.append(client)
         return client, client.register(event_types=list(event_types))["queue_id"]
 
@@ -141,9 +141,25 @@ def test_realm_update_changes_settings_and_tells_connected_clients(run, domain, 
     )
 
 
+def test_realm_update_restricts_what_guests_see(run, domain, watcher):
+    polonius, queue = watcher("realm", name="polonius")
+    args = ("realm", "update", "--subdomain", domain.subdomain, "--can-access-all-users-group")
+    changed = run(*args, "role:members")
+    assert changed.returncode == 0, changed.stderr
+    assert json.loads(changed.stdout)["changed"] == {"can_access_all_users_group": "role:members"}
+    state = polonius.register(fetch_event_types=["realm", "realm_user"])
+    groups = {group["name"]: group["id"] for group in polonius.register()["realm_user_groups"]}
+    assert state["realm_can_access_all_users_group"] == groups["role:members"]
+    event = wait_events(polonius, queue, 1)[0]
+    assert event["data"] == {"can_access_all_users_group": groups["role:members"]}
+    assert run(*args, "role:everyone").returncode == 0
+    assert polonius.register()["realm_can_access_all_users_group"] == groups["role:everyone"]
+
+
 @pytest.mark.parametrize(
     ("args", "status", "message"),
     [
+        (("--can-access-all-users-group", "role:admins"), 2, "invalid choice"),
         (("--allow-message-editing", "maybe"), 2, "expected true or false"),
         (("--message-edit-limit", "-5"), 2, "positive number of seconds"),
         (("--message-edit-limit", "soon"), 2, "expected seconds or none"),
