@@ -63,7 +63,7 @@ class NoticePayloads:
     # tests/domain/test_access_messages.py checks they agree.
     WITHOUT_ACCESS_TO_SENDER = "user_ids_without_access_to_sender"
     UNKNOWN_SENDER_NAME = "Unknown user"
-    UNKNOWN_SENDER_AVATAR = "/static/images/unknown-user-avatar.png"
+    UNKNOWN_SENDER_AVATAR = "/static/unknown-user-avatar.svg"
     UNKNOWN_SENDER_DOMAIN = "eventq.invalid"
 
     def __init__(

@@ -61,7 +61,7 @@ ROLE_GUEST = ROLES["guest"]
 
 # Zulip's UserProfile.INACCESSIBLE_USER_NAME, and the picture it shows for one.
 INACCESSIBLE_USER_NAME = "Unknown user"
-INACCESSIBLE_AVATAR_URL = "/static/images/unknown-user-avatar.png"
+INACCESSIBLE_AVATAR_URL = "/static/unknown-user-avatar.svg"
 # The only two values Zulip allows for the setting.
 ACCESS_GROUPS = ("role:everyone", "role:members")
 _EPOCH = datetime.fromtimestamp(0, UTC)

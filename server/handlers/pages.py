@@ -38,6 +38,8 @@ _STATIC = {
     "demo.js": ("demo.js", "text/javascript; charset=utf-8"),
     "operator.js": ("operator.js", "text/javascript; charset=utf-8"),
     "style.css": ("style.css", "text/css; charset=utf-8"),
+    # The picture of a user a guest may not see (generation/actions/access.py).
+    "unknown-user-avatar.svg": ("unknown-user-avatar.svg", "image/svg+xml"),
 }
 _PAGES = {"demo": "demo.html", "operator": "operator.html"}
 _CONTENT_TYPES = {

@@ -104,6 +104,13 @@ def test_get_users_shows_a_guest_unknown_users_as_zulip_does(domain, apis):
         assert members[user_id]["avatar_url"] == INACCESSIBLE_AVATAR_URL
     assert members[domain.id("hamlet")]["full_name"] == "King Hamlet"
     assert members[helper]["full_name"] == "Helper"
+    # The picture is served, as a client fetching it finds it.
+    picture = apis["polonius"].session.get(
+        apis["polonius"].server.url + INACCESSIBLE_AVATAR_URL, timeout=30
+    )
+    assert picture.status_code == 200, picture.text
+    assert picture.headers["Content-Type"] == "image/svg+xml"
+    assert picture.text.startswith("<svg")
 
 
 def test_a_guest_sees_the_presence_only_of_those_they_may_see(domain, apis):
