@@ -13,20 +13,20 @@ migration 0022). Then a guest sees only:
   included).
 
 Zulip's rule (zerver/lib/users.py `check_can_access_user`,
-`get_accessible_user_ids`), with one difference: Zulip counts a 1:1
-conversation when it is sent (a guest receiving a first message from a
-user they could not see gets that user's `realm_user` add, and keeps
-getting their deactivation) but not when a client registers; eventq counts
-it always, so that register and the events agree. A guest sees the sender
-of a message as "Unknown user" only in a channel the sender is not
-subscribed to (Zulip's `user_ids_without_access_to_sender`).
+`get_accessible_user_ids`; a first message from a user the guest could not
+see brings the guest that user's `realm_user` add,
+`get_recipients_for_user_creation_events`). As Zulip's group conversation
+subscriptions, a conversation counts after its messages are deleted. A
+guest sees the sender of a message as "Unknown user" only in a channel the
+sender is not subscribed to (Zulip's `user_ids_without_access_to_sender`).
 
-Everything here is computed per guest, from the guest's side: a guest's
-channels, and their conversations through the GIN index on
-`messages.participant_ids` (migration 0022). The audience of an event about
-a user (`users_who_can_access`) is the realm's active non-guests plus the
-guests whose set holds the user: one query, whose cost grows with the
-realm's active guests, and none at all when the realm is unrestricted.
+A guest's whole set (register, and the comparisons below) is read from the
+guest's side: their channels' subscribers, and their conversation partners
+(`conversation_partners`, migration 0022, kept by a trigger on `messages`).
+The audience of an event about a user (`users_who_can_access`) is asked
+from the user's side: the realm's active non-guests plus the guests who
+share a channel or a conversation with them, one query of an index probe
+per active guest, and none at all when the realm is unrestricted.
 
 When access changes (a subscription, a deactivation, a role, the setting
 itself), `access_before` and `send_access_changes` compare each affected
@@ -124,13 +124,20 @@ _ACCESS_QUERY = """
     JOIN users u ON u.id = s.user_id AND u.is_active
     WHERE g.user_id = ANY(%(guests)s) AND g.active
     UNION
-    SELECT g.guest, p.user_id
-    FROM unnest(%(guests)s::bigint[]) AS g(guest)
-    CROSS JOIN LATERAL (
-        SELECT DISTINCT unnest(m.participant_ids) AS user_id
-        FROM messages m
-        WHERE m.participant_ids @> ARRAY[g.guest] AND cardinality(m.participant_ids) > 1
-    ) p
+    SELECT user_id, partner_id FROM conversation_partners WHERE user_id = ANY(%(guests)s)
+"""
+
+# Which of some guests may see one user (the target): the same rule, asked
+# from the target's side, with an index probe per guest.
+_SEES_QUERY = """
+    SELECT g FROM unnest(%(guests)s::bigint[]) AS g
+    WHERE g = %(target)s
+       OR EXISTS (SELECT 1 FROM conversation_partners c
+                  WHERE c.user_id = g AND c.partner_id = %(target)s)
+       OR EXISTS (SELECT 1 FROM subscriptions a
+                  JOIN subscriptions b ON b.stream_id = a.stream_id AND b.active
+                  JOIN users t ON t.id = b.user_id AND t.is_active
+                  WHERE a.user_id = g AND a.active AND b.user_id = %(target)s)
 """
 
 
@@ -198,11 +205,19 @@ async def users_who_can_access(conn: Connection, realm_id: int, target_id: int) 
     return (await audiences(conn, realm_id, [target_id]))[target_id]
 
 
+async def guests_who_see(conn: Connection, guest_ids: Collection[int], target_id: int) -> set[int]:
+    """Which of `guest_ids` (guests of a restricted realm) may see
+    `target_id`, a human: one query whatever the guests' own sets."""
+    if not guest_ids:
+        return set()
+    cur = await conn.execute(_SEES_QUERY, {"guests": list(guest_ids), "target": target_id})
+    return {row[0] for row in await cur.fetchall()}
+
+
 async def audiences(
     conn: Connection, realm_id: int, target_ids: Collection[int]
 ) -> dict[int, list[int]]:
-    """`users_who_can_access` for several users at once (one read of the
-    guests' access)."""
+    """`users_who_can_access` for several users at once."""
     cur = await conn.execute(
         "SELECT id, role, is_bot FROM users WHERE realm_id = %s AND is_active ORDER BY id",
         (realm_id,),
@@ -212,7 +227,6 @@ async def audiences(
     guests = await _restricted_guests(conn, realm_id)
     if guests is None:
         return {target: everyone for target in target_ids}
-    seen = await access_map(conn, guests)
     cur = await conn.execute(
         "SELECT id FROM users WHERE id = ANY(%s) AND is_bot", (list(target_ids),)
     )
@@ -223,10 +237,27 @@ async def audiences(
         if target in bots:
             result[target] = everyone
             continue
-        viewers = set(non_guests)
-        viewers.update(guest for guest in guests if target in seen[guest])
+        viewers = set(non_guests) | await guests_who_see(conn, guests, target)
         result[target] = sorted(viewers)
     return result
+
+
+async def new_conversation_for_guests(
+    conn: Connection, participant_ids: Collection[int]
+) -> list[int]:
+    """The guests among `participant_ids` (of a direct message about to be
+    written) who have not had a conversation with every other participant:
+    those whom the message may let see someone new."""
+    cur = await conn.execute(
+        """
+        SELECT DISTINCT g.id FROM users g, unnest(%(ids)s::bigint[]) AS p
+        WHERE g.id = ANY(%(ids)s) AND g.role = %(guest)s AND p <> g.id
+          AND NOT EXISTS (SELECT 1 FROM conversation_partners c
+                          WHERE c.user_id = g.id AND c.partner_id = p)
+        """,
+        {"ids": list(participant_ids), "guest": ROLE_GUEST},
+    )
+    return [row[0] for row in await cur.fetchall()]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -324,10 +355,11 @@ async def send_access_changes(
 
 
 async def _presence_and_status(conn: Connection, user_ids: list[int]) -> dict[int, list[Event]]:
-    """For each of `user_ids` (humans): a `presence` event if they
-    connected within `PRESENCE_HISTORY` (what register shows), and a
-    `user_status` event with every field if they ever had a status, so
-    that a guest who can now see them holds what a fresh fetch shows."""
+    """For each of `user_ids` (humans) who is active (register shows no
+    presence or status of the others): a `presence` event if they connected
+    within `PRESENCE_HISTORY`, and a `user_status` event with every field
+    if they ever had a status, so that a guest who can now see them holds
+    what a fresh fetch shows."""
     extras: dict[int, list[Event]] = {}
     if not user_ids:
         return extras
@@ -336,7 +368,7 @@ async def _presence_and_status(conn: Connection, user_ids: list[int]) -> dict[in
         SELECT u.id, u.email,
                floor(extract(epoch FROM coalesce(p.last_active_time, u.date_joined)))::bigint,
                floor(extract(epoch FROM p.last_connected_time))::bigint
-        FROM presences p JOIN users u ON u.id = p.user_id
+        FROM presences p JOIN users u ON u.id = p.user_id AND u.is_active
         WHERE p.user_id = ANY(%s)
           AND p.last_connected_time >= now() - interval '{PRESENCE_HISTORY}'
         """,  # noqa: S608 (a constant interval)
@@ -346,8 +378,9 @@ async def _presence_and_status(conn: Connection, user_ids: list[int]) -> dict[in
         extras.setdefault(user_id, []).append(presence_event(user_id, email, active, connected))
     cur = await conn.execute(
         """
-        SELECT user_id, away, status_text, emoji_name, emoji_code, reaction_type
-        FROM user_statuses WHERE user_id = ANY(%s)
+        SELECT s.user_id, s.away, s.status_text, s.emoji_name, s.emoji_code, s.reaction_type
+        FROM user_statuses s JOIN users u ON u.id = s.user_id AND u.is_active
+        WHERE s.user_id = ANY(%s)
         """,
         (user_ids,),
     )

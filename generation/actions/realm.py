@@ -86,7 +86,7 @@ async def do_set_can_access_all_users_group(
 ) -> bool:
     """Zulip's `can_access_all_users_group`: the realm's role:everyone group
     (everyone sees every user) or its role:members group (guests see only
-    whom they share a channel or a group conversation with, and the bots;
+    whom they share a channel or a conversation with, and the bots;
     generation/actions/access.py). Every active user gets `realm`
     `update_dict`; each guest then gets `realm_user` remove for every user
     they can no longer see (or add for every user they now can). Returns

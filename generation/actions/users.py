@@ -5,7 +5,7 @@ Facts about a person (`realm_user`, `presence`) go to the active users who
 may see them: everyone, unless the realm restricts its guests (Zulip's
 `can_access_all_users_group` set to role:members,
 generation/actions/access.py). Then a guest hears only of the users they
-share a channel or a group conversation with: a new user reaches the other
+share a channel or a conversation with: a new user reaches the other
 guests as "Unknown user", and a deactivation, a reactivation or a role
 into or out of guest tells each guest concerned whom they lost (`realm_user`
 remove) or gained (`realm_user` add). A user's settings go to that user's

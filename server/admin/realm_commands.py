@@ -141,6 +141,6 @@ def add_realm_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         "--can-access-all-users-group",
         choices=ACCESS_GROUPS,
         help="who sees every user: role:everyone, or role:members"
-        " (guests see only whom they share a channel or group conversation with)",
+        " (guests see only whom they share a channel or a conversation with)",
     )
     update.set_defaults(func=cmd_realm_update)

@@ -105,10 +105,10 @@ class RealmHandler(ActionHandler):
                         )
                         changed[prop] = value
                 group = args.can_access_all_users_group
-                if group is not None:
-                    await actions.do_set_can_access_all_users_group(
-                        ctx, user.user_id, user.realm_id, group.new, old=group.old
-                    )
+                if group is not None and await actions.do_set_can_access_all_users_group(
+                    ctx, user.user_id, user.realm_id, group.new, old=group.old
+                ):
+                    changed["can_access_all_users_group"] = group.new
 
         await self.act(change)
         return changed

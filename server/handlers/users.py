@@ -84,7 +84,7 @@ async def check_can_access_user(
 ) -> None:
     """Refuse `user` a read of a user of their realm they may not see: a
     guest of a realm that restricts guests, and a human they share no
-    channel or group conversation with (Zulip's `access_user_common`, which
+    channel or conversation with (Zulip's `access_user_common`, which
     answers "Insufficient permission"). No statement for a non-guest."""
     if user.is_guest and await inaccessible_user_ids(
         conn, user.realm_id, user.user_id, [target_id]

@@ -23,8 +23,11 @@ from generation.actions import personal
 from generation.actions import profile_fields as pf
 from generation.actions.access import INACCESSIBLE_USER_NAME, inaccessible_person
 from generation.actions.base import ActionContext
+from generation.actions.groups.common import system_group_ids
 from generation.actions.messages import do_send_direct_message
+from generation.actions.messages.delete import do_delete_messages
 from generation.actions.presence import do_update_presence
+from generation.actions.realm import do_set_can_access_all_users_group
 from generation.actions.streams import StreamRequest, do_add_subscriptions, do_remove_subscriptions
 from generation.actions.users import (
     do_change_full_name,
@@ -510,3 +513,51 @@ def test_a_guest_made_member_gains_everyone(domain):
     assert people(domain.fetch("polonius"))[domain.id("othello")]["full_name"] == (
         "Othello, the Moor of Venice"
     )
+
+
+# -- what a conversation leaves, and what a regained user shows ---------------------
+
+
+@covers(("delete_message", None))
+def test_a_conversation_lets_the_guest_see_its_partner_after_its_messages_are_deleted(domain):
+    """As Zulip's group conversation subscriptions: deleting the messages
+    takes nothing away (no `realm_user` remove, and a fresh fetch agrees)."""
+    restrict(domain)
+    hamlet, polonius = domain.id("hamlet"), domain.id("polonius")
+    message_id = domain.run(lambda ctx: do_send_direct_message(ctx, hamlet, [polonius], "hi"))
+    [event] = domain.verify(
+        lambda ctx: do_delete_messages(ctx, hamlet, [message_id]), user="polonius"
+    )
+    assert event["type"] == "delete_message"
+    assert people(domain.fetch("polonius"))[hamlet]["full_name"] == "King Hamlet"
+
+
+def test_a_deactivated_user_seen_again_shows_no_status(domain):
+    """othello sets a status while polonius may not see him, then is
+    deactivated; when polonius may see everyone again he gets othello back
+    inactive, and no status of his (register shows none of an inactive
+    user)."""
+    restrict(domain)
+    othello = domain.id("othello")
+    domain.run(lambda ctx: personal.do_update_user_status(ctx, othello, status_text="at sea"))
+    domain.run(lambda ctx: do_deactivate_user(ctx, None, domain.realm_id, othello))
+    everyone = system_groups(domain)["role:everyone"]
+    events = domain.verify(
+        lambda ctx: do_set_can_access_all_users_group(ctx, None, domain.realm_id, everyone),
+        user="polonius",
+        num_events=4,
+    )
+    added = [e["person"] for e in events if kinds([e]) == [("realm_user", "add")]]
+    assert {p["user_id"]: p["is_active"] for p in added} == {
+        domain.id("iago"): True,
+        domain.id("hamlet"): True,
+        othello: False,
+    }
+    assert not [e for e in events if e["type"] == "user_status" and e["user_id"] == othello]
+
+
+def system_groups(domain: Domain) -> dict[str, int]:
+    async def read(ctx: ActionContext) -> dict[str, int]:
+        return await system_group_ids(ctx.conn, domain.realm_id)
+
+    return domain.run(read)

@@ -10,8 +10,10 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+import psycopg
 import pytest
 
+from generation import accounts
 from generation.accounts import FAKE_EMAIL_DOMAIN
 from generation.actions import bots
 from generation.actions.access import (
@@ -78,35 +80,36 @@ def test_a_one_to_one_message_tells_the_guest_of_its_sender_first(domain: Domain
     guest gets the sender's `realm_user` add, then the message under the
     sender's own name (for every apply_markdown and client_gravatar)."""
     restrict(domain)
-    hamlet, polonius = domain.id("hamlet"), domain.id("polonius")
-    for apply_markdown in (True, False):
-        for client_gravatar in (True, False):
-            domain.run(
-                lambda ctx: ctx.conn.execute(
-                    "DELETE FROM user_messages WHERE user_id = %s", (polonius,)
-                )
-            )
-            domain.run(
-                lambda ctx: ctx.conn.execute(
-                    "DELETE FROM messages WHERE participant_ids @> ARRAY[%s::bigint]", (polonius,)
-                )
-            )
-            added, event = domain.verify(
-                lambda ctx: do_send_direct_message(ctx, hamlet, [polonius], "*psst*"),
-                user="polonius",
-                apply_markdown=apply_markdown,
-                client_gravatar=client_gravatar,
-                num_events=2,
-            )
-            assert (added["type"], added["op"], added["person"]["full_name"]) == (
-                "realm_user",
-                "add",
-                "King Hamlet",
-            )
-            message = event["message"]
-            assert_known_sender(domain, message, "hamlet")
-            assert message["content"] == ("<p><em>psst</em></p>" if apply_markdown else "*psst*")
-            assert USER_IDS_WITHOUT_ACCESS_TO_SENDER not in event
+    polonius = domain.id("polonius")
+    for n, (apply_markdown, client_gravatar) in enumerate(
+        [(True, True), (True, False), (False, True), (False, False)]
+    ):
+        with psycopg.connect(domain.database_url, autocommit=True) as conn:
+            sender = accounts.create_user(
+                conn, domain.subdomain, f"courtier{n}@{domain.subdomain}.example", f"Courtier {n}"
+            ).user_id
+        added, event = domain.verify(
+            lambda ctx, s=sender: do_send_direct_message(ctx, s, [polonius], "*psst*"),
+            user="polonius",
+            apply_markdown=apply_markdown,
+            client_gravatar=client_gravatar,
+            num_events=2,
+        )
+        assert (added["type"], added["op"], added["person"]["full_name"]) == (
+            "realm_user",
+            "add",
+            f"Courtier {n}",
+        )
+        message = event["message"]
+        assert message["sender_full_name"] == f"Courtier {n}"
+        assert message["content"] == ("<p><em>psst</em></p>" if apply_markdown else "*psst*")
+        assert USER_IDS_WITHOUT_ACCESS_TO_SENDER not in event
+    hamlet = domain.id("hamlet")
+    domain.verify(
+        lambda ctx: do_send_direct_message(ctx, hamlet, [polonius], "hi"),
+        user="polonius",
+        num_events=2,
+    )
     # The next one brings only itself; the guest may now answer.
     [event] = domain.verify(
         lambda ctx: do_send_direct_message(ctx, hamlet, [polonius], "again"), user="polonius"

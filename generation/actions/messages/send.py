@@ -8,8 +8,9 @@ from typing import Any
 
 from generation.actions.access import (
     access_before,
-    access_map,
+    guests_who_see,
     inaccessible_user_ids,
+    new_conversation_for_guests,
     send_access_changes,
 )
 from generation.actions.base import (
@@ -203,8 +204,8 @@ async def _without_access_to_sender(
     guests = [row[0] for row in rows if row[0] != sender.id and row[1] == ROLE_GUEST]
     if not guests:
         return []
-    seen = await access_map(conn, guests)
-    return [guest for guest in guests if sender.id not in seen[guest]]
+    seeing = await guests_who_see(conn, guests, sender.id)
+    return [guest for guest in guests if guest not in seeing]
 
 
 def _message_event(
@@ -335,8 +336,11 @@ async def do_send_direct_message(
         # (generation/actions/access.py): its guests are told whom they gain,
         # before the message, as Zulip sends the user data first.
         before = (
-            await access_before(conn, sender.realm_id, guests=ids)
-            if restricted and len(ids) > 1 and any(u.is_guest for u in participants.values())
+            await access_before(conn, sender.realm_id, guests=newcomers)
+            if restricted
+            and len(ids) > 1
+            and any(u.is_guest for u in participants.values())
+            and (newcomers := await new_conversation_for_guests(conn, ids))
             else None
         )
         content = normalize_content(content)
