@@ -560,4 +560,5 @@ def system_groups(domain: Domain) -> dict[str, int]:
     async def read(ctx: ActionContext) -> dict[str, int]:
         return await system_group_ids(ctx.conn, domain.realm_id)
 
-    return domain.run(read)
+    groups: dict[str, int] = domain.run(read)
+    return groups

@@ -16,6 +16,7 @@ from typing import Literal
 
 from psycopg.rows import class_row
 
+from generation.actions.access import access_map
 from generation.actions.base import ROLE_GUEST, ActionError, Connection, UserRow
 from generation.actions.messages.mentions import mentionable_groups
 from generation.markdown import Person, Rendered, possible_mentions, render
@@ -283,27 +284,42 @@ async def _messages(
     return found
 
 
-async def _people(conn: Connection, realm_id: int, content: str) -> list[Person]:
+async def _people(
+    conn: Connection, realm_id: int, content: str, sender: UserRow | None = None
+) -> list[Person]:
     """The realm's active users that `content` may mention (one query, only
-    when it has mention syntax)."""
+    when it has mention syntax). From a guest `sender` of a realm that
+    restricts its guests (generation/actions/access.py), only the users they
+    may see and the bots: a mention of anyone else stays plain text, as if
+    there were no such user (Zulip's `MentionBackend` drops the users the
+    sender may not access). The realm's setting is read by the same query."""
     wanted = possible_mentions(content)
     if not wanted:
         return []
     cur = await conn.execute(
         """
-        SELECT id, full_name FROM users
-        WHERE realm_id = %s AND is_active AND (lower(full_name) = ANY(%s) OR id = ANY(%s))
+        SELECT u.id, u.full_name, u.is_bot, r.guests_see_all_users
+        FROM users u JOIN realms r ON r.id = u.realm_id
+        WHERE u.realm_id = %s AND u.is_active
+          AND (lower(u.full_name) = ANY(%s) OR u.id = ANY(%s))
         """,
         (realm_id, sorted(wanted.names), sorted(wanted.user_ids)),
     )
-    return [Person(row[0], row[1]) for row in await cur.fetchall()]
+    rows = await cur.fetchall()
+    if sender is not None and sender.is_guest and rows and not rows[0][3]:
+        seen = (await access_map(conn, [sender.id]))[sender.id]
+        rows = [row for row in rows if row[2] or row[0] in seen]
+    return [Person(row[0], row[1]) for row in rows]
 
 
-async def _render(conn: Connection, realm_id: int, content: str) -> Rendered:
+async def _render(
+    conn: Connection, realm_id: int, content: str, *, sender: UserRow | None = None
+) -> Rendered:
     """The content rendered with the people and groups it may mention; a
     group's members are added by `mentions.with_group_members`, which needs
-    the sender."""
-    people = await _people(conn, realm_id, content)
+    the sender. `sender` (who writes the content) limits the people a guest
+    may mention (`_people`); without it, anyone of the realm."""
+    people = await _people(conn, realm_id, content, sender)
     return render(content, people, await mentionable_groups(conn, realm_id, content))
 
 

@@ -236,7 +236,7 @@ async def _store_edit(conn: Connection, edit: _Edit) -> tuple[list[int], Rendere
         )
     rendered = None
     if edit.new_content is not None:
-        rendered = await _render(conn, edit.actor.realm_id, edit.new_content)
+        rendered = await _render(conn, edit.actor.realm_id, edit.new_content, sender=edit.actor)
         rendered = await with_group_members(conn, edit.actor, rendered)
         # One entry per edit: a topic changed with the content is in the
         # entry the move just added.

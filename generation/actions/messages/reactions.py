@@ -10,15 +10,30 @@ a new reaction or status may use only an active custom emoji, while a
 reaction of one deactivated since stays, may still be removed, and may
 still be voted for (reacting with the same emoji as someone already did
 takes that reaction's name, unchecked).
+
+In a realm that restricts its guests (generation/actions/access.py), a guest
+who has the message but may not see the reactor gets the event's `user`
+(Zulip's legacy duplicate of `user_id`) as "Unknown user" with the
+reactor's placeholder address, as a message's sender is shown to them.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
-from generation.actions.base import ActionContext, ActionError, Connection, UserRow, get_user
+from generation.actions.access import INACCESSIBLE_USER_NAME, inaccessible_email, realm_subdomain
+from generation.actions.base import (
+    ActionContext,
+    ActionError,
+    Connection,
+    Outbox,
+    UserRow,
+    get_user,
+)
 from generation.actions.messages.common import _audience, _messages
+from generation.actions.messages.send import _without_access_to_sender
 
 REACTION_TYPES = ("unicode_emoji", "realm_emoji", "zulip_extra_emoji")
 
@@ -157,6 +172,39 @@ def _reaction_event(
     }
 
 
+# The realm's flag (generation/actions/access.py), read by the statement
+# that writes the reaction: an unrestricted realm pays no query for the rule.
+_GUESTS_SEE_ALL_USERS = "(SELECT guests_see_all_users FROM realms WHERE id = %s)"
+
+
+async def _send_reaction_events(
+    conn: Connection,
+    outbox: Outbox,
+    user: UserRow,
+    audience: set[int],
+    events: Sequence[dict[str, Any]],
+    *,
+    restricted: bool,
+) -> None:
+    """Send each event to `audience`. When `restricted` (the realm restricts
+    its guests), the guests of the audience who may not see `user` (the
+    reactor) get it with `user` as "Unknown user", in a notice of their own;
+    who they are is asked only when a guest is in the audience."""
+    hidden = set(await _without_access_to_sender(conn, user, audience)) if restricted else set()
+    unknown: dict[str, Any] = {}
+    if hidden:
+        subdomain = await realm_subdomain(conn, user.realm_id)
+        unknown = {
+            "user_id": user.id,
+            "email": inaccessible_email(user.id, subdomain),
+            "full_name": INACCESSIBLE_USER_NAME,
+        }
+    for event in events:
+        outbox.send(user.realm_id, event, sorted(audience - hidden))
+        if hidden:
+            outbox.send(user.realm_id, event | {"user": unknown}, sorted(hidden))
+
+
 async def do_add_reaction(
     ctx: ActionContext,
     user_id: int,
@@ -192,17 +240,24 @@ async def do_add_reaction(
             await check_emoji_request(conn, user.realm_id, emoji_name, code, kind)
         emoji = (emoji_name if voted is None else voted[0], code, kind)
         cur = await conn.execute(
-            """
+            f"""
             INSERT INTO reactions (message_id, user_id, emoji_name, emoji_code, reaction_type)
             VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING
-            """,
-            (message.id, user.id, *emoji),
+            RETURNING {_GUESTS_SEE_ALL_USERS}
+            """,  # noqa: S608 (a fixed subquery)
+            (message.id, user.id, *emoji, user.realm_id),
         )
-        if not cur.rowcount:
+        inserted = await cur.fetchone()
+        if inserted is None:
             raise ActionError("Reaction already exists.", "REACTION_ALREADY_EXISTS")
         audience = await _audience(conn, [message])
-        outbox.send(
-            user.realm_id, _reaction_event("add", user, message.id, emoji), sorted(audience)
+        await _send_reaction_events(
+            conn,
+            outbox,
+            user,
+            audience,
+            [_reaction_event("add", user, message.id, emoji)],
+            restricted=not inserted[0],
         )
 
 
@@ -247,14 +302,18 @@ async def do_remove_reaction(
         cur = await conn.execute(
             f"""
             DELETE FROM reactions WHERE message_id = %s AND user_id = %s AND {condition}
-            RETURNING emoji_name, emoji_code, reaction_type
-            """,  # noqa: S608 (a fixed condition)
-            (message.id, user.id, *value),
+            RETURNING emoji_name, emoji_code, reaction_type, {_GUESTS_SEE_ALL_USERS}
+            """,  # noqa: S608 (a fixed condition and subquery)
+            (message.id, user.id, *value, user.realm_id),
         )
         removed = await cur.fetchall()
         if not removed:
             raise ActionError("Reaction doesn't exist.", "REACTION_DOES_NOT_EXIST")
-        audience = sorted(await _audience(conn, [message]))
-        for name, code, removed_kind in removed:
-            event = _reaction_event("remove", user, message.id, (name, code, removed_kind))
-            outbox.send(user.realm_id, event, audience)
+        audience = await _audience(conn, [message])
+        events = [
+            _reaction_event("remove", user, message.id, (name, code, removed_kind))
+            for name, code, removed_kind, _ in removed
+        ]
+        await _send_reaction_events(
+            conn, outbox, user, audience, events, restricted=not removed[0][3]
+        )

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from psycopg.rows import class_row
 
+from generation.actions.access import inaccessible_user_ids
 from generation.actions.base import ActionContext, ActionError, Connection, UserRow, get_user
 from generation.actions.messages.common import (
     _realm,
@@ -43,6 +44,9 @@ LATE_CUTOFF_SECS = 600
 MAX_TIMESTAMP = 253_402_300_799
 
 NOT_IN_FUTURE = "Scheduled delivery time must be in the future."
+# Zulip's refusal of a direct message from a guest to someone they may not
+# see (generation/actions/access.py), given when it is scheduled as when sent.
+REFUSED_RECIPIENTS = "You do not have permission to access some of the recipients."
 LATE = "Message could not be sent at the scheduled time."
 
 
@@ -142,8 +146,10 @@ async def _address(
     content: str,
 ) -> _Addressed:
     """Zulip's check_message: the channel the sender may post to (and its
-    topic), or the direct message's participants, and the content rendered.
-    `to` is a channel id, or recipients' ids."""
+    topic), or the direct message's participants, and the content rendered
+    (mentioning only whom the sender may see). `to` is a channel id, or
+    recipients' ids; a guest of a realm that restricts its guests may write
+    only to users they may see (Zulip's `check_sender_can_access_recipients`)."""
     if kind == "stream":
         if not isinstance(to, int):
             raise ActionError("Invalid data type for channel ID")
@@ -158,10 +164,14 @@ async def _address(
         if not to:
             raise ActionError("Message must have recipients")
         named = await _users_by_ids_or_emails(conn, sender.realm_id, list(to))
+        if sender.is_guest and await inaccessible_user_ids(
+            conn, sender.realm_id, sender.id, [user.id for user in named]
+        ):
+            raise ActionError(REFUSED_RECIPIENTS)
         stream_id, normalized = None, ""
         participants = sorted({user.id for user in named} | {sender.id})
     content = normalize_content(content)
-    rendered = await _render(conn, sender.realm_id, content)
+    rendered = await _render(conn, sender.realm_id, content, sender=sender)
     return _Addressed(stream_id, normalized, participants, content, rendered.html)
 
 

@@ -259,7 +259,7 @@ async def do_send_stream_message(
         if not topic and realm.mandatory_topics:
             raise ActionError("Topics are required in this organization.")
         content = normalize_content(content)
-        rendered = await _render(conn, sender.realm_id, content)
+        rendered = await _render(conn, sender.realm_id, content, sender=sender)
         rendered = await with_group_members(conn, sender, rendered)
         recipients = await _subscriber_ids(conn, [target.id]) | {sender.id}
         flags = {
@@ -344,7 +344,7 @@ async def do_send_direct_message(
             else None
         )
         content = normalize_content(content)
-        rendered = await _render(conn, sender.realm_id, content)
+        rendered = await _render(conn, sender.realm_id, content, sender=sender)
         rendered = await with_group_members(conn, sender, rendered)
         flags = {
             uid: _flags(uid, sender.id, rendered, stream=False, read_by_sender=read_by_sender)
