@@ -19,6 +19,7 @@ from typing import Annotated, Any
 from apply_events.fetch.scheduled import scheduled_messages
 from generation.actions import messages as actions
 from generation.actions.messages.scheduled import RecipientType
+from generation.topics import topic_from_client
 from server.errors import ApiError
 from server.handlers.actions import ActionHandler, Body, operation
 from server.handlers.messages import (
@@ -125,8 +126,10 @@ class EditScheduledMessage:
 
 
 def _topic(topic: str | None, subject: str | None) -> str | None:
-    """`topic`, or its legacy name `subject`."""
-    return topic if topic is not None else subject
+    """`topic`, or its legacy name `subject`; "general chat" or "(no
+    topic)" is the empty topic, as when sending (Zulip's Addressee)."""
+    chosen = topic if topic is not None else subject
+    return None if chosen is None else topic_from_client(chosen)
 
 
 class ScheduledMessagesHandler(ActionHandler):

@@ -152,6 +152,29 @@ def test_scheduling_refusals_are_json_400s(apis, domain, params, msg):
     assert body["msg"].startswith(msg), body
 
 
+def test_general_chat_is_the_empty_topic_when_scheduling_and_editing(apis, domain):
+    hamlet = apis["hamlet"]
+    at = int(time.time()) + 3600
+    first = int(
+        ok(
+            hamlet.request(
+                "POST",
+                "scheduled_messages",
+                type="stream",
+                to=domain.streams["Denmark"],
+                topic="general chat",
+                content="to the empty topic",
+                scheduled_delivery_timestamp=at,
+            )
+        )["scheduled_message_id"]
+    )
+    second = schedule(hamlet, domain, "also empty", at)
+    ok(hamlet.request("PATCH", f"scheduled_messages/{second}", topic=" (no topic) "))
+    listed = ok(hamlet.request("GET", "scheduled_messages"))["scheduled_messages"]
+    topics = {m["scheduled_message_id"]: m["topic"] for m in listed}
+    assert (topics[first], topics[second]) == ("", "")
+
+
 def test_edit_and_delete_refusals(apis, domain):
     hamlet, othello = apis["hamlet"], apis["othello"]
     scheduled_id = schedule(hamlet, domain, "mine", int(time.time()) + 3600)
