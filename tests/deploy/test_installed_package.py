@@ -104,6 +104,7 @@ BROWSER_FILES = (
     ("/static/eventq.d.ts", "export class EventqClient"),
     ("/static/demo.js", 'from "/static/eventq.js"'),
     ("/static/style.css", "color-scheme"),
+    ("/static/unknown-user-avatar.svg", "Unknown user"),
     ("/operator", "/static/operator.js"),
     ("/static/operator.js", "/operator/stats"),
 )

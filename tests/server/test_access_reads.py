@@ -15,7 +15,7 @@ import pytest
 from generation.actions import bots
 from generation.actions.access import INACCESSIBLE_AVATAR_URL, inaccessible_person
 from tests.domain.harness import Domain
-from tests.support import Api
+from tests.support import Api, zulip_client
 
 REFUSED = {"result": "error", "code": "BAD_REQUEST", "msg": "Insufficient permission"}
 
@@ -142,3 +142,19 @@ def test_register_shows_unknown_users_unless_the_client_says_its_list_is_incompl
     assert iago not in people
     assert domain.id("othello") not in people
     assert domain.id("hamlet") in people
+
+
+def test_zulips_own_bindings_as_a_restricted_guest(server, domain, apis):
+    """The `zulip` package (not ours) as polonius: register and get_members
+    show "Unknown user" for iago, get_user_by_id is refused with Zulip's
+    error, and hamlet (Verona) is shown."""
+    client = zulip_client(server, domain.accounts["polonius"])
+    state = client.register(event_types=["realm_user"], fetch_event_types=["realm_user"])
+    assert state["result"] == "success", state
+    people = {user["user_id"]: user["full_name"] for user in state["realm_users"]}
+    assert people[domain.id("iago")] == "Unknown user"
+    assert people[domain.id("hamlet")] == "King Hamlet"
+    members = {m["user_id"]: m["full_name"] for m in client.get_members()["members"]}
+    assert members[domain.id("iago")] == "Unknown user"
+    refused = client.get_user_by_id(domain.id("iago"))
+    assert (refused["result"], refused["msg"]) == ("error", "Insufficient permission")
