@@ -214,6 +214,23 @@ async def guests_who_see(conn: Connection, guest_ids: Collection[int], target_id
     return {row[0] for row in await cur.fetchall()}
 
 
+async def guests_not_seeing(conn: Connection, target_id: int, user_ids: Iterable[int]) -> list[int]:
+    """Of `user_ids`, the guests who may not see `target_id` (Zulip's
+    `user_ids_without_access_to_sender`): they get a message, a reaction or
+    channel typing of the target with them as "Unknown user". Call only for
+    a realm that restricts its guests; a bot is seen by everyone."""
+    cur = await conn.execute(
+        "SELECT id, role, is_bot FROM users WHERE id = ANY(%s) AND (role = %s OR id = %s)",
+        (sorted(set(user_ids) | {target_id}), ROLE_GUEST, target_id),
+    )
+    rows = await cur.fetchall()
+    if any(row[0] == target_id and row[2] for row in rows):
+        return []
+    guests = [row[0] for row in rows if row[0] != target_id and row[1] == ROLE_GUEST]
+    seeing = await guests_who_see(conn, guests, target_id)
+    return [guest for guest in guests if guest not in seeing]
+
+
 async def audiences(
     conn: Connection, realm_id: int, target_ids: Collection[int]
 ) -> dict[int, list[int]]:

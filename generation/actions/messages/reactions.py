@@ -23,7 +23,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from generation.actions.access import INACCESSIBLE_USER_NAME, inaccessible_email, realm_subdomain
+from generation.actions.access import (
+    INACCESSIBLE_USER_NAME,
+    guests_not_seeing,
+    inaccessible_email,
+    realm_subdomain,
+)
 from generation.actions.base import (
     ActionContext,
     ActionError,
@@ -33,7 +38,6 @@ from generation.actions.base import (
     get_user,
 )
 from generation.actions.messages.common import _audience, _messages
-from generation.actions.messages.send import _without_access_to_sender
 
 REACTION_TYPES = ("unicode_emoji", "realm_emoji", "zulip_extra_emoji")
 
@@ -190,7 +194,7 @@ async def _send_reaction_events(
     its guests), the guests of the audience who may not see `user` (the
     reactor) get it with `user` as "Unknown user", in a notice of their own;
     who they are is asked only when a guest is in the audience."""
-    hidden = set(await _without_access_to_sender(conn, user, audience)) if restricted else set()
+    hidden = set(await guests_not_seeing(conn, user.id, audience)) if restricted else set()
     unknown: dict[str, Any] = {}
     if hidden:
         subdomain = await realm_subdomain(conn, user.realm_id)

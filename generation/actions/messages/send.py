@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from generation.actions.access import (
     access_before,
-    guests_who_see,
+    guests_not_seeing,
     inaccessible_user_ids,
     new_conversation_for_guests,
     send_access_changes,
 )
 from generation.actions.base import (
-    ROLE_GUEST,
     ActionContext,
     ActionError,
     Connection,
@@ -183,31 +182,6 @@ async def _check_sender_sees(
         raise ActionError("You do not have permission to access some of the recipients.")
 
 
-async def _without_access_to_sender(
-    conn: Connection, sender: UserRow, recipient_ids: Iterable[int]
-) -> list[int]:
-    """Of `recipient_ids`, the guests who may not see `sender` (Zulip's
-    `user_ids_without_access_to_sender`): they receive the message with its
-    sender as "Unknown user". Only for a realm that restricts its guests
-    (and a channel message: a conversation makes its participants visible
-    to each other); bots are seen by everyone."""
-    cur = await conn.execute(
-        """
-        SELECT id, role, is_bot FROM users
-        WHERE id = ANY(%s) AND (role = %s OR id = %s)
-        """,
-        (sorted(set(recipient_ids) | {sender.id}), ROLE_GUEST, sender.id),
-    )
-    rows = await cur.fetchall()
-    if any(row[0] == sender.id and row[2] for row in rows):
-        return []
-    guests = [row[0] for row in rows if row[0] != sender.id and row[1] == ROLE_GUEST]
-    if not guests:
-        return []
-    seeing = await guests_who_see(conn, guests, sender.id)
-    return [guest for guest in guests if guest not in seeing]
-
-
 def _message_event(
     message: dict[str, Any],
     invite_only: bool | None,
@@ -286,7 +260,7 @@ async def do_send_stream_message(
         # A sender subscribed to the channel shares it with every recipient:
         # only an unsubscribed one may be unknown to a guest (Zulip's rule).
         without_access = (
-            await _without_access_to_sender(conn, sender, recipients)
+            await guests_not_seeing(conn, sender.id, recipients)
             if not realm.guests_see_all_users and not target.subscribed
             else []
         )

@@ -15,7 +15,7 @@ from typing import Any
 
 from psycopg.rows import class_row
 
-from generation.actions.access import inaccessible_email, inaccessible_user_ids
+from generation.actions.access import guests_not_seeing, inaccessible_email, inaccessible_user_ids
 from generation.actions.base import (
     ActionContext,
     ActionError,
@@ -33,7 +33,6 @@ from generation.actions.messages.common import (
     normalize_topic,
 )
 from generation.actions.messages.edit import _can_modify, check_content_editor
-from generation.actions.messages.send import _without_access_to_sender
 
 TYPING_OPS = ("start", "stop")
 
@@ -142,7 +141,7 @@ async def do_send_stream_typing(
         # a bot is seen by everyone: only an unsubscribed human may be
         # unknown to a guest (as the sender of a message, send.py).
         hidden = (
-            set(await _without_access_to_sender(conn, sender, subscribers))
+            set(await guests_not_seeing(conn, sender.id, subscribers))
             if not typist.guests_see_all_users and not target.subscribed and not typist.is_bot
             else set()
         )
