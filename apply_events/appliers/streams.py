@@ -16,14 +16,16 @@ from typing import Any, NotRequired, TypedDict
 
 from apply_events.section import Applier
 from apply_events.state import Event, State, StateContext
-from generation.events.streams import BasicStream
+from generation.events.streams import SUBSCRIPTION_NOTIFICATIONS, BasicStream
 
 Entry = dict[str, Any]
 
 # The lists of the `subscription` section, each an entry per stream.
 SUBSCRIPTION_LISTS = ("subscriptions", "unsubscribed", "never_subscribed")
 # Subscription settings a `subscription` update may set.
-SUBSCRIPTION_PROPERTIES = frozenset({"color", "is_muted", "in_home_view", "pin_to_top"})
+SUBSCRIPTION_PROPERTIES = frozenset(
+    {"color", "is_muted", "in_home_view", "pin_to_top", *SUBSCRIPTION_NOTIFICATIONS}
+)
 
 
 class SubscriptionEntry(BasicStream):
@@ -34,6 +36,12 @@ class SubscriptionEntry(BasicStream):
     is_muted: bool
     in_home_view: bool
     pin_to_top: bool
+    # The channel's own notification settings; None: the user's apply.
+    desktop_notifications: bool | None
+    audible_notifications: bool | None
+    push_notifications: bool | None
+    email_notifications: bool | None
+    wildcard_mentions_notify: bool | None
     subscribers: NotRequired[list[int]]
 
 

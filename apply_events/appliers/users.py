@@ -119,6 +119,13 @@ class UserSettings(TypedDict, total=False):
     send_private_typing_notifications: bool
     send_stream_typing_notifications: bool
     enable_drafts_synchronization: bool
+    enable_offline_email_notifications: bool
+    enable_offline_push_notifications: bool
+    wildcard_mentions_notify: bool
+    enable_stream_email_notifications: bool
+    enable_stream_push_notifications: bool
+    # Seconds, 1 to a week.
+    email_notifications_batching_period_seconds: int
     timezone: str
 
 
@@ -147,6 +154,12 @@ class LegacyNotificationSettingsState(TypedDict, total=False):
     events."""
 
     pm_content_in_desktop_notifications: bool
+    enable_offline_email_notifications: bool
+    enable_offline_push_notifications: bool
+    wildcard_mentions_notify: bool
+    enable_stream_email_notifications: bool
+    enable_stream_push_notifications: bool
+    email_notifications_batching_period_seconds: int
 
 
 # Settings that Zulip also keeps at the top level for legacy clients.
@@ -157,8 +170,17 @@ LEGACY_DISPLAY_SETTINGS = (
     "default_language",
 )
 
-# Notification settings Zulip also keeps at the top level for legacy clients.
-LEGACY_NOTIFICATION_SETTINGS = ("pm_content_in_desktop_notifications",)
+# Notification settings Zulip also keeps at the top level for legacy clients
+# (those of its `notification_settings_legacy` that we model).
+LEGACY_NOTIFICATION_SETTINGS = (
+    "pm_content_in_desktop_notifications",
+    "enable_offline_email_notifications",
+    "enable_offline_push_notifications",
+    "wildcard_mentions_notify",
+    "enable_stream_email_notifications",
+    "enable_stream_push_notifications",
+    "email_notifications_batching_period_seconds",
+)
 
 # The lists of streams whose entries carry `subscribers` (the streams area's
 # sections), from which a deactivated user disappears.

@@ -20,11 +20,8 @@ from apply_events.appliers import streams as appliers
 from apply_events.section import Section
 from apply_events.state import State, StateContext
 from generation.accounts import ROLE_GUEST
-from generation.events.streams import (
-    CHANNEL_POLICIES,
-    SUBSCRIPTION_NOTIFICATIONS,
-    render_description,
-)
+from generation.actions.streams.subscription_settings import settings_sql, subscription_settings
+from generation.events.streams import CHANNEL_POLICIES, render_description
 
 Connection = psycopg.AsyncConnection[Any]
 
@@ -82,7 +79,7 @@ async def fetch_subscriptions(conn: Connection, ctx: StateContext) -> State:
     stream id; subscriber lists (ascending user ids) if asked for."""
     cur = await conn.execute(
         f"""
-        SELECT {_STREAM_COLUMNS}, x.active, x.color, x.is_muted, x.pin_to_top,
+        SELECT {_STREAM_COLUMNS}, x.active, {settings_sql("x")},
                CASE WHEN %(with_subscribers)s THEN ARRAY(
                    SELECT y.user_id FROM subscriptions y JOIN users u ON u.id = y.user_id
                    WHERE y.stream_id = s.id AND y.active AND u.is_active
@@ -104,12 +101,9 @@ async def fetch_subscriptions(conn: Connection, ctx: StateContext) -> State:
     state: State = {key: [] for key in appliers.SUBSCRIPTION_LISTS}
     for row in await cur.fetchall():
         entry = _basic_stream(row)
-        active, color, is_muted, pin_to_top, subscribers = row[6:]
+        active, *settings, subscribers = row[6:]
         if active is not None:
-            entry.update(
-                color=color, is_muted=is_muted, in_home_view=not is_muted, pin_to_top=pin_to_top
-            )
-            entry.update(SUBSCRIPTION_NOTIFICATIONS)
+            entry.update(subscription_settings(settings))
         if subscribers is not None:
             entry["subscribers"] = list(subscribers)
         key = (

@@ -290,7 +290,13 @@ _SETTINGS_QUERY = """
            coalesce(s.pm_content_in_desktop_notifications, true),
            coalesce(s.send_private_typing_notifications, true),
            coalesce(s.send_stream_typing_notifications, true),
-           coalesce(s.enable_drafts_synchronization, true), u.timezone
+           coalesce(s.enable_drafts_synchronization, true),
+           coalesce(s.enable_offline_email_notifications, true),
+           coalesce(s.enable_offline_push_notifications, true),
+           coalesce(s.wildcard_mentions_notify, true),
+           coalesce(s.enable_stream_email_notifications, false),
+           coalesce(s.enable_stream_push_notifications, false),
+           coalesce(s.email_notifications_batching_period_seconds, 120), u.timezone
     FROM users u LEFT JOIN user_settings s ON s.user_id = u.id
     WHERE u.id = %s
 """
@@ -305,6 +311,12 @@ _SETTINGS = (
     "send_private_typing_notifications",
     "send_stream_typing_notifications",
     "enable_drafts_synchronization",
+    "enable_offline_email_notifications",
+    "enable_offline_push_notifications",
+    "wildcard_mentions_notify",
+    "enable_stream_email_notifications",
+    "enable_stream_push_notifications",
+    "email_notifications_batching_period_seconds",
     "timezone",
 )
 

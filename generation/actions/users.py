@@ -124,7 +124,22 @@ USER_SETTINGS: dict[str, type] = {
     "send_stream_typing_notifications": bool,
     # Off deletes the user's drafts (generation/actions/personal/drafts.py).
     "enable_drafts_synchronization": bool,
+    # Whom the notifications of a user who is away reach, and how
+    # (generation/actions/messages/notify.py, migration 0023).
+    "enable_offline_email_notifications": bool,
+    "enable_offline_push_notifications": bool,
+    "wildcard_mentions_notify": bool,
+    "enable_stream_email_notifications": bool,
+    "enable_stream_push_notifications": bool,
+    "email_notifications_batching_period_seconds": int,
 }
+
+# Zulip's bounds of `email_notifications_batching_period_seconds`: more than
+# 0, at most a week (also the column's CHECK).
+MAX_EMAIL_BATCHING_PERIOD_SECS = 7 * 24 * 60 * 60
+
+# Zulip's words for a value of the wrong JSON type.
+_TYPE_NAMES = {bool: "a boolean", int: "an integer", str: "a string"}
 
 
 async def _person_row(ctx: ActionContext, realm_id: int, user_id: int) -> PersonRow | None:
@@ -250,9 +265,15 @@ def check_user_setting(setting: str, value: object) -> bool | int | str:
     if kind is None:
         raise ActionError(f"Unknown user setting: {setting}")
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ActionError(f"Invalid {setting}: expected {kind.__name__}")
+        raise ActionError(f"{setting} is not {_TYPE_NAMES[kind]}")
     if setting == "color_scheme" and value not in COLOR_SCHEMES:
         raise ActionError("Invalid color_scheme")
+    if (
+        setting == "email_notifications_batching_period_seconds"
+        and isinstance(value, int)
+        and not 0 < value <= MAX_EMAIL_BATCHING_PERIOD_SECS
+    ):
+        raise ActionError(f"Invalid email batching period: {value} seconds")
     if setting == "default_language" and value not in LANGUAGES:
         raise ActionError(f"Invalid default_language: {value!r}")
     assert isinstance(value, bool | int | str)

@@ -5,7 +5,7 @@ Shapes are Zulip's (feature level 419) for the fields we model; a stream
 object carries `stream_id`, `name`, `description`, `rendered_description`,
 `invite_only`, `date_created` and `is_archived`, a subscription adds the
 user's own `color`, `is_muted` (with its legacy inverse `in_home_view`) and
-`pin_to_top`.
+`pin_to_top`, and its own notification settings (`SUBSCRIPTION_NOTIFICATIONS`).
 
 Who can see a stream (and its subscriber list): its active subscribers, and
 for a public stream every active user who is not a guest. Every event about a
@@ -16,14 +16,30 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Literal, NotRequired, TypedDict
+from typing import Literal, NotRequired, TypedDict, get_args
 
 from generation.events.declaration import ClientRule, EventType
 
 # The stream properties a `stream` update event may carry.
 StreamProperty = Literal["name", "description", "invite_only", "is_archived"]
+# A subscription's own notification settings (the columns of migration
+# 0023 have their names): None until the user sets one, and then the user's
+# setting applies (Zulip's `enable_stream_email_notifications` for
+# `email_notifications`, ...; `wildcard_mentions_notify` for its namesake).
+SubscriptionNotification = Literal[
+    "desktop_notifications",
+    "audible_notifications",
+    "push_notifications",
+    "email_notifications",
+    "wildcard_mentions_notify",
+]
+SUBSCRIPTION_NOTIFICATIONS: tuple[SubscriptionNotification, ...] = get_args(
+    SubscriptionNotification
+)
 # The per-user subscription properties a `subscription` update event may carry.
-SubscriptionProperty = Literal["color", "is_muted", "in_home_view", "pin_to_top"]
+SubscriptionProperty = Literal[
+    "color", "is_muted", "in_home_view", "pin_to_top", SubscriptionNotification
+]
 
 
 class BasicStream(TypedDict):
@@ -59,15 +75,6 @@ CHANNEL_POLICIES: dict[str, bool | int | None] = {
     "stream_post_policy": 1,
     "is_announcement_only": False,
     "message_retention_days": None,
-}
-# A subscription's own notification settings: None everywhere, the user's
-# settings apply (eventq keeps no per-channel ones).
-SUBSCRIPTION_NOTIFICATIONS: dict[str, bool | None] = {
-    "desktop_notifications": None,
-    "audible_notifications": None,
-    "push_notifications": None,
-    "email_notifications": None,
-    "wildcard_mentions_notify": None,
 }
 
 

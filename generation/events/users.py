@@ -199,6 +199,12 @@ UserSetting = Literal[
     "send_private_typing_notifications",
     "send_stream_typing_notifications",
     "enable_drafts_synchronization",
+    "enable_offline_email_notifications",
+    "enable_offline_push_notifications",
+    "wildcard_mentions_notify",
+    "enable_stream_email_notifications",
+    "enable_stream_push_notifications",
+    "email_notifications_batching_period_seconds",
 ]
 
 

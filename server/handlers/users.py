@@ -118,6 +118,13 @@ _SCHEMA_OF: dict[type, JsonSchema] = {
     int: {"type": "integer"},
     str: {"type": "string"},
 }
+# What the document states beyond a setting's type (the action checks it).
+_BOUNDS: dict[str, JsonSchema] = {
+    "email_notifications_batching_period_seconds": {
+        "minimum": 1,
+        "maximum": actions.MAX_EMAIL_BATCHING_PERIOD_SECS,
+    },
+}
 
 
 def _setting(setting: str, kind: type) -> tuple[str, object, Any]:
@@ -132,7 +139,8 @@ def _setting(setting: str, kind: type) -> tuple[str, object, Any]:
             json=False,
         )
     else:
-        param = Param(description, parse=decode_json, schema=_SCHEMA_OF[kind])
+        schema = _SCHEMA_OF[kind] | _BOUNDS.get(setting, {})
+        param = Param(description, parse=decode_json, schema=schema)
     return setting, Annotated[object, param], dataclasses.field(default=UNCHANGED)
 
 

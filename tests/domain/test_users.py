@@ -562,11 +562,11 @@ def test_settings_go_to_the_user_only_and_unchanged_values_to_nobody(domain):
 def test_setting_values_are_checked(domain):
     hamlet = domain.id("hamlet")
     for setting, value, why in (
-        ("enter_sends", 1, "Invalid enter_sends"),
+        ("enter_sends", 1, "enter_sends is not a boolean"),
         ("color_scheme", 4, "Invalid color_scheme"),
-        ("color_scheme", True, "Invalid color_scheme"),
+        ("color_scheme", True, "color_scheme is not an integer"),
         ("default_language", "klingon", "Invalid default_language"),
-        ("default_language", 7, "Invalid default_language"),
+        ("default_language", 7, "default_language is not a string"),
         ("high_contrast_mode", True, "Unknown user setting"),
     ):
         with pytest.raises(ActionError, match=why):

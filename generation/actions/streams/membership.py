@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Sequence
+from typing import Any
 
 from generation.actions.access import access_before, send_access_changes
 from generation.actions.base import Connection, Outbox, UserRow
@@ -25,7 +26,10 @@ from generation.actions.streams.common import (
     _subscribers,
     _viewers,
 )
-from generation.events.streams import SUBSCRIPTION_NOTIFICATIONS
+from generation.actions.streams.subscription_settings import (
+    settings_sql,
+    subscription_settings,
+)
 
 # Colors given to new subscriptions, the first one the user does not use yet.
 PALETTE = (
@@ -104,16 +108,11 @@ async def _subscribe(
     for user_id, user_streams in subscribed.items():
         subscriptions = []
         for stream in user_streams:
-            color, is_muted, pin_to_top = settings[(user_id, stream.id)]
             subscriptions.append(
                 {
                     **stream.basic(),
-                    "color": color,
-                    "is_muted": is_muted,
-                    "in_home_view": not is_muted,
-                    "pin_to_top": pin_to_top,
+                    **settings[(user_id, stream.id)],
                     "subscribers": sorted(after[stream.id]),
-                    **SUBSCRIPTION_NOTIFICATIONS,
                 }
             )
         outbox.send(
@@ -132,10 +131,10 @@ async def _subscribe(
 
 async def _insert_subscriptions(
     conn: Connection, pairs: Sequence[tuple[UserRow, StreamRow]]
-) -> dict[tuple[int, int], tuple[str, bool, bool]]:
+) -> dict[tuple[int, int], dict[str, Any]]:
     """Activate a row per (user, stream), a returning user keeping their old
     settings, a new one getting a color they do not use yet; returns the
-    settings (color, is_muted, pin_to_top) of each pair."""
+    settings of each pair as its subscription object shows them."""
     if not pairs:
         return {}
     user_ids = sorted({user.id for user, _ in pairs})
@@ -158,11 +157,11 @@ async def _insert_subscriptions(
             rows,
         )
     cur = await conn.execute(
-        "SELECT user_id, stream_id, color, is_muted, pin_to_top FROM subscriptions"
+        f"SELECT user_id, stream_id, {settings_sql()} FROM subscriptions"  # noqa: S608 (fixed columns)
         " WHERE user_id = ANY(%s) AND stream_id = ANY(%s)",
         (user_ids, stream_ids),
     )
-    return {(row[0], row[1]): (row[2], row[3], row[4]) for row in await cur.fetchall()}
+    return {(row[0], row[1]): subscription_settings(row[2:]) for row in await cur.fetchall()}
 
 
 async def _unsubscribe(

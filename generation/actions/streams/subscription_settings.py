@@ -1,5 +1,8 @@
 """The user's own settings of the streams they are subscribed to: color,
-muted (and its legacy inverse `in_home_view`), pinned."""
+muted (and its legacy inverse `in_home_view`), pinned, and the channel's
+notification settings (`SUBSCRIPTION_NOTIFICATIONS`: each None until set,
+then the user's own setting applies; Zulip's), with how a subscription
+object shows them."""
 
 from __future__ import annotations
 
@@ -9,10 +12,38 @@ from typing import Any
 
 from generation.actions.base import ActionContext, ActionError, Connection, UserRow, get_user
 from generation.actions.streams.common import _can_see, _is_subscribed, _lock_streams
+from generation.events.streams import SUBSCRIPTION_NOTIFICATIONS
 
 _HEX_COLOR = re.compile(r"#([0-9a-fA-F]{3}|[0-9a-fA-F]{6})")
-_BOOLEAN_PROPERTIES = ("is_muted", "in_home_view", "pin_to_top")
+# Zulip accepts only true or false for each (its `check_bool`), though a
+# subscription object shows an unset notification setting as null: no
+# request sets one back to null.
+_BOOLEAN_PROPERTIES = ("is_muted", "in_home_view", "pin_to_top", *SUBSCRIPTION_NOTIFICATIONS)
 SUBSCRIPTION_PROPERTIES = ("color", *_BOOLEAN_PROPERTIES)
+
+# The columns of a `subscriptions` row that `subscription_settings` reads, in
+# its order (the table's alias, if any, is the caller's to add).
+SETTINGS_COLUMNS = ("color", "is_muted", "pin_to_top", *SUBSCRIPTION_NOTIFICATIONS)
+
+
+def settings_sql(alias: str = "") -> str:
+    """`SETTINGS_COLUMNS` for a SELECT list, each prefixed with `alias.`."""
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(prefix + column for column in SETTINGS_COLUMNS)
+
+
+def subscription_settings(values: Sequence[Any]) -> dict[str, Any]:
+    """The user's settings as a subscription object shows them, from the
+    values of `SETTINGS_COLUMNS`: with `in_home_view`, and the notification
+    settings as stored (None: the user's setting applies)."""
+    color, is_muted, pin_to_top, *notifications = values
+    return {
+        "color": color,
+        "is_muted": is_muted,
+        "in_home_view": not is_muted,
+        "pin_to_top": pin_to_top,
+        **dict(zip(SUBSCRIPTION_NOTIFICATIONS, notifications, strict=True)),
+    }
 
 
 def _check_property(prop: str, value: Any) -> Any:
@@ -49,8 +80,8 @@ async def do_update_subscription_properties(
             stored = value
             if prop == "color":
                 column, events = "color", [("color", value)]
-            elif prop == "pin_to_top":
-                column, events = "pin_to_top", [("pin_to_top", value)]
+            elif prop in ("pin_to_top", *SUBSCRIPTION_NOTIFICATIONS):
+                column, events = prop, [(prop, value)]
             else:
                 stored = value if prop == "is_muted" else not value
                 column, events = "is_muted", [("in_home_view", not stored), ("is_muted", stored)]

@@ -30,7 +30,11 @@ from generation.actions.streams.common import (
     _viewers,
     _visible_stream_any,
 )
-from generation.events.streams import SUBSCRIPTION_NOTIFICATIONS, WITHOUT_ARCHIVED_CHANNELS
+from generation.actions.streams.subscription_settings import (
+    settings_sql,
+    subscription_settings,
+)
+from generation.events.streams import WITHOUT_ARCHIVED_CHANNELS
 
 # For clients without `archived_channels` only (see the module docstring).
 _HIDDEN = {WITHOUT_ARCHIVED_CHANNELS: True}
@@ -102,21 +106,17 @@ async def _send_rows(
     `archived_channels`: `subscription` add, and `remove` after it for an
     inactive row."""
     cur = await ctx.conn.execute(
-        "SELECT user_id, active, color, is_muted, pin_to_top FROM subscriptions"
+        f"SELECT user_id, active, {settings_sql()} FROM subscriptions"  # noqa: S608 (fixed columns)
         " WHERE stream_id = %s ORDER BY user_id",
         (stream.id,),
     )
-    for user_id, active, color, is_muted, pin_to_top in await cur.fetchall():
+    for user_id, active, *settings in await cur.fetchall():
         if user_id not in viewers:
             continue
         subscription = {
             **stream.basic(),
-            "color": color,
-            "is_muted": is_muted,
-            "in_home_view": not is_muted,
-            "pin_to_top": pin_to_top,
+            **subscription_settings(settings),
             "subscribers": subscribers,
-            **SUBSCRIPTION_NOTIFICATIONS,
         }
         add = {"type": "subscription", "op": "add", "subscriptions": [subscription], **_HIDDEN}
         outbox.send(realm_id, add, [user_id])
