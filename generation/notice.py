@@ -1,7 +1,7 @@
 """The notice: one event and the users it goes to, as it travels to the server.
 
 Wire form (orjson): `{"event": {"type": str, ...}, "users": [...], "realm_id": int,
-"position": int}`.
+"position": int, "notify": {"email": [int], "push": [int]}}`.
 `users` holds user ids, or dicts `{"id": int, ...}` whose other keys are that
 user's own data (for message events, `flags`). `realm_id` is optional on the
 wire for compatibility with Zulip's notices; when present the server delivers
@@ -9,6 +9,11 @@ only to queues of that realm, and public channel messages also reach the
 realm's `all_public_streams` queues. `position` is the event's place in the
 event log (`generation.eventlog`), set once the log row is written; a notice
 without one (an ephemeral event, an older producer) is delivered as it comes.
+`notify`, only on a message event, names the recipients for whom the
+message is notifiable by email and by push (a direct message, a mention, a
+channel with notifications on, by their settings: generation/actions/messages/
+notify.py); the server notifies those of them who are away
+(server/notifications/, docs/notifications.md). Clients never see it.
 """
 
 from __future__ import annotations
@@ -42,14 +47,34 @@ class Notice:
     users: list[NoticeUser]
     realm_id: int | None = None
     position: int | None = None
+    # Who may be notified of a message: kind ("email", "push") -> user ids,
+    # each one of `users`; None for every other notice.
+    notify: Mapping[str, Sequence[int]] | None = None
+
+    def for_users(self, users: list[NoticeUser]) -> Notice:
+        """The same notice to `users` only (one shard's part of it); `notify`
+        keeps only those users."""
+        notify = self.notify
+        if notify is not None:
+            kept = {user if isinstance(user, int) else user["id"] for user in users}
+            notify = {kind: [u for u in ids if u in kept] for kind, ids in notify.items()}
+            if not any(notify.values()):
+                notify = None
+        return dataclasses.replace(self, users=users, notify=notify)
 
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+NOTIFY_KINDS = ("email", "push")
+
+
 def make_notice(
-    event: Mapping[str, Any], users: Sequence[object], realm_id: int | None = None
+    event: Mapping[str, Any],
+    users: Sequence[object],
+    realm_id: int | None = None,
+    notify: object = None,
 ) -> Notice:
     """Validate the parts of a notice; raises `BadNotice` saying what is wrong."""
     if not isinstance(event, Mapping):
@@ -100,7 +125,33 @@ def make_notice(
             continue
         seen.add(user_id)
         clean.append(entry)
-    return Notice(dict(event), clean, realm_id)
+    return Notice(dict(event), clean, realm_id, notify=_check_notify(notify, event_type, seen))
+
+
+def _check_notify(
+    notify: object, event_type: str, users: set[int]
+) -> dict[str, list[int]] | None:
+    """`notify` as `Notice` keeps it: None, or each kind's ids, every one a
+    recipient, none twice."""
+    if notify is None:
+        return None
+    if event_type != "message":
+        raise BadNotice("only a message event may carry 'notify'")
+    if not isinstance(notify, Mapping):
+        raise BadNotice("notify is not an object")
+    clean: dict[str, list[int]] = {}
+    for kind, ids in notify.items():
+        if kind not in NOTIFY_KINDS:
+            raise BadNotice(f"notify has an unknown kind {kind!r} (known: email, push)")
+        if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
+            raise BadNotice(f"notify.{kind} is not a list")
+        if not all(_is_int(u) for u in ids):
+            raise BadNotice(f"notify.{kind} holds something other than user ids")
+        strangers = sorted(set(ids) - users)
+        if strangers:
+            raise BadNotice(f"notify.{kind} names users the notice is not for: {strangers[:10]}")
+        clean[kind] = sorted(set(ids))
+    return clean if any(clean.values()) else None
 
 
 def _decode(raw: bytes | str) -> dict[str, Any]:
@@ -127,7 +178,9 @@ def _with_position(notice: Notice, data: Mapping[str, Any]) -> Notice:
 def parse_notice(raw: bytes | str) -> Notice:
     """Decode and validate a notice from its wire form."""
     data = _decode(raw)
-    return _with_position(make_notice(data["event"], data["users"], data.get("realm_id")), data)
+    return _with_position(
+        make_notice(data["event"], data["users"], data.get("realm_id"), data.get("notify")), data
+    )
 
 
 def parse_notice_for(raw: bytes | str, user_id: int, position: int | None = None) -> Notice:
@@ -165,6 +218,8 @@ def encode_notice(notice: Notice) -> bytes:
         body["realm_id"] = notice.realm_id
     if notice.position is not None:
         body["position"] = notice.position
+    if notice.notify is not None:
+        body["notify"] = notice.notify
     try:
         return orjson.dumps(body)
     except orjson.JSONEncodeError as exc:

@@ -53,12 +53,12 @@ __all__ = [
 
 
 def prepare_notice(
-    realm_id: int, event: Mapping[str, Any], users: Sequence[object]
+    realm_id: int, event: Mapping[str, Any], users: Sequence[object], notify: object = None
 ) -> tuple[Notice, bytes]:
     """Validate and encode; raises `BadNotice` saying what is wrong."""
     if not isinstance(realm_id, int) or isinstance(realm_id, bool):
         raise BadNotice("realm_id is not an integer")
-    notice = make_notice(event, users, realm_id)
+    notice = make_notice(event, users, realm_id, notify)
     return notice, encode_notice(notice)
 
 
@@ -109,7 +109,7 @@ def publish_notice(
         part = (
             body
             if len(parts) == 1
-            else encode_notice(Notice(notice.event, users, notice.realm_id, notice.position))
+            else encode_notice(notice.for_users(users))
         )
         try:
             publish_encoded(
@@ -134,10 +134,15 @@ def send_event(
     *,
     config: ProducerConfig | None = None,
     notice_id: str | None = None,
+    notify: Mapping[str, Sequence[int]] | None = None,
 ) -> None:
     """Deliver `event` to the queues of `users` (ids, or dicts with "id" and
     that user's own data, such as `flags`). Choosing the users is the caller's
     job: sending a private event to a whole realm is a security bug.
+
+    `notify`, for a message event only: `{"email": [ids], "push": [ids]}`,
+    the recipients for whom the message is worth a notification if they are
+    away (docs/notifications.md); the server decides who is.
 
     `notice_id` makes a retry safe: a caller that got `PublishError` and sends
     the same notice again with the same id has it delivered at most once, even
@@ -145,7 +150,7 @@ def send_event(
     remembers recent ids)."""
     if notice_id is not None and not (isinstance(notice_id, str) and 0 < len(notice_id) <= 200):
         raise BadNotice("notice_id must be a string of 1 to 200 characters")
-    notice, body = prepare_notice(realm_id, event, users)
+    notice, body = prepare_notice(realm_id, event, users, notify)
     resolved = config or ProducerConfig.from_env()
     if resolved.event_log:
         position = _log_alone(resolved.database_url, notice, body, notice_id)

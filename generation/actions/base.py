@@ -62,12 +62,19 @@ class Outbox:
     def __init__(self) -> None:
         self.notices: list[Notice] = []
 
-    def send(self, realm_id: int, event: Mapping[str, Any], users: Sequence[object]) -> None:
+    def send(
+        self,
+        realm_id: int,
+        event: Mapping[str, Any],
+        users: Sequence[object],
+        notify: Mapping[str, Sequence[int]] | None = None,
+    ) -> None:
         """Queue an event for `users` (ids or {"id": ..., ...} dicts); raises
         `BadNotice` now if the notice is malformed. A notice to nobody is
         dropped (there is no one to tell), unless it is for the servers
-        themselves (`is_control`: it names no queue's user)."""
-        notice = make_notice(event, users, realm_id)
+        themselves (`is_control`: it names no queue's user). `notify`: see
+        generation/notice.py."""
+        notice = make_notice(event, users, realm_id, notify)
         if notice.users or is_control(notice.event):
             self.notices.append(notice)
 

@@ -3,6 +3,8 @@ message a producer gets for each way of getting it wrong."""
 
 from __future__ import annotations
 
+import re
+
 import orjson
 import pytest
 
@@ -227,3 +229,50 @@ def test_parse_notice_for_keeps_only_the_users_own_entry_and_validates_it():
     # The event is validated as always.
     with pytest.raises(BadNotice, match="'type'"):
         parse_notice_for(orjson.dumps({"event": {}, "users": [2]}), 2)
+
+
+# -- notify: who may be notified of a message (docs/notifications.md) ---------
+
+MESSAGE = {"type": "message", "message": {"id": 7}}
+
+
+def test_notify_travels_with_a_message_and_back():
+    notice = make_notice(MESSAGE, [1, {"id": 2, "flags": []}], 5, {"email": [2, 2], "push": []})
+    assert notice.notify == {"email": [2], "push": []}
+    again = parse_notice(encode_notice(notice))
+    assert again.notify == {"email": [2], "push": []}
+    assert again.users == notice.users
+
+
+def test_notify_without_anyone_is_none():
+    assert make_notice(MESSAGE, [1], 5, {"email": [], "push": []}).notify is None
+    assert parse_notice(encode_notice(make_notice(MESSAGE, [1], 5))).notify is None
+
+
+@pytest.mark.parametrize(
+    ("notify", "error"),
+    [
+        ([1], "notify is not an object"),
+        ({"sms": [1]}, "unknown kind 'sms'"),
+        ({"email": "1"}, "notify.email is not a list"),
+        ({"email": [True]}, "other than user ids"),
+        ({"push": [3]}, "names users the notice is not for: [3]"),
+    ],
+)
+def test_a_bad_notify_is_refused(notify, error):
+    with pytest.raises(BadNotice, match=re.escape(error)):
+        make_notice(MESSAGE, [1, 2], 5, notify)
+
+
+def test_only_a_message_may_carry_notify():
+    with pytest.raises(BadNotice, match="only a message event"):
+        make_notice({"type": "typing"}, [1], 5, {"email": [1]})
+
+
+def test_a_shards_part_keeps_only_its_users_in_notify():
+    notice = make_notice(MESSAGE, [1, 2, 3], 5, {"email": [1, 3], "push": [3]})
+    assert notice.for_users([1, 2]).notify == {"email": [1], "push": []}
+    assert notice.for_users([2]).notify is None
+    part = notice.for_users([{"id": 3, "flags": []}])
+    assert part.notify == {"email": [3], "push": [3]}
+    assert part.users == [{"id": 3, "flags": []}]

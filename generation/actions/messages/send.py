@@ -31,6 +31,7 @@ from generation.actions.messages.common import (
     normalize_topic,
 )
 from generation.actions.messages.mentions import with_group_members
+from generation.actions.messages.notify import notifiable
 from generation.actions.messages.submessages import insert_submessage
 from generation.actions.messages.widgets import WIDGET_MSG_TYPE, widget_content
 from generation.actions.personal.alert_words import alerted_user_ids
@@ -268,6 +269,7 @@ async def do_send_stream_message(
             sender.realm_id,
             _message_event(message, target.invite_only, local_id, sender_queue_id, without_access),
             [{"id": uid, "flags": flags[uid]} for uid in sorted(recipients)],
+            await notifiable(conn, sender.id, flags, target.id),
         )
     return message_id
 
@@ -350,5 +352,6 @@ async def do_send_direct_message(
             sender.realm_id,
             _message_event(message, None, local_id, sender_queue_id),
             [{"id": uid, "flags": flags[uid]} for uid in ids],
+            await notifiable(conn, sender.id, flags, None),
         )
     return message_id
