@@ -25,6 +25,9 @@ DEFAULT_AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
 DEFAULT_NOTIFY_URL = "http://127.0.0.1:9800/api/internal/notify_tornado"
 # The durable queue the (single) server consumes; sharding adds one per shard.
 NOTIFY_QUEUE = "notify_tornado"
+# The durable queue of notifications for users who are away: every shard
+# publishes to it, the notification worker consumes it (server/notifications/).
+NOTIFICATION_QUEUE = "eventq.notifications"
 DEFAULT_DATABASE_URL = "host=127.0.0.1 port=5432 dbname=eventq"
 _OFF = ("0", "false", "no", "off")
 

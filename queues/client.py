@@ -191,6 +191,7 @@ class ClientDescriptor:
         "ended_at_position",
         "event_queue",
         "last_active",
+        "notifiable",
         "options",
         "queue_id",
         "realm_id",
@@ -225,6 +226,12 @@ class ClientDescriptor:
         # note_end): the queue holds no event above it, so a request parked on it
         # is answered with this position, not the stream's newer one.
         self.ended_at_position: int | None = None
+        # Messages this queue received while its user was present that would
+        # have been worth a notification had they been away: (event id,
+        # message id, kinds: a NOTIFY_* bitmask), ascending by event id. When
+        # the user's last queue is garbage-collected, those still held
+        # (not acknowledged) are notified (server/notifications/away.py).
+        self.notifiable: list[tuple[int, int, int]] = []
 
     def accepts(
         self, event_type: str, event: Mapping[str, Any], rules: Sequence[ClientRule] = ()
@@ -268,7 +275,14 @@ class ClientDescriptor:
             "idle_secs": max(0.0, now - self.last_active),
             "age_secs": max(0.0, now - self.created_at),
             "event_queue": self.event_queue.to_dict(embed),
-        } | ({"covered": sorted(self.covered)} if self.covered else {})
+        } | (
+            ({"covered": sorted(self.covered)} if self.covered else {})
+            | (
+                {"notifiable": [list(entry) for entry in self.notifiable]}
+                if self.notifiable
+                else {}
+            )
+        )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], now: float, encode: Encoder) -> ClientDescriptor:
@@ -306,4 +320,15 @@ class ClientDescriptor:
         ):
             raise ValueError(f"queue {queue_id}: covered is not a list of positions")
         client.covered = frozenset(covered) if covered else NO_POSITIONS
+        notifiable = data.get("notifiable", [])
+        if not isinstance(notifiable, list) or not all(
+            isinstance(entry, list)
+            and len(entry) == 3
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in entry)
+            for entry in notifiable
+        ):
+            raise ValueError(
+                f"queue {queue_id}: notifiable is not a list of [event, message, kinds]"
+            )
+        client.notifiable = [(e, m, k) for e, m, k in notifiable]
         return client

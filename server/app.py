@@ -67,7 +67,9 @@ class EventServer:
             settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max
         )
         # Read (or created) now, not on the loop at the first authentication.
-        self.sessions = SessionSigner(api_key_secret())
+        # Signs sessions and the emails' unsubscribe links.
+        self.api_key_secret = api_key_secret()
+        self.sessions = SessionSigner(self.api_key_secret)
         self.auth = Authenticator(
             self.db.api_key,
             upgrade=self.db.upgrade_api_key_hash,
@@ -157,6 +159,11 @@ class EventServer:
         # observers; queue ends logged (server/telling.py).
         telling = Telling(self.observers, self.journal, self.registry.limits, self, self.clock)
         self.registry.end_hooks.append(telling.queue_ended)
+        # The missed-message hook: a user's last queue expiring notifies what
+        # it held (server/notifications/away.py).
+        self.notifier = self.delivery.notifier
+        if self.notifier is not None:
+            self.registry.end_hooks.append(self.notifier.queue_ended)
         self.observe_response = telling.responded
         self.observe_registered = telling.registered
         self.observe_poll_failed = telling.poll_failed
@@ -278,6 +285,8 @@ class EventServer:
         self.saved.checkpoint_floor = self.eventlog.position
         await self.upkeep.say_reader_floor()
         await self.upkeep.stop_background()
+        if self.notifier is not None:
+            await self.notifier.close()
         await self.listener.close()
         # Last: every response and queue end is in the log by now.
         if self.delivery_log is not None:
@@ -319,4 +328,6 @@ class EventServer:
         }
         if self.consumer is not None:
             body["consumer"] = self.consumer.stats()
+        if self.notifier is not None:
+            body["notifications"] = self.notifier.stats()
         return body

@@ -15,6 +15,7 @@ from pathlib import Path
 from generation import sharding
 from generation.config import (
     DEFAULT_AMQP_URL,
+    NOTIFICATION_QUEUE,
     NOTIFY_QUEUE,
     ProducerConfig,
     default_state_dir,
@@ -37,7 +38,9 @@ class ConfigError(ValueError):
     message names the variable and says what it must be."""
 
 
-def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.0) -> float:
+def env_number(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.0) -> float:
+    """The number in variable `name` (unset or empty: `default`); `ConfigError`
+    if it is not a number or is below `minimum`."""
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -165,6 +168,14 @@ class Settings:
     # Whether this process sends due scheduled messages (server/scheduling/):
     # every shard may, each message is claimed by one.
     scheduled_messages: bool = True
+    # Notifications for users who are away (server/notifications/,
+    # docs/notifications.md): on when there is a broker (EVENTQ_NOTIFICATIONS=0
+    # turns them off), published to this durable queue; a user's client is
+    # present for this long after its last request (140 s: Zulip's presence
+    # idle threshold).
+    notifications: bool = True
+    notification_queue: str = NOTIFICATION_QUEUE
+    presence_window_secs: float = 140.0
     modules: tuple[str, ...] = ()
     # Browser pages (server/handlers/pages.py): the demo page and its
     # password-less login (only with the demo realm, as deploy/run.sh runs
@@ -246,11 +257,11 @@ class Settings:
         env = os.environ if env is None else env
         # What producers read too (broker, queue, state directory, secret).
         producer = ProducerConfig.from_env(env)
-        heartbeat = _number(env, "EVENTQ_HEARTBEAT_SECS", 45.0, minimum=0.001)
+        heartbeat = env_number(env, "EVENTQ_HEARTBEAT_SECS", 45.0, minimum=0.001)
         # The jitter scales with the heartbeat unless set: 10 s at 45 s.
-        jitter = _number(env, "EVENTQ_HEARTBEAT_JITTER_SECS", heartbeat * 10.0 / 45.0)
-        idle = _number(env, "EVENTQ_QUEUE_IDLE_TIMEOUT_SECS", 600.0, minimum=0.001)
-        max_lifespan = _number(env, "EVENTQ_QUEUE_MAX_LIFESPAN_SECS", 7 * 24 * 3600.0)
+        jitter = env_number(env, "EVENTQ_HEARTBEAT_JITTER_SECS", heartbeat * 10.0 / 45.0)
+        idle = env_number(env, "EVENTQ_QUEUE_IDLE_TIMEOUT_SECS", 600.0, minimum=0.001)
+        max_lifespan = env_number(env, "EVENTQ_QUEUE_MAX_LIFESPAN_SECS", 7 * 24 * 3600.0)
         if max_lifespan < idle:
             raise ConfigError(
                 "EVENTQ_QUEUE_MAX_LIFESPAN_SECS must be at least EVENTQ_QUEUE_IDLE_TIMEOUT_SECS"
@@ -259,7 +270,7 @@ class Settings:
         # clients would time out waiting for one: 90 s by default, longer
         # when the heartbeat is set longer.
         longest_wait = heartbeat + jitter
-        longpoll = _number(
+        longpoll = env_number(
             env, "EVENTQ_LONGPOLL_TIMEOUT_SECS", max(90.0, longest_wait + 30.0), minimum=1
         )
         if longpoll <= longest_wait:
@@ -331,16 +342,16 @@ class Settings:
             heartbeat_jitter_secs=jitter,
             queue_idle_timeout_secs=idle,
             queue_max_lifespan_secs=max_lifespan,
-            gc_interval_secs=_number(env, "EVENTQ_GC_INTERVAL_SECS", 60.0, minimum=0.001),
-            checkpoint_secs=_number(env, "EVENTQ_CHECKPOINT_SECS", 5.0),
-            gap_timeout_secs=_number(env, "EVENTQ_GAP_TIMEOUT_SECS", 5.0, minimum=0.001),
-            log_retention_hours=_number(
+            gc_interval_secs=env_number(env, "EVENTQ_GC_INTERVAL_SECS", 60.0, minimum=0.001),
+            checkpoint_secs=env_number(env, "EVENTQ_CHECKPOINT_SECS", 5.0),
+            gap_timeout_secs=env_number(env, "EVENTQ_GAP_TIMEOUT_SECS", 5.0, minimum=0.001),
+            log_retention_hours=env_number(
                 env, "EVENTQ_EVENT_LOG_RETENTION_HOURS", 24.0, minimum=0.0001
             ),
             log_retention_bytes=_integer(
                 env, "EVENTQ_EVENT_LOG_RETENTION_BYTES", cls.log_retention_bytes, minimum=1
             ),
-            log_prune_secs=_number(env, "EVENTQ_EVENT_LOG_PRUNE_SECS", 60.0),
+            log_prune_secs=env_number(env, "EVENTQ_EVENT_LOG_PRUNE_SECS", 60.0),
             background_tasks=_background_tasks(env, shard_map, shard),
             background_target_ms=_integer(
                 env, "EVENTQ_BACKGROUND_TARGET_MS", cls.background_target_ms
@@ -348,16 +359,24 @@ class Settings:
             background_sleep_ms=_integer(
                 env, "EVENTQ_BACKGROUND_SLEEP_MS", cls.background_sleep_ms, minimum=0
             ),
-            background_idle_secs=_number(
+            background_idle_secs=env_number(
                 env, "EVENTQ_BACKGROUND_IDLE_SECS", cls.background_idle_secs, minimum=0.01
             ),
             scheduled_messages=_flag(env, "EVENTQ_SCHEDULED_MESSAGES")
             if env.get("EVENTQ_SCHEDULED_MESSAGES", "").strip()
             else True,
+            notifications=_flag(env, "EVENTQ_NOTIFICATIONS")
+            if env.get("EVENTQ_NOTIFICATIONS", "").strip()
+            else True,
+            notification_queue=env.get("EVENTQ_NOTIFICATION_QUEUE", "").strip()
+            or NOTIFICATION_QUEUE,
+            presence_window_secs=env_number(
+                env, "EVENTQ_PRESENCE_WINDOW_SECS", cls.presence_window_secs, minimum=0.001
+            ),
             modules=_modules(env),
             ignored=tuple(name for name in _RETIRED if env.get(name, "").strip()),
             demo=_flag(env, "EVENTQ_DEMO"),
-            session_secs=_number(env, "EVENTQ_SESSION_SECS", cls.session_secs, minimum=1),
+            session_secs=env_number(env, "EVENTQ_SESSION_SECS", cls.session_secs, minimum=1),
             operator_token=_operator_token(env),
             analytics_dir=Path(analytics)
             if (analytics := env.get("EVENTQ_ANALYTICS_DIR", "").strip())
@@ -382,25 +401,25 @@ class Settings:
                 # fills the buffer first, and is closed without an answer.
                 maximum=2**20,
             ),
-            auth_cache_secs=_number(env, "EVENTQ_AUTH_CACHE_SECS", 60.0),
+            auth_cache_secs=env_number(env, "EVENTQ_AUTH_CACHE_SECS", 60.0),
             rate_limit_requests=_integer(
                 env, "EVENTQ_RATE_LIMIT_REQUESTS", cls.rate_limit_requests, minimum=0
             ),
             auth_failure_limit=_integer(
                 env, "EVENTQ_AUTH_FAILURE_LIMIT", cls.auth_failure_limit, minimum=0
             ),
-            rate_limit_window_secs=_number(
+            rate_limit_window_secs=env_number(
                 env, "EVENTQ_RATE_LIMIT_WINDOW_SECS", cls.rate_limit_window_secs, minimum=0.001
             ),
             db_pool_min=pool_min,
             db_pool_max=pool_max,
-            shutdown_grace_secs=_number(env, "EVENTQ_SHUTDOWN_GRACE_SECS", 10.0),
+            shutdown_grace_secs=env_number(env, "EVENTQ_SHUTDOWN_GRACE_SECS", 10.0),
             notify_queue=notify_queue,
             shard=shard,
             sharding=shard_map,
             producer=producer,
-            log_flush_secs=_number(env, "EVENTQ_LOG_FLUSH_SECS", 1.0, minimum=0.001),
-            log_roll_secs=_number(env, "EVENTQ_LOG_ROLL_SECS", 3600.0, minimum=0.001),
+            log_flush_secs=env_number(env, "EVENTQ_LOG_FLUSH_SECS", 1.0, minimum=0.001),
+            log_roll_secs=env_number(env, "EVENTQ_LOG_ROLL_SECS", 3600.0, minimum=0.001),
             log_retention_days=_integer(env, "EVENTQ_LOG_RETENTION_DAYS", 30, minimum=0),
             log_max_pending=_integer(env, "EVENTQ_LOG_MAX_PENDING", cls.log_max_pending),
             event_loop=event_loop,

@@ -36,6 +36,7 @@ from server.database.db import Database
 from server.delivery.eventlog import EventLogReader
 from server.http.auth import Authenticator
 from server.http.responses import encode
+from server.notifications.away import AwayNotifier
 from server.observability.observe import Observers, make_origin
 
 log = logging.getLogger("eventq.server")
@@ -68,6 +69,24 @@ class Delivery:
         self._publisher: ThreadPoolExecutor | None = None
         if settings.sharding is not None and len(settings.sharding.shards) > 1:
             self._publisher = ThreadPoolExecutor(1, thread_name_prefix="eventq-publish")
+        # Notifications for the users a message finds away (server/notifications/away.py).
+        self.notifier: AwayNotifier | None = None
+        if settings.notifications and settings.amqp_url:
+            shard_map = settings.sharding
+            self.notifier = AwayNotifier(
+                registry,
+                settings.amqp_url,
+                settings.notification_queue,
+                presence_window_secs=settings.presence_window_secs,
+                is_local=(
+                    (lambda realm_id, user_id: True)
+                    if shard_map is None
+                    else (
+                        lambda realm_id, user_id: shard_map.shard_for(realm_id, user_id)
+                        == settings.shard
+                    )
+                ),
+            )
 
     def close(self) -> None:
         if self._publisher is not None:
@@ -119,11 +138,11 @@ class Delivery:
         # their order with the next action's.
         own = parts.pop(self.settings.shard, None)
         if own is not None:
-            part = Notice(notice.event, own, notice.realm_id, notice.position)
+            part = notice.for_users(own)
             self.deliver(part, len(encode(part.event)))
         loop = asyncio.get_running_loop()
         for name, users in parts.items():
-            part = Notice(notice.event, users, notice.realm_id, notice.position)
+            part = notice.for_users(users)
             config = self.settings.producer.for_shard(shard_map.shards[name])
             try:
                 await loop.run_in_executor(
@@ -153,6 +172,8 @@ class Delivery:
                 self._access_changed(change, now)
             return DeliveryReport()
         wall = time.time()
+        notifier = self.notifier if notice.notify is not None else None
+        presence = notifier.before_delivery(notice, now) if notifier is not None else None
         report = self.registry.deliver(
             notice.event,
             notice.users,
@@ -161,6 +182,8 @@ class Delivery:
             make_origin(wall, published_at, notice.position),
             notice.position,
         )
+        if notifier is not None and presence:
+            notifier.after_delivery(notice, presence, wall)
         self.observers.notice_delivered(notice.event["type"], report, wall)
         change = access_change(notice.event)
         if change is not None:

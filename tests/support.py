@@ -160,6 +160,9 @@ class ServerProcess:
         self.amqp_url = amqp_url
         # Each server consumes its own queue of the session's vhost.
         self.notify_queue = f"notify_tornado.{uuid.uuid4().hex[:8]}"
+        # And publishes notifications to its own queue, for the worker a test
+        # starts (server/notifications/), not to one every server shares.
+        self.notification_queue = f"eventq.notifications.{uuid.uuid4().hex[:8]}"
         self.state_dir = state_dir
         self.extra_env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
@@ -178,6 +181,7 @@ class ServerProcess:
                 "EVENTQ_DATABASE_URL": self.database_url,
                 "EVENTQ_AMQP_URL": self.amqp_url,
                 "EVENTQ_NOTIFY_QUEUE": self.notify_queue,
+                "EVENTQ_NOTIFICATION_QUEUE": self.notification_queue,
                 "EVENTQ_STATE_DIR": str(self.state_dir),
                 "EVENTQ_SHARED_SECRET": SECRET,
                 "EVENTQ_API_KEY_SECRET": API_KEY_SECRET,

@@ -157,6 +157,7 @@ ROOMS = (
     ),
     ("handlers", ("server/handlers/",)),
     ("scheduling", ("server/scheduling/",)),
+    ("notifications", ("server/notifications/",)),
     ("durability", ("server/durability/",)),
     ("http", ("server/http/",)),
     ("delivery", ("server/delivery/",)),

@@ -103,3 +103,22 @@ def test_descriptor_with_bad_options_names_the_queue():
 
     with pytest.raises(ValueError, match=r"^queue q7: Operand followed not supported\.$"):
         ClientDescriptor.from_dict(saved, 0.0, encode)
+
+
+def test_messages_kept_for_the_missed_message_hook_survive_a_restart():
+    client = ClientDescriptor("q1", 1, 2, options(), 0.0, EventQueue(encode))
+    assert "notifiable" not in client.to_dict(0.0)  # nothing saved when there is nothing
+    client.notifiable = [(3, 40, 1), (5, 41, 3)]
+
+    loaded = ClientDescriptor.from_dict(client.to_dict(0.0), 0.0, encode)
+
+    assert loaded.notifiable == [(3, 40, 1), (5, 41, 3)]
+
+
+@pytest.mark.parametrize("bad", [[[1, 2]], [["1", 2, 3]], [[1, 2, True]], {"1": 2}])
+def test_a_malformed_missed_message_list_names_the_queue(bad):
+    saved = ClientDescriptor("q8", 1, 2, options(), 0.0, EventQueue(encode)).to_dict(0.0)
+    saved["notifiable"] = bad
+
+    with pytest.raises(ValueError, match=r"^queue q8: notifiable is not a list"):
+        ClientDescriptor.from_dict(saved, 0.0, encode)
