@@ -6,7 +6,7 @@ stderr with exit status 1 (bad input) or 2 (usage).
 This module builds the parser, runs `serve`, and turns the commands' errors
 into messages and exit statuses; each command group is a module of its own
 (db_commands.py, realm_commands.py, user_commands.py, event_commands.py,
-analytics_commands.py, log_commands.py, sharding_commands.py,
+analytics_commands.py, log_commands.py, notification_commands.py, sharding_commands.py,
 demo_commands.py), which adds its subparsers and holds their handlers.
 """
 
@@ -34,6 +34,7 @@ from server.admin.db_commands import add_db_commands
 from server.admin.demo_commands import add_demo_command
 from server.admin.event_commands import add_send_event_command
 from server.admin.log_commands import add_log_commands
+from server.admin.notification_commands import add_notification_commands
 from server.admin.realm_commands import add_realm_commands
 from server.admin.sharding_commands import add_sharding_commands
 from server.admin.user_commands import add_user_commands
@@ -167,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_realm_commands(sub)
     add_user_commands(sub)
     add_send_event_command(sub)
+    add_notification_commands(sub)
     add_analytics_command(sub)
     add_log_commands(sub)
     add_sharding_commands(sub)

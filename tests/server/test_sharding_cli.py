@@ -176,6 +176,7 @@ def test_the_shard_unit_names_its_shard_by_instance():
 
 
 def test_the_env_example_names_only_variables_the_server_reads():
+    """(or the notification worker, which reads the same file)."""
     names = [
         line.split("=", 1)[0]
         for line in (DEPLOY / "systemd" / "eventq.env.example").read_text().splitlines()
@@ -183,7 +184,11 @@ def test_the_env_example_names_only_variables_the_server_reads():
     ]
     sources = "".join(
         path.read_text()
-        for path in (REPO / "server" / "config.py", REPO / "generation" / "config.py")
+        for path in (
+            REPO / "server" / "config.py",
+            REPO / "generation" / "config.py",
+            REPO / "server" / "notifications" / "settings.py",
+        )
     )
     for name in names:
         assert f'"{name}"' in sources, name
