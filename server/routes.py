@@ -29,6 +29,7 @@ from server.handlers.realm_config import EMOJI_IMAGE_ROUTE, EmojiImageHandler
 from server.handlers.register import RegisterHandler
 from server.handlers.session import DevLoginHandler, DevUsersHandler, LoginHandler, LogoutHandler
 from server.handlers.settings import ServerSettingsHandler
+from server.handlers.unsubscribe import UnsubscribeHandler
 from server.http.forward import FORWARDED_HEADER
 from server.http.http1 import PLAIN_HOST, Exchange
 from server.interface import ServerApi
@@ -75,6 +76,8 @@ def make_application(server: ServerApi) -> tornado.web.Application:
             (r"/static/([A-Za-z0-9_.-]+)", StaticHandler, api),
             (EMOJI_IMAGE_ROUTE, EmojiImageHandler, api),
             (r"/demo", DemoPageHandler, api),
+            # The missed-message emails' unsubscribe link (server/notifications/).
+            (r"/accounts/unsubscribe/missed_messages/([0-9]+-[0-9a-f]+)", UnsubscribeHandler, api),
             (r"/operator", OperatorPageHandler, api),
             (r"/operator/stats", OperatorStatsHandler, api),
             (r"/operator/report/?(.*)", OperatorReportHandler, api),
