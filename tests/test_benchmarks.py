@@ -293,6 +293,64 @@ def test_soak_quick_churns_collects_queues_and_loses_nothing(database_url):
     assert not Path(figures["workdir"]).exists()
 
 
+# notifications.py's headline figures; a batch's lateness may round to 0.
+NOTIFICATION_LATENESS = frozenset(
+    {"email_late_p99_secs", "email_late_max_secs", "webhook_late_p99_secs", "webhook_late_max_secs"}
+)
+NOTIFICATION_FIGURES = set(NOTIFICATION_LATENESS) | {
+    "server_cpu_us_per_event_on",
+    "server_cpu_us_per_event_off",
+    "server_cpu_ratio",
+    "emails",
+    "webhook_calls",
+    "worker_cpu_secs",
+}
+
+
+@pytest.mark.timeout(RUN_LIMIT_SECS + CLEANUP_SECS + 30)
+def test_notifications_quick_notifies_every_away_mention_once_and_removes_its_world(
+    database_url,
+):
+    results = run_quick_with_figures(
+        "notifications.py",
+        database_url,
+        NOTIFICATION_FIGURES,
+        limit_secs=RUN_LIMIT_SECS,
+        may_be_zero=NOTIFICATION_LATENESS,
+    )
+    config = results["config"]
+    assert config["parked_per_server"] == config["users"] - config["away"]
+    away_mentions = 0
+    for mode in ("on", "off"):
+        rounds = results["rounds"][mode]
+        assert len(rounds) == config["rounds"], mode
+        for each in [results["warmup"][mode], *rounds]:
+            assert each["notices"] == each["notices_planned"] > 0, mode
+            assert each["reads"] == each["reads_expected"] > 0, mode
+            assert (each["missing"], each["extra"]) == (0, 0), mode
+            assert each["cpu_secs"]["server"] > 0, mode
+            if mode == "on":
+                assert each["worker"]["all_sent"]
+                away_mentions += each["mentions_of_away_users"]
+        summary = results["modes"][mode]
+        # The mentioned user is away in the proportion away / users.
+        mentions = summary["mentions_of_away_users"] + summary["mentions_of_present_users"]
+        assert summary["mentions_of_away_users"] * config["users"] == mentions * config["away"]
+    worker = results["worker"]
+    # Each away user's mention was notified once by email and once by webhook.
+    assert worker["expected"] == away_mentions > 0
+    for kind in ("email", "push"):
+        assert worker[kind]["notifications"] == away_mentions, kind
+        assert 0 < worker[kind]["batches"] <= away_mentions, kind
+    assert worker["status"]["counters"]["email_sent"] == away_mentions
+    assert worker["status"]["pending"] == {"email": 0, "push": 0}
+    assert results["server_notifier"]["enqueued"] == {"delivery": away_mentions, "gc": 0}
+    assert results["server_off_notifier"] is None
+    assert not database_exists(database_url, config["database"])
+    assert config["vhost"] not in vhosts()
+    assert not Path(config["workdir"]).exists()
+
+
 @pytest.mark.timeout(RUN_LIMIT_SECS + 30)
 def test_deliverylog_quick_writes_and_compacts_every_record():
     figures = run_quick("deliverylog.py")
