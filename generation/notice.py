@@ -128,9 +128,7 @@ def make_notice(
     return Notice(dict(event), clean, realm_id, notify=_check_notify(notify, event_type, seen))
 
 
-def _check_notify(
-    notify: object, event_type: str, users: set[int]
-) -> dict[str, list[int]] | None:
+def _check_notify(notify: object, event_type: str, users: set[int]) -> dict[str, list[int]] | None:
     """`notify` as `Notice` keeps it: None, or each kind's ids, every one a
     recipient, none twice."""
     if notify is None:

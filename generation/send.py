@@ -106,11 +106,7 @@ def publish_notice(
     parts = shard_map.split(notice.realm_id, notice.users, reach_of(notice.event))
     failed: list[str] = []
     for name, users in parts.items():
-        part = (
-            body
-            if len(parts) == 1
-            else encode_notice(notice.for_users(users))
-        )
+        part = body if len(parts) == 1 else encode_notice(notice.for_users(users))
         try:
             publish_encoded(
                 part,

@@ -82,8 +82,9 @@ class Delivery:
                     (lambda realm_id, user_id: True)
                     if shard_map is None
                     else (
-                        lambda realm_id, user_id: shard_map.shard_for(realm_id, user_id)
-                        == settings.shard
+                        lambda realm_id, user_id: (
+                            shard_map.shard_for(realm_id, user_id) == settings.shard
+                        )
                     )
                 ),
             )
