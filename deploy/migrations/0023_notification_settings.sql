@@ -1,5 +1,5 @@
 -- The settings that decide the notifications of users who are away
--- (issue 35; generation/actions/messages/notify.py reads them, docs/api.md
+-- (docs/notifications.md; generation/actions/messages/notify.py reads them, docs/api.md
 -- lists them). Zulip's names and defaults; each is the user's to change:
 -- PATCH settings for the user's own, POST users/me/subscriptions/properties
 -- for a channel's.

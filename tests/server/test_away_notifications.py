@@ -13,7 +13,7 @@ import orjson
 import pika
 import pytest
 
-from tests.support import Api, ok
+from tests.support import Api, ok, wait_for
 
 
 class NotificationQueue:
@@ -170,10 +170,7 @@ def test_the_last_queue_expiring_with_an_unread_message_notifies_it(start_server
         assert [e["message"]["id"] for e in events] == [kept, missed]
         bob.events(first, events[0]["id"])
         queue.wait_for(lambda taken: taken, "the missed message, after both queues expired")
-        deadline = time.monotonic() + 10
-        while server.user_queues(bob.user.user_id) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert server.user_queues(bob.user.user_id) == []
+        wait_for(lambda: not server.user_queues(bob.user.user_id), 30, "bob's queues to expire")
         # The second queue, idle since its register, expired first: not the
         # last, it notified nothing. The first, whose client acknowledged
         # the first message, was the last: it notifies the one it held.
