@@ -392,6 +392,10 @@ def env_file_values(installed: Installed, database_url: str, amqp_url: str) -> d
         "EVENTQ_AMQP_URL": amqp_url,
         "EVENTQ_SHARED_SECRET": secrets.token_hex(32),
         "EVENTQ_API_KEY_SECRET": secrets.token_hex(32),
+        # The notification worker's (eventq-notifications.service): a mail
+        # server on this machine, the site its links point to.
+        "EVENTQ_SMTP_URL": "smtp://127.0.0.1:25",
+        "EVENTQ_SITE_URL": "http://127.0.0.1:9800",
     }
     example = environment_file(ENV_EXAMPLE)
     paths = {"EVENTQ_STATE_DIR", "EVENTQ_LOG_DIR", "EVENTQ_SHARDING", "EVENTQ_ANALYTICS_DIR"}
