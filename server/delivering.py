@@ -93,27 +93,35 @@ class Delivery:
         if self._publisher is not None:
             self._publisher.shutdown(wait=False)
 
-    def process_notice(self, body: bytes, published_at: float | None = None) -> DeliveryReport:
+    def process_notice(
+        self, body: bytes, published_at: float | None = None, *, will_retry: bool = False
+    ) -> DeliveryReport:
         """The consumer's processor: decode, validate and deliver one notice
-        (`published_at`: the producer's stamp, wall-clock seconds). Raises
-        `BadNotice` for a malformed one, or one larger than an internal
-        request may be."""
+        (`published_at`: the producer's stamp, wall-clock seconds;
+        `will_retry`: the notice comes again if this raises, see
+        server/delivery/consumer.py). Raises `BadNotice` for a malformed one,
+        or one larger than an internal request may be."""
         limit = self.settings.max_internal_request_bytes
         if len(body) > limit:
             raise BadNotice(
                 f"the notice is {len(body)} bytes, more than EVENTQ_MAX_INTERNAL_REQUEST_BYTES"
                 f" ({limit})"
             )
-        return self.deliver(parse_notice(body), len(body), published_at)
+        return self.deliver(parse_notice(body), len(body), published_at, will_retry=will_retry)
 
     def deliver(
-        self, notice: Notice, encoded_size: int, published_at: float | None = None
+        self,
+        notice: Notice,
+        encoded_size: int,
+        published_at: float | None = None,
+        *,
+        will_retry: bool = False,
     ) -> DeliveryReport:
         """Deliver a validated notice whose wire form is `encoded_size` bytes,
         in position order (server/delivery/eventlog.py); the report is empty when it
-        waits behind a gap or was a duplicate. Raises `BadNotice` for an
-        event no queue could hold: delivering it would end every recipient's
-        queue."""
+        waits behind a gap or a failed event, or was a duplicate. Raises
+        `BadNotice` for an event no queue could hold: delivering it would
+        end every recipient's queue."""
         limit = self.registry.limits.max_bytes - PER_EVENT_OVERHEAD
         if encoded_size > limit:  # cheap test first: the notice contains the event
             size = len(encode(notice.event))
@@ -121,7 +129,7 @@ class Delivery:
                 raise BadNotice(
                     f"the event is {size} bytes, more than a queue holds ({limit} bytes)"
                 )
-        report = self.eventlog.offer(notice, published_at)
+        report = self.eventlog.offer(notice, published_at, will_retry=will_retry)
         return report if isinstance(report, DeliveryReport) else DeliveryReport()
 
     async def sink(self, notice: Notice) -> None:

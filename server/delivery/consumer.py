@@ -4,11 +4,24 @@ AsyncioConnection; not a thread, not the deprecated Tornado adapter).
 Lifecycle, as a chain of small `_on_*` steps: connect -> open a channel ->
 declare the notify queue and its dead-letter queue -> set the prefetch ->
 consume with manual acknowledgement. Each notice is handed to `process`
-(synchronous: when it returns, the event is in every target queue) and then
-acknowledged. A notice whose processing raises is republished with its try
-count, up to `MAX_RETRIES` times, then moved to the dead-letter queue with the error
-(a malformed one, `BadNotice`, at once: it would fail the same way again); it
-never blocks the notices behind it. A lost connection is re-established
+(synchronous: when it returns, the event is in every target queue, or waits
+its turn in the event log's order) and then acknowledged. A notice whose
+processing raises is republished with its try count, up to `MAX_RETRIES`
+times, then moved to the dead-letter queue with the error (a malformed one,
+`BadNotice`, at once: it would fail the same way again).
+
+Order under retry: a retried notice is republished to the back of the
+queue, behind the notices that arrived after it. One with an event-log
+position keeps its place all the same: `process` is told whether a retry is
+to come (`will_retry`), and the event log's order stops at the failed event
+until it (server/delivery/eventlog.py), so no queue gets the events behind
+it first; when its last try fails, it is skipped and they go on at once.
+The stop lasts at most EVENTQ_GAP_TIMEOUT_SECS (5 s), or 10,000 events
+behind it, like a gap; the event is then accepted late. A notice without a
+position (EVENTQ_EVENT_LOG=0) has no place to keep: its retry is delivered
+after the notices behind it, as Zulip's are. The consumer itself never waits
+for a retry: the notices behind a failing one are processed (and
+acknowledged) as they come. A lost connection is re-established
 with a capped backoff (1 s doubling to 30 s); unacknowledged notices are
 redelivered by RabbitMQ, and one already processed (its acknowledgement, or
 the publisher's confirmation, was lost) is recognised by its notice id (the
@@ -24,8 +37,8 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import pika
 import pika.exceptions
@@ -61,6 +74,21 @@ def dead_letter_queue(queue: str) -> str:
     return f"{queue}.dead"
 
 
+class Process(Protocol):
+    """What the consumer hands each notice to (`Delivery.process_notice`), on
+    the IO loop: `published_at` is the producer's stamp (wall-clock seconds);
+    `will_retry`, whether the notice comes again if this raises. Raising
+    `BadNotice` dead-letters it at once, anything else retries it."""
+
+    def __call__(self, body: bytes, published_at: float | None, *, will_retry: bool) -> object: ...
+
+
+def failures_of(headers: Mapping[str, object]) -> int:
+    """How many times the notice with these AMQP headers has failed so far."""
+    raw = headers.get(FAILURES_HEADER, 0)
+    return raw if isinstance(raw, int) and raw >= 0 else 0
+
+
 class NoticeConsumer:
     """Consumes one durable notify queue. Every method runs on the IO loop."""
 
@@ -68,7 +96,7 @@ class NoticeConsumer:
         self,
         url: str,
         queue: str,
-        process: Callable[[bytes, float | None], object],
+        process: Process,
         observers: Sequence[Observer] = (),
         *,
         prefetch: int = PREFETCH,
@@ -253,7 +281,7 @@ class NoticeConsumer:
         published_us = headers.get(PUBLISHED_HEADER)
         published_at = published_us / 1e6 if isinstance(published_us, int) else None
         try:
-            self._process(body, published_at)
+            self._process(body, published_at, will_retry=failures_of(headers) < MAX_RETRIES)
         except BadNotice as exc:
             # Malformed: it would fail the same way every time.
             self._failed(channel, properties, body, exc, retry=False)
@@ -286,7 +314,7 @@ class NoticeConsumer:
         self, channel: Any, properties: Any, body: bytes, exc: Exception, retry: bool = True
     ) -> None:
         headers = dict(properties.headers or {})
-        failures = int(headers.get(FAILURES_HEADER, 0)) + 1
+        failures = failures_of(headers) + 1
         headers[FAILURES_HEADER] = failures
         error = f"{type(exc).__name__}: {exc}"
         raw_id = headers.get(NOTICE_ID_HEADER)

@@ -14,6 +14,19 @@ ephemeral event from an older producer, `EVENTQ_EVENT_LOG=0`) are delivered
 as they come. The log's tail is also read every second (`read_tail`), so an
 event whose notice never came (the broker was down when it was sent) is
 delivered all the same.
+
+A positioned notice whose delivery raises, and that will come again (the
+consumer republishes it behind the notices that arrived after it,
+server/delivery/consumer.py), stops the stream at its position: the events
+released behind it wait, in position order, for its next try, so that no
+queue gets them before it. The stop ends when a try succeeds (they follow
+it); when its last try fails (it is dead-lettered, and skipped: they go on
+without it); or, like a gap, after `gap_timeout_secs` or MAX_HELD events
+behind it (they go on, and it is accepted late: its retry, or the log's
+tail, delivers it out of order). Meanwhile `position` stays below it. A
+failure with no try to come (a notice from the internal endpoint or the
+server's own actions, an event read from the log) is raised or logged, and
+the events behind it go on.
 """
 
 from __future__ import annotations
@@ -89,6 +102,16 @@ class EventLogReader:
         self._db_warned = False
         self._unanchored = False
         self.lookups = 0  # looks at the log to close a gap
+        # The position of an event whose delivery raised and whose notice
+        # comes again: the stream is stopped at it (see the module's
+        # docstring). Everything released meanwhile waits in `_behind`, in
+        # the order released; `_deadline` ends the stop. While None, `_behind`
+        # is empty and `_deadline` None.
+        self._stopped_at: int | None = None
+        self._behind: list[tuple[int, Arrival]] = []
+        self._deadline: asyncio.TimerHandle | None = None
+        self.retry_stops = 0  # stops at a failed event, for stats and tests
+        self.waited_for_retry = 0  # events that waited behind one
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[list[Notice]]:
@@ -105,7 +128,8 @@ class EventLogReader:
     @property
     def position(self) -> int:
         """Every logged event at or below this has been delivered here."""
-        return self.reader.current
+        stopped = self._stopped_at
+        return self.reader.current if stopped is None else stopped - 1
 
     @property
     def handed(self) -> int:
@@ -114,7 +138,7 @@ class EventLogReader:
         read): there `position` is the batch's last already, while a queue
         ended by one of its events never gets those behind it."""
         handing = self._handing
-        return self.reader.current if handing is None else handing
+        return self.position if handing is None else handing
 
     def stats(self) -> dict[str, int]:
         reader = self.reader
@@ -126,24 +150,39 @@ class EventLogReader:
             "rolled_back": reader.aborted,
             "given_up": reader.given_up,
             "lookups": self.lookups,
+            "retry_stops": self.retry_stops,
+            "waited_for_retry": self.waited_for_retry,
         }
 
-    def offer(self, notice: Notice, published_at: float | None = None) -> object:
+    def offer(
+        self, notice: Notice, published_at: float | None = None, *, will_retry: bool = False
+    ) -> object:
         """A notice arrived; returns what delivering it returned, or None if it
-        was not delivered now (held above a gap, or a duplicate). An error
-        delivering it propagates; one delivering an event let through behind
-        it is logged."""
+        was not delivered now (held above a gap or behind a failed event, or
+        a duplicate). An error delivering it propagates; one delivering an
+        event let through behind it is logged. `will_retry`: if delivering
+        it raises, the notice comes again (the consumer's retry), and the
+        stream stops at it until then (see the module's docstring)."""
         if notice.position is None:
+            outcome = self._deliver(notice, published_at)
             for recorder in self._recorders:
                 recorder.append(notice)
-            return self._deliver(notice, published_at)
+            return outcome
         if self._unanchored:
             # The log could not be read at start: this position starts the stream.
             self._unanchored = False
             self.reader.current = max(self.reader.current, notice.position - 1)
-        released = self.reader.offer(notice.position, (notice, published_at), self.clock())
         own: list[object] = []
-        self._hand_on(released, notice.position, own)
+        if notice.position == self._stopped_at:
+            self._try_again(notice, published_at, own, will_retry)
+        else:
+            floor = self.reader.current
+            released = self.reader.offer(notice.position, (notice, published_at), self.clock())
+            in_order = notice.position > floor
+            self._hand_on(released, notice.position, own, will_retry and in_order)
+            if will_retry and not in_order and own and _transient(own[0]):
+                # Late already: its retry is accepted, late as well.
+                self.reader.allow_late([notice.position])
         self._resolve_soon()
         if not own:
             return None
@@ -152,25 +191,101 @@ class EventLogReader:
         return own[0]
 
     def _hand_on(
-        self, released: list[tuple[int, Arrival]], own: int = 0, result: list[object] | None = None
+        self,
+        released: list[tuple[int, Arrival]],
+        own: int = 0,
+        result: list[object] | None = None,
+        stop_on_failure: bool = False,
     ) -> None:
+        """Deliver `released` in order; `own`'s outcome (or error) goes to
+        `result`. `stop_on_failure`: an error delivering `own`, which is in
+        order and comes again, stops the stream at it."""
+        if self._stopped_at is not None:
+            self._behind.extend(released)
+            self.waited_for_retry += len(released)
+            if len(self._behind) > self.reader.max_held:
+                self._give_up_retry()
+            return
         try:
-            for position, (notice, published_at) in released:
-                for recorder in self._recorders:
-                    recorder.append(notice)
+            for index, (position, (notice, published_at)) in enumerate(released):
                 self._handing = position
                 try:
                     outcome = self._deliver(notice, published_at)
-                except Exception as exc:  # one bad event must not stop the ones behind it
+                except Exception as exc:  # one bad event must not stop the ones behind it...
                     if position == own and result is not None:
                         result.append(exc)
+                        if stop_on_failure and _transient(exc):
+                            # ...unless it is tried again: they wait for it.
+                            self._stop(position, released[index + 1 :])
+                            return
                     else:
                         log.exception("event at position %d could not be delivered", position)
                     continue
+                for recorder in self._recorders:
+                    recorder.append(notice)
                 if position == own and result is not None:
                     result.append(outcome)
         finally:
             self._handing = None
+
+    def _stop(self, position: int, behind: list[tuple[int, Arrival]]) -> None:
+        """Stop the stream at `position`, whose delivery failed and whose
+        notice comes again; `behind` was released after it."""
+        self._stopped_at = position
+        self._behind = [*behind, *self._behind]
+        if self._deadline is None:  # its first failure: the stop is timed from it
+            self.retry_stops += 1
+            self.waited_for_retry += len(behind)
+            self._deadline = asyncio.get_running_loop().call_later(
+                self.gap_timeout_secs, self._give_up_retry
+            )
+
+    def _try_again(
+        self, notice: Notice, published_at: float | None, result: list[object], will_retry: bool
+    ) -> None:
+        """The notice of the event the stream is stopped at came again."""
+        position = self._stopped_at
+        assert position is not None
+        assert notice.position == position
+        behind, self._behind = self._behind, []
+        self._stopped_at = None
+        self._hand_on([(position, (notice, published_at)), *behind], position, result, will_retry)
+        if self._stopped_at is None:
+            self._end_stop()
+            if result and isinstance(result[0], BaseException):
+                log.error(
+                    "event log position %d failed its last try (%s) and is skipped; the %d"
+                    " events held behind it are delivered now",
+                    position,
+                    result[0],
+                    len(behind),
+                )
+
+    def _give_up_retry(self) -> None:
+        """The stop lasted `gap_timeout_secs`, or too many events wait: they
+        are delivered, and the failed event is accepted late."""
+        position = self._stopped_at
+        if position is None:
+            return
+        behind, self._behind = self._behind, []
+        self._stopped_at = None
+        self._end_stop()
+        self.reader.allow_late([position])
+        log.warning(
+            "event log position %d failed and was not delivered by a retry (%s); the %d events"
+            " held behind it are delivered now, and it will be if it comes",
+            position,
+            "too many events held"
+            if len(behind) > self.reader.max_held
+            else f"{self.gap_timeout_secs:.1f} s",
+            len(behind),
+        )
+        self._hand_on(behind)
+
+    def _end_stop(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
 
     def _resolve_soon(self) -> None:
         if self.reader.held and (self._resolver is None or self._resolver.done()):
@@ -233,6 +348,9 @@ class EventLogReader:
         return len(found)
 
     async def stop(self) -> None:
+        # What waits behind a failed event is in the log above `position`:
+        # read again at the next start.
+        self._end_stop()
         if self._resolver is not None:
             self._resolver.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -374,6 +492,12 @@ def _examine(
             del horizons[position]
             never.append(position)
     return found, never, unreadable
+
+
+def _transient(outcome: object) -> bool:
+    """Whether a delivery's outcome is an error that another try may not meet
+    (a `BadNotice` would fail the same way)."""
+    return isinstance(outcome, Exception) and not isinstance(outcome, BadNotice)
 
 
 def _ranges(positions: list[int]) -> str:
