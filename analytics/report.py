@@ -28,6 +28,8 @@ from analytics import load, schema
 REPORT_DIR = "report"
 ENQUEUED = "enqueued_latency"
 PUBLISHED = "published_latency"
+# The notifications table's counts (tables.NOTIFICATION_COUNTS).
+NOTIFICATION_COLUMNS = ["enqueued", *schema.NOTIFICATION_PATHS, *schema.NOTIFICATION_KINDS]
 Row = dict[str, Any]
 
 
@@ -50,6 +52,8 @@ class Summary:
     shards: int
     imbalance: float | None
     busiest_shard: str | None
+    # "enqueued", then by path (delivery, gc) and by kind (email, push)
+    notifications: dict[str, int] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)
 
 
@@ -103,6 +107,7 @@ def collect(out: Path) -> dict[str, list[Row]]:
     return {
         "polls": overall("poll_outcomes"),
         "lifecycle": overall("queue_lifecycle"),
+        "notifications": overall("notifications"),
         "imbalance": overall("shard_imbalance"),
         "shards": _sorted(overall("shard_load"), "shard"),
         "latency": _sorted(latency, "measure", "dimension", "key"),
@@ -113,15 +118,17 @@ def collect(out: Path) -> dict[str, list[Row]]:
         "queues": _sorted(overall("busiest_queues"), "rank"),
         "hourly_shards": _sorted(hourly("shard_load"), "date", "hour", "shard"),
         "hourly_latency": _sorted(hourly_latency, "date", "hour"),
+        "hourly_notifications": _sorted(hourly("notifications"), "date", "hour"),
     }
 
 
 def summarize(data: dict[str, list[Row]]) -> Summary:
     """The headline numbers, and the console lines that state them."""
-    polls, lifecycle, imbalance = (
+    polls, lifecycle, imbalance, notifications = (
         _one(data["polls"]),
         _one(data["lifecycle"]),
         _one(data["imbalance"]),
+        _one(data["notifications"]),
     )
     latency = {
         r["measure"]: (r["p50"], r["p95"], r["p99"])
@@ -144,6 +151,7 @@ def summarize(data: dict[str, list[Row]]) -> Summary:
         shards=len(data["shards"]),
         imbalance=imbalance.get("imbalance"),
         busiest_shard=imbalance.get("busiest_shard"),
+        notifications={c: int(notifications.get(c) or 0) for c in NOTIFICATION_COLUMNS},
     )
     shares = ", ".join(f"{o} {_pct(s)}" for o, s in summary.outcome_shares.items())
     ends = ", ".join(f"{r} {n}" for r, n in summary.ends.items())
@@ -155,6 +163,8 @@ def summarize(data: dict[str, list[Row]]) -> Summary:
             f"BAD_EVENT_QUEUE_ID: {summary.bad_event_queue_id} "
             f"({_pct(summary.bad_event_queue_id_rate)} of polls)  registers: {summary.registers}",
             f"queue ends: {ends}  unacknowledged events: {summary.events_unacked}",
+            "notifications enqueued: {enqueued} (delivery {delivery}, gc {gc}; email {email},"
+            " push {push})".format(**summary.notifications),
         ]
     )
     for measure, (p50, p95, p99) in sorted(latency.items()):
@@ -275,6 +285,22 @@ def charts(data: dict[str, list[Row]], directory: Path) -> list[tuple[str, str]]
     )
     made.append(("queue_ends.png", "Queue ends by reason"))
 
+    rows = data["hourly_notifications"]
+    figure, axes = _figure(10)
+    bottom = [0.0] * len(hours)
+    for path in schema.NOTIFICATION_PATHS:
+        heights = [0.0] * len(hours)
+        for r in rows:
+            if (r["date"], r["hour"]) in index:
+                heights[index[(r["date"], r["hour"])]] = float(r[path])
+        axes.bar(range(len(hours)), heights, bottom=bottom, label=path)
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    axes.set_xticks(range(len(hours)), labels, rotation=60, fontsize=7)
+    axes.set_title("Notifications enqueued per hour, by path")
+    _legend(axes)
+    _save(figure, directory / "notifications_per_hour.png")
+    made.append(("notifications_per_hour.png", "Notifications enqueued per hour, by path"))
+
     _bar(
         directory / "shard_load.png",
         "Deliveries per shard",
@@ -329,6 +355,11 @@ def render(data: dict[str, list[Row]], summary: Summary, images: list[tuple[str,
         _table(data["polls"], list(data["polls"][0]) if data["polls"] else []),
         "<h2>Queue lifecycle</h2>",
         _table(data["lifecycle"], list(data["lifecycle"][0]) if data["lifecycle"] else []),
+        "<h2>Notifications enqueued</h2>",
+        "<p>By the servers, for users found away: at delivery, or when their last queue"
+        " expired holding the message (gc); by kind, one asking for both counts twice.</p>",
+        _table(data["hourly_notifications"], ["date", "hour", *NOTIFICATION_COLUMNS]),
+        _table(data["notifications"], NOTIFICATION_COLUMNS),
         "<h2>Load per shard</h2>",
         _table(data["shards"], list(data["shards"][0]) if data["shards"] else []),
         _table(data["imbalance"], list(data["imbalance"][0]) if data["imbalance"] else []),

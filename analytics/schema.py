@@ -29,6 +29,7 @@ POLL = "poll"
 REGISTER = "register"
 END = "end"
 DEAD_LETTER = "dead_letter"
+NOTIFICATION = "notification"
 
 # Poll outcomes (column `outcome` of poll records), in report order.
 OUTCOMES = ("events", "heartbeat", "displaced", "empty", "deleted", "error")
@@ -36,6 +37,13 @@ BAD_EVENT_QUEUE_ID = "BAD_EVENT_QUEUE_ID"
 
 # Why a queue ended (column `reason` of end records); "expired" is the idle GC.
 END_REASONS = ("expired", "deleted", "overflow", "evicted", "deactivated", "role_changed")
+
+# A notification record (one per notification a server enqueued for a user
+# found away) fills columns of the other kinds: `reason` is the path that
+# found the user away, `outcome` its kinds, comma-separated ("email,push"),
+# `event_id` the message's id.
+NOTIFICATION_PATHS = ("delivery", "gc")
+NOTIFICATION_KINDS = ("email", "push")
 
 RECORD_COLUMNS = StructType(
     [

@@ -53,6 +53,7 @@ TYPES = {"string": pa.string(), "int": pa.int32(), "long": pa.int64(), "double":
 POLL_COUNTS = ["polls", *schema.OUTCOMES, "bad_event_queue_id"]
 POLL_SHARES = [*(f"{o}_share" for o in schema.OUTCOMES), "bad_event_queue_id_rate"]
 LIFECYCLE_COUNTS = ["registers", "ended", *schema.END_REASONS, "events_unacked", "dead_letters"]
+NOTIFICATION_COUNTS = ["enqueued", *schema.NOTIFICATION_PATHS, *schema.NOTIFICATION_KINDS]
 SHARD_COUNTS = ["records", "deliveries", "polls", "response_bytes", "registers"]
 USER_KEYS = ["realm_id", "user_id"]
 # What identifies a row of queue activity: the queue, with its owner and
@@ -102,6 +103,7 @@ SHAPES = {
     ),
     "poll_outcomes": Shape.of(f"{_typed(POLL_COUNTS, 'long')}, {_typed(POLL_SHARES, 'double')}"),
     "queue_lifecycle": Shape.of(_typed(LIFECYCLE_COUNTS, "long")),
+    "notifications": Shape.of(_typed(NOTIFICATION_COUNTS, "long")),
     "shard_load": Shape.of(f"shard string, {_typed(SHARD_COUNTS, 'long')}", ["shard"]),
     "latency": Shape.of(
         "measure string, dimension string, key string, count long, mean double, max double, "
@@ -378,6 +380,27 @@ def queue_lifecycle(pieces: Table) -> Table:
     return _rows(rows, "queue_lifecycle", HOUR)
 
 
+def notifications(pieces: Table) -> Table:
+    """Per hour with any: notifications the servers enqueued for users found
+    away, by the path that found them (`delivery`: away when the message
+    arrived; `gc`: their last queue expired holding it) and by kind (one
+    asking for both counts in `email` and in `push`). An unknown path or
+    kind counts in `enqueued` only."""
+    rows = []
+    for (date, hour), records in _per_hour(_counts(pieces, schema.NOTIFICATION)):
+        counts = dict.fromkeys(NOTIFICATION_COUNTS, 0)
+        for row in records:
+            n = row["records"]
+            counts["enqueued"] += n
+            if row["detail"] in schema.NOTIFICATION_PATHS:
+                counts[row["detail"]] += n
+            for kind in set((row["client_or_code"] or "").split(",")):
+                if kind in schema.NOTIFICATION_KINDS:
+                    counts[kind] += n
+        rows.append({"date": date, "hour": hour, **counts})
+    return _rows(rows, "notifications", HOUR)
+
+
 def shard_load(pieces: Table) -> Table:
     """Per hour and shard: records, deliveries, polls, response bytes, registers.
 
@@ -413,23 +436,28 @@ BASE = {
     "queue_activity": queue_activity,
     "poll_outcomes": poll_outcomes,
     "queue_lifecycle": queue_lifecycle,
+    "notifications": notifications,
     "shard_load": shard_load,
 }
 
 
-# Base tables whose merge is one row of totals (and shares), not a row per key.
-ONE_ROW = ("poll_outcomes", "queue_lifecycle")
+# Base tables whose merge is one row of totals (and shares), not a row per
+# key: their counts.
+ONE_ROW = {
+    "poll_outcomes": POLL_COUNTS,
+    "queue_lifecycle": LIFECYCLE_COUNTS,
+    "notifications": NOTIFICATION_COUNTS,
+}
 
 
 def merge(name: str, hourly: Table) -> Table:
     """Base table `name`'s hourly rows (of any hours) summed over their hours.
 
-    For poll_outcomes and queue_lifecycle, one row of totals (of nulls when
-    `hourly` has no row, as Spark's global aggregation gives).
+    For the ONE_ROW tables, one row of totals (of nulls when `hourly` has no
+    row, as Spark's global aggregation gives).
     """
     if name in ONE_ROW:
-        counts = POLL_COUNTS if name == "poll_outcomes" else LIFECYCLE_COUNTS
-        totals = {c: pc.sum(hourly.column(c)).as_py() for c in counts}
+        totals = {c: pc.sum(hourly.column(c)).as_py() for c in ONE_ROW[name]}
         row = _with_poll_shares(totals) if name == "poll_outcomes" else totals
         return _rows([row], name, [])
     # A keyed base table is stored sorted by its keys: they are its order.
@@ -592,4 +620,4 @@ DERIVED = {
 # The merged base tables stored under overall/ too; the histograms and
 # activity tables are stored per hour only, their overall form is what the
 # derived tables (latency, busiest_*) show.
-OVERALL_BASE = ("volumes", "poll_outcomes", "queue_lifecycle", "shard_load")
+OVERALL_BASE = ("volumes", "poll_outcomes", "queue_lifecycle", "notifications", "shard_load")

@@ -17,10 +17,11 @@ one aggregation folds them all, per hour and piece and the piece's keys:
   `queue_records` (what counts for the queue itself: deliveries, answered
   polls, ends) and `max_depth`, the deepest backlog among those.
 - COUNT, one row per record. Keys: s1 kind, s2 shard, s3 the event type (a
-  delivery's), outcome (a poll's) or reason (an end's), s4 the client (a
-  delivery's) or error code (a poll's), l1 realm_id (a delivery's). Sums:
-  `records`, and `amount`: the response bytes of polls, the backlog of
-  ended queues.
+  delivery's), outcome (a poll's), reason (an end's) or path (a
+  notification's `reason`), s4 the client (a delivery's), error code (a
+  poll's) or kinds (a notification's `outcome`), l1 realm_id (a
+  delivery's). Sums: `records`, and `amount`: the response bytes of polls,
+  the backlog of ended queues.
 
 Keys are generic columns (s1..s4 strings, l1, l2 longs) shared by the
 pieces rather than one column per name: a narrower grouping key is a
@@ -71,6 +72,7 @@ def _inputs(records: DataFrame) -> DataFrame:
     """Per record, once, every value the pieces' rows refer to."""
     kind = F.col("kind")
     is_delivery, is_poll, is_end = (kind == k for k in (schema.DELIVERY, schema.POLL, schema.END))
+    is_notification = kind == schema.NOTIFICATION
     # A refused poll names whatever queue id the client sent, often one that
     # no longer exists: it counts for its user, never for a queue.
     answered = is_poll & ~F.coalesce(F.col("outcome") == "error", F.lit(False))
@@ -107,9 +109,12 @@ def _inputs(records: DataFrame) -> DataFrame:
         # that it stays small.
         F.when(is_delivery, F.col("event_type"))
         .when(is_poll, F.col("outcome"))
-        .when(is_end, F.col("reason"))
+        .when(is_end | is_notification, F.col("reason"))
         .alias("count_s3"),
-        F.when(is_delivery, F.col("client")).when(is_poll, F.col("code")).alias("count_s4"),
+        F.when(is_delivery, F.col("client"))
+        .when(is_poll, F.col("code"))
+        .when(is_notification, F.col("outcome"))
+        .alias("count_s4"),
         F.when(is_delivery, F.col("realm_id")).alias("count_l1"),
         F.when(is_poll, F.col("response_bytes")).when(is_end, F.col("queue_depth")).alias("amount"),
     )

@@ -26,7 +26,7 @@ from server.database.background_runner import make_runner
 from server.database.db import Database
 from server.database.migrate import latest_migration
 from server.delivering import Delivery
-from server.delivery.consumer import NoticeConsumer
+from server.delivery.consumer import NoticeConsumer, dead_letter_queue
 from server.delivery.longpoll import AnswerSlices, Heartbeats
 from server.durability.floors import StreamFloors
 from server.durability.journal import QueueJournal
@@ -37,9 +37,11 @@ from server.http.ratelimit import limiters
 from server.http.responses import encode
 from server.http.sessions import SessionSigner
 from server.listener import Listener, StartupError
+from server.notifications.store import COUNTERS
 from server.observability.deliverylog import delivery_log_for
 from server.observability.looplag import GcPauses, LoopLagMonitor
-from server.observability.metrics import gc_stats, make_metrics
+from server.observability.metrics import NotificationState, gc_stats, make_metrics
+from server.observability.notification_figures import NotificationFigures
 from server.observability.observe import Observers
 from server.routes import make_dispatcher
 from server.scheduling.scheduler import Scheduler
@@ -162,8 +164,23 @@ class EventServer:
         # The missed-message hook: a user's last queue expiring notifies what
         # it held (server/notifications/away.py).
         self.notifier = self.delivery.notifier
+        # And the operators see them: each enqueued one told to the
+        # observers (the delivery log), the workers' figures read every 15 s
+        # for /metrics and the operator page (server/observability/notification_figures.py).
+        self.notification_figures: NotificationFigures | None = None
         if self.notifier is not None:
             self.registry.end_hooks.append(self.notifier.queue_ended)
+            self.notifier.on_enqueue = self.observers.notification_enqueued
+            self.notification_figures = NotificationFigures(
+                self.db,
+                settings.amqp_url,
+                settings.notification_queue,
+                dead_letter_queue(settings.notification_queue),
+                COUNTERS,
+            )
+            self.metrics_registry.register(
+                NotificationState(self.notifier, self.notification_figures)
+            )
         self.observe_response = telling.responded
         self.observe_registered = telling.registered
         self.observe_poll_failed = telling.poll_failed
@@ -181,6 +198,7 @@ class EventServer:
             self.reader_key,
             self.clock,
             lambda: self.stopping,
+            self.notification_figures,
         )
         # Sends due scheduled messages (server/scheduling/), when this
         # process does.
@@ -287,6 +305,8 @@ class EventServer:
         await self.upkeep.stop_background()
         if self.notifier is not None:
             await self.notifier.close()
+        if self.notification_figures is not None:
+            await self.notification_figures.close()
         await self.listener.close()
         # Last: every response and queue end is in the log by now.
         if self.delivery_log is not None:
@@ -330,4 +350,6 @@ class EventServer:
             body["consumer"] = self.consumer.stats()
         if self.notifier is not None:
             body["notifications"] = self.notifier.stats()
+        if self.notification_figures is not None:
+            body["notifications"] |= self.notification_figures.stats()
         return body

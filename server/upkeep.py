@@ -2,8 +2,9 @@
 stopped with it: the idle-queue garbage collector (whose queue ends are
 where notifications for users who are away begin), reading the event log's
 tail for notices that never came, checkpoints of the queues, telling the
-retention update how far back this server needs the log, and the background
-updates' runner when this process runs them.
+retention update how far back this server needs the log, reading the
+notification workers' figures, and the background updates' runner when this
+process runs them.
 
 In the assembly room with `app.py` (tests/test_layout.py, ROOMS).
 """
@@ -26,6 +27,7 @@ from server.database.db import Database, DatabaseUnavailable
 from server.delivery.eventlog import EventLogReader
 from server.durability.saved_queues import CHECKPOINT_SLICE_SECS, SavedQueues
 from server.http.ratelimit import RateLimiter
+from server.observability.notification_figures import NotificationFigures
 from server.observability.observe import Observers
 
 log = logging.getLogger("eventq.server")
@@ -37,6 +39,11 @@ TAIL_SECS = 1.0
 # an unchanged floor goes without being said again.
 READER_FLOOR_SECS = 10.0
 READER_FLOOR_REFRESH_SECS = 60.0
+# How often the notification workers' figures are read (PostgreSQL, RabbitMQ)
+# for /metrics and the operator page: Prometheus' usual scrape interval, so
+# a scrape shows figures at most one scrape old, for two small queries and
+# a passive queue.declare per server.
+NOTIFICATION_FIGURES_SECS = 15.0
 
 
 def _runner_ended(task: asyncio.Task[bool]) -> None:
@@ -61,6 +68,7 @@ class Upkeep:
         reader_key: str,
         clock: Callable[[], float],
         stopping: Callable[[], bool],
+        notification_figures: NotificationFigures | None = None,
     ):
         self.settings = settings
         self.registry = registry
@@ -73,6 +81,7 @@ class Upkeep:
         self.reader_key = reader_key
         self.clock = clock
         self.stopping = stopping
+        self.notification_figures = notification_figures
         self._timers: list[PeriodicCallback] = []
         self._floor_said: tuple[int, float] = (-1, 0.0)
         self._background_task: asyncio.Task[bool] | None = None
@@ -89,6 +98,9 @@ class Upkeep:
         if settings.checkpoint_secs > 0:
             floor_secs = min(floor_secs, settings.checkpoint_secs)
         every.append((self._say_reader_floor_soon, floor_secs))
+        if self.notification_figures is not None:
+            every.append((self._read_notification_figures_soon, NOTIFICATION_FIGURES_SECS))
+            self._read_notification_figures_soon()  # and now, not in 15 s
         for callback, secs in every:
             timer = PeriodicCallback(callback, secs * 1000)
             timer.start()
@@ -140,6 +152,11 @@ class Upkeep:
     def _read_tail_soon(self) -> None:
         if not self.stopping():
             asyncio.get_running_loop().create_task(self.eventlog.read_tail())
+
+    def _read_notification_figures_soon(self) -> None:
+        figures = self.notification_figures
+        if figures is not None and not self.stopping():
+            asyncio.get_running_loop().create_task(figures.refresh())
 
     def _say_reader_floor_soon(self) -> None:
         if not self.stopping():

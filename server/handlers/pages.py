@@ -231,6 +231,27 @@ def operator_figures(server: PagesApi) -> dict[str, Any]:
         if background is None
         else [s.to_dict() for s in background.status],
         "report": analytics is not None and (analytics / "report" / "report.html").is_file(),
+        "notifications": notification_figures(stats.get("notifications")),
+    }
+
+
+def notification_figures(stats: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The Notifications panel (None: this shard enqueues none, being
+    without a broker or with EVENTQ_NOTIFICATIONS=0): what this shard
+    enqueued since it started, what waits in its memory for RabbitMQ, and
+    the workers' figures as the shard last read them (every 15 s; each with
+    its `read_at`, None until a first read succeeds): their totals and what
+    waits for a batch in PostgreSQL, the queue's depth in RabbitMQ."""
+    if stats is None:
+        return None
+    return {
+        "enqueued": stats["enqueued"],
+        "published": stats["published"],
+        "unpublished": stats["pending"],
+        "dropped": stats["dropped"],
+        "publish_failures": stats["publish_failures"],
+        "worker": stats.get("worker"),
+        "queue": stats.get("queue"),
     }
 
 

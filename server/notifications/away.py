@@ -97,6 +97,10 @@ class AwayNotifier:
         self.published = 0
         self.dropped = 0
         self.publish_failures = 0
+        # Told of each notification as it is enqueued (user, realm, message,
+        # kinds, path, wall time), on the IO loop; must return at once. Set
+        # by app.py: the observers (the delivery log).
+        self.on_enqueue: Callable[[int, int | None, int, list[str], str, float], None] | None = None
 
     # -- delivery -------------------------------------------------------------
 
@@ -181,16 +185,19 @@ class AwayNotifier:
         self, user_id: int, realm_id: int | None, message_id: int, kinds: int, via: str, wall: float
     ) -> None:
         self.enqueued[via] += 1
+        names = kinds_of(kinds)
         self._pending.append(
             {
                 "user_id": user_id,
                 "realm_id": realm_id,
                 "message_id": message_id,
-                "kinds": kinds_of(kinds),
+                "kinds": names,
                 "via": via,
                 "at": round(wall, 3),
             }
         )
+        if self.on_enqueue is not None:
+            self.on_enqueue(user_id, realm_id, message_id, names, via, wall)
         if len(self._pending) > MAX_PENDING:
             drop = len(self._pending) - MAX_PENDING
             del self._pending[:drop]

@@ -1,8 +1,9 @@
 """The delivery log's writer: the observer that records what the server
 delivers (one record per event delivered to a queue, plus the lifecycle
-records: poll outcome, register, queue end, dead letter) for the analytics
-jobs (docs/architecture.md, "Analytics"), and the thread that writes them. The format and the
-files are `server/observability/logfiles.py`.
+records: poll outcome, register, queue end, dead letter; and one per
+notification enqueued for a user found away) for the analytics jobs
+(docs/architecture.md, "Analytics"), and the thread that writes them. The
+format and the files are `server/observability/logfiles.py`.
 
 Guarantees:
 - The IO loop never waits on the disk: the observer hooks build a tuple per
@@ -441,6 +442,28 @@ class DeliveryLog(Observer):
     ) -> None:
         record = self._record(
             "dead_letter", now, notice_id=notice_id, failures=failures, error=error
+        )
+        self._add((record,))
+
+    def notification_enqueued(
+        self,
+        user_id: int,
+        realm_id: int | None,
+        message_id: int,
+        kinds: Sequence[str],
+        via: str,
+        now: float,
+    ) -> None:
+        # Columns of the other kinds, so that the format stays v1 (and no
+        # record pays for columns of its own): docs/delivery-log.md.
+        record = self._record(
+            "notification",
+            now,
+            realm_id=realm_id,
+            user_id=user_id,
+            event_id=message_id,
+            outcome=",".join(kinds),
+            reason=via,
         )
         self._add((record,))
 

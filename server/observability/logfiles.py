@@ -64,24 +64,26 @@ FORMAT_VERSION = 1
 # The format: (column, Parquet type). The comment says which kinds fill it.
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("v", "int32"),  # all: the format version, FORMAT_VERSION
-    ("kind", "string"),  # all: "delivery" | "poll" | "register" | "end" | "dead_letter"
+    ("kind", "string"),  # all: delivery poll register end dead_letter notification
     ("time", "float64"),  # all: wall seconds (UTC epoch) when it happened
     ("shard", "string"),  # all: EVENTQ_SHARD
-    ("realm_id", "int64"),  # delivery poll register end
-    ("user_id", "int64"),  # delivery poll register end
+    ("realm_id", "int64"),  # delivery poll register end notification
+    ("user_id", "int64"),  # delivery poll register end notification (who is notified)
     ("queue_id", "string"),  # delivery poll register end (poll: null if the GET named none)
     ("client", "string"),  # delivery poll register end: the queue's client name
-    ("event_id", "int64"),  # delivery: the event's id in its queue
+    ("event_id", "int64"),  # delivery: the event's id in its queue; notification: message id
     ("event_type", "string"),  # delivery (heartbeats are poll outcomes, not deliveries)
     ("enqueued_at", "float64"),  # delivery: wall s the server took the notice; null if unknown
     ("published_at", "float64"),  # delivery: the producer's stamp; null if it gave none
     ("response_bytes", "int64"),  # delivery poll: body size of the response
     ("batch_events", "int32"),  # delivery poll: events in that response (heartbeat: 0)
     ("queue_depth", "int32"),  # delivery poll end: events held in the queue then
-    ("outcome", "string"),  # poll: events heartbeat displaced empty deleted error
+    ("outcome", "string"),  # poll: events heartbeat displaced empty deleted error;
+    # notification: its kinds, "email", "push" or "email,push"
     ("code", "string"),  # poll (outcome "error"): the Zulip error code
     ("waited_secs", "float64"),  # poll: how long the GET was parked
-    ("reason", "string"),  # end: expired deleted overflow evicted deactivated
+    ("reason", "string"),  # end: expired deleted overflow evicted deactivated role_changed;
+    # notification: the path that found the user away, "delivery" or "gc"
     ("lifetime_secs", "float64"),  # end: the queue's age
     ("latency_secs", "float64"),  # register: time to build the response
     ("options", "string"),  # register: the queue options as compact JSON

@@ -1,13 +1,17 @@
 """Live metrics in Prometheus' text format (`GET /metrics`, internal callers).
 
-Two kinds of figure, so that the hot path pays as little as possible:
+Three kinds of figure, so that the hot path pays as little as possible and a
+scrape never waits:
 - counters and histograms of things that happen (events delivered by type,
   long-polls by outcome, register latency, queue ends, GC runs), kept by an
   observer (server/observability/observe.py) that does one increment per notice or per
   response, never per recipient;
 - gauges and totals the server already keeps (queues, parked requests, events
-  held, loop lag, the consumer's and the delivery log's counters), read only
-  when Prometheus scrapes.
+  held, loop lag, the consumer's, the delivery log's and the notifications'
+  counters), read only when Prometheus scrapes;
+- the notification workers' figures, which live in PostgreSQL and RabbitMQ:
+  read by a timer off the scrape, exported as last read
+  (server/observability/notification_figures.py).
 
 Each server has its own `CollectorRegistry`, so several servers in one process
 (the tests) do not share figures.
@@ -19,6 +23,7 @@ import gc
 import time
 import typing
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -30,7 +35,12 @@ from queues.event_queue import Item
 from queues.registry import DeliveryReport, EndReason
 from server.database.background_status import STATES
 from server.interface import MetricsApi
+from server.observability.notification_figures import NotificationFigures
 from server.observability.observe import Observer, PollOutcome
+
+if TYPE_CHECKING:
+    # Its type only: the notifications' room is above this one (tests/test_layout.py).
+    from server.notifications.away import AwayNotifier
 
 # Producers may send any event type; past this many distinct ones, the rest are
 # counted under "other" so that a buggy producer cannot grow the label set
@@ -352,6 +362,97 @@ class ServerState(Collector):
             "Delivery-log records buffered, not yet written",
             value=delivery_log.pending,
         )
+
+
+# The workers' totals (server/notifications/store.py COUNTERS), each
+# exported as eventq_notifications_<name>_total.
+WORKER_COUNTERS = {
+    "recorded": "Notifications the workers recorded, once per user and message",
+    "duplicates": "Notifications published again for a user and message already recorded"
+    " (another path or shard, a replay, a redelivery), or for a user gone",
+    "email_sent": "Notifications sent by email (one email carries a user's batch)",
+    "push_sent": "Notifications sent to the webhook (one call carries a user's batch)",
+    "skipped_read": "Notifications not sent: the user had read the message by then",
+    "skipped_deleted": "Notifications not sent: the message or the user was gone by then",
+    "failed": "Notifications given up after the last retry of their batch",
+    "retried": "Notifications whose batch failed to send and was retried",
+    "dead_lettered": "Published batches of notifications the workers dead-lettered",
+    "removed": "Pushed notifications the webhook was told to remove (read or deleted since)",
+}
+_AS_READ = (
+    "; read from PostgreSQL, the same on every server (do not sum them), as of"
+    " eventq_notifications_read_timestamp_seconds"
+)
+
+
+class NotificationState(Collector):
+    """Notifications for users found away (docs/notifications.md): this
+    server's own counters (server/notifications/away.py), read at scrape
+    time, and the workers' figures from PostgreSQL and RabbitMQ as the
+    server last read them (`NotificationFigures`, every 15 s): a scrape
+    never waits on either."""
+
+    def __init__(self, notifier: AwayNotifier, figures: NotificationFigures):
+        self.notifier = notifier
+        self.figures = figures
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.notifier.stats()
+        enqueued = CounterMetricFamily(
+            "eventq_notifications_enqueued",
+            "Notifications this server enqueued for users found away, by path (delivery:"
+            " away when the message arrived; gc: their last queue expired holding it)",
+            labels=["path"],
+        )
+        for path, count in sorted(stats["enqueued"].items()):
+            enqueued.add_metric([path], count)
+        yield enqueued
+        for name, doc in (
+            ("published", "Notifications this server published to RabbitMQ"),
+            ("publish_failures", "Publishes of a batch of notifications that failed (retried)"),
+            ("dropped", "Notifications dropped: too many waited for RabbitMQ (logged)"),
+        ):
+            yield CounterMetricFamily(f"eventq_notifications_{name}", doc, value=stats[name])
+        yield GaugeMetricFamily(
+            "eventq_notifications_unpublished",
+            "Notifications waiting in this server's memory to be published to RabbitMQ",
+            value=stats["pending"],
+        )
+        read_at = GaugeMetricFamily(
+            "eventq_notifications_read_timestamp_seconds",
+            "When this server last read the workers' figures, by source (database, rabbitmq)",
+            labels=["source"],
+        )
+        worker = self.figures.worker
+        if worker is not None:
+            read_at.add_metric(["database"], worker.read_at)
+            for name, value in worker.counters.items():
+                doc = WORKER_COUNTERS.get(name, f"The workers' counter {name}")
+                yield CounterMetricFamily(
+                    f"eventq_notifications_{name}", doc + _AS_READ, value=value
+                )
+            pending = GaugeMetricFamily(
+                "eventq_notifications_pending",
+                "Notifications recorded and waiting for their batch's window, by kind" + _AS_READ,
+                labels=["kind"],
+            )
+            for kind, count in sorted(worker.pending.items()):
+                pending.add_metric([kind], count)
+            yield pending
+        depth = self.figures.queue_depth
+        if depth is not None:
+            read_at.add_metric(["rabbitmq"], depth.read_at)
+            for name, value, doc in (
+                ("queue_messages", depth.messages, "Published batches ready in the queue"),
+                ("queue_consumers", depth.consumers, "Workers consuming the queue"),
+                ("dead_letters", depth.dead_letters, "Batches in the dead-letter queue"),
+            ):
+                yield GaugeMetricFamily(
+                    f"eventq_notifications_{name}",
+                    f"{doc} (RabbitMQ's notification queue), as of the last read",
+                    value=value,
+                )
+        yield read_at
 
 
 def make_metrics(server: MetricsApi) -> tuple[Metrics, CollectorRegistry]:

@@ -81,6 +81,20 @@ class Observer:
     def gc_ran(self, collected: int, duration_secs: float) -> None:
         """An idle-queue sweep ran."""
 
+    def notification_enqueued(
+        self,
+        user_id: int,
+        realm_id: int | None,
+        message_id: int,
+        kinds: Sequence[str],
+        via: str,
+        now: float,
+    ) -> None:
+        """A notification of `message_id` was enqueued for `user_id`, found
+        away (server/notifications/away.py): `kinds` among "email", "push";
+        `via` "delivery" (away when the message arrived) or "gc" (their last
+        queue expired holding it unread)."""
+
 
 class Observers(Observer):
     """Every observer of a server as one: each call goes to every member, in
@@ -147,3 +161,15 @@ class Observers(Observer):
     def gc_ran(self, collected: int, duration_secs: float) -> None:
         for observer in self._members:
             observer.gc_ran(collected, duration_secs)
+
+    def notification_enqueued(
+        self,
+        user_id: int,
+        realm_id: int | None,
+        message_id: int,
+        kinds: Sequence[str],
+        via: str,
+        now: float,
+    ) -> None:
+        for observer in self._members:
+            observer.notification_enqueued(user_id, realm_id, message_id, kinds, via, now)

@@ -133,6 +133,61 @@ function showUpdates(updates) {
   $("background-none").hidden = updates.length !== 0;
 }
 
+// -- notifications ----------------------------------------------------------------
+
+// The workers' counters (`notifications.worker.counters`) by element id.
+const WORKER_COUNTERS = {
+  "notifications-recorded": "recorded",
+  "notifications-email-sent": "email_sent",
+  "notifications-push-sent": "push_sent",
+  "notifications-skipped-read": "skipped_read",
+  "notifications-skipped-deleted": "skipped_deleted",
+  "notifications-failed": "failed",
+  "notifications-dead-lettered": "dead_lettered",
+};
+
+function clock(at) {
+  return new Date(at * 1000).toLocaleTimeString();
+}
+
+// `notifications` is null on a shard that enqueues none. The workers'
+// figures (`worker`, from PostgreSQL) and the queue's (`queue`, from
+// RabbitMQ) are the shard's last reads, null until one succeeded: "–".
+function showNotifications(notifications) {
+  $("notifications-off").hidden = Boolean(notifications);
+  $("notifications-figures").hidden = !notifications;
+  $("notifications-read-at").hidden = !notifications;
+  if (!notifications) return;
+  const { enqueued, worker, queue } = notifications;
+  setText("notifications-enqueued-delivery", enqueued.delivery ?? 0);
+  setText("notifications-enqueued-gc", enqueued.gc ?? 0);
+  setText("notifications-unpublished", notifications.unpublished);
+  setText("notifications-publish-failures", notifications.publish_failures);
+  setText("notifications-dropped", notifications.dropped);
+  for (const [id, key] of Object.entries(WORKER_COUNTERS)) {
+    setText(id, worker ? (worker.counters[key] ?? 0) : "–");
+  }
+  setText("notifications-pending-email", worker ? worker.pending.email : "–");
+  setText("notifications-pending-push", worker ? worker.pending.push : "–");
+  setText("notifications-queue-depth", queue ? queue.messages : "–");
+  setText("notifications-queue-consumers", queue ? queue.consumers : "–");
+  setText("notifications-dead-letters", queue ? queue.dead_letters : "–");
+  // What an operator acts on: losses, give-ups, dead letters, nobody consuming.
+  $("notifications-dropped").classList.toggle("alert", notifications.dropped > 0);
+  $("notifications-failed").classList.toggle("alert", (worker?.counters.failed ?? 0) > 0);
+  $("notifications-dead-lettered").classList.toggle("alert", (worker?.counters.dead_lettered ?? 0) > 0);
+  $("notifications-dead-letters").classList.toggle("alert", (queue?.dead_letters ?? 0) > 0);
+  $("notifications-queue-consumers").classList.toggle("alert", queue !== null && queue.consumers === 0);
+  const read = [
+    worker ? `the workers' figures at ${clock(worker.read_at)}` : "the workers' figures not yet",
+    queue ? `the queue at ${clock(queue.read_at)}` : "the queue not yet",
+  ];
+  const node = $("notifications-read-at");
+  node.textContent = `Read by this shard every 15 s: ${read.join(", ")}.`;
+  node.dataset.workerReadAt = worker ? String(worker.read_at) : "";
+  node.dataset.queueReadAt = queue ? String(queue.read_at) : "";
+}
+
 // -- charts -------------------------------------------------------------------
 
 function svgElement(tag, attributes = {}) {
@@ -245,6 +300,7 @@ async function refresh() {
   const sample = take(stats);
   showFigures(stats, sample);
   showUpdates(stats.background_updates ?? []);
+  showNotifications(stats.notifications ?? null);
   for (const chart of CHARTS) drawChart(chart, page.samples);
   const node = $("fetch-status");
   node.dataset.at = String(stats.at);

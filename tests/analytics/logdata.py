@@ -130,3 +130,19 @@ def end(t: float, reason: str, lifetime: float, **fields: Any) -> dict[str, Any]
         "reason": reason,
         "lifetime_secs": lifetime,
     } | fields
+
+
+def notification(t: float, via: str, kinds: str, **fields: Any) -> dict[str, Any]:
+    """A notification enqueued for user 10, found away by `via` ("delivery",
+    "gc"), of `kinds` ("email,push", ...): the table's columns of a
+    notification record."""
+    return {
+        "kind": "notification",
+        "time": t,
+        "shard": "default",
+        "realm_id": 1,
+        "user_id": 10,
+        "event_id": 4000,
+        "outcome": kinds,
+        "reason": via,
+    } | fields

@@ -340,6 +340,32 @@ def merge_queue_lifecycle(hourly: DataFrame) -> DataFrame:
     )
 
 
+NOTIFICATION_COUNTS = ["enqueued", *schema.NOTIFICATION_PATHS, *schema.NOTIFICATION_KINDS]
+
+
+def notifications(records: DataFrame) -> DataFrame:
+    """Per hour: notifications enqueued, by path (`reason`) and by kind (the
+    comma-separated `outcome`; one asking for both counts in each)."""
+    kinds = F.split(F.coalesce(F.col("outcome"), F.lit("")), ",")
+    return (
+        records.where(F.col("kind") == schema.NOTIFICATION)
+        .groupBy(*HOUR)
+        .agg(
+            F.count(F.lit(1)).cast("long").alias("enqueued"),
+            *(_count_if(F.col("reason") == p).alias(p) for p in schema.NOTIFICATION_PATHS),
+            *(_count_if(F.array_contains(kinds, k)).alias(k) for k in schema.NOTIFICATION_KINDS),
+        )
+        .select(*HOUR, *NOTIFICATION_COUNTS)
+    )
+
+
+def merge_notifications(hourly: DataFrame) -> DataFrame:
+    """Notifications enqueued over all hours."""
+    return hourly.agg(*(F.sum(c).cast("long").alias(c) for c in NOTIFICATION_COUNTS)).select(
+        *NOTIFICATION_COUNTS
+    )
+
+
 SHARD_COUNTS = ["records", "deliveries", "polls", "response_bytes", "registers"]
 
 

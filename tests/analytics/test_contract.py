@@ -28,6 +28,7 @@ from analytics import extract, schema
 from analytics.extract import Hour
 from queues.registry import EndReason
 from server.errors import bad_queue_id
+from server.notifications.away import KIND_BITS
 from server.observability import logfiles
 from server.observability.deliverylog import DeliveryLog
 from server.observability.observe import make_origin
@@ -69,6 +70,7 @@ def test_the_jobs_declare_the_servers_columns():
     # The values the jobs group by are the server's.
     assert set(schema.END_REASONS) == set(typing.get_args(EndReason))
     assert bad_queue_id("q").code == schema.BAD_EVENT_QUEUE_ID
+    assert tuple(KIND_BITS) == schema.NOTIFICATION_KINDS
 
 
 def write_every_kind(log_dir: Path) -> list[dict[str, Any]]:
@@ -188,6 +190,20 @@ def write_every_kind(log_dir: Path) -> list[dict[str, Any]]:
         error="BadNotice: users is not a list")  # fmt: skip
     row("dead_letter", H00 + 11, failures=4, error='KeyError: "é\n"')
 
+    # Notifications enqueued for users found away, by each path, of each kind.
+    for offset, (user, realm, message, kinds, via) in enumerate(
+        (
+            (7, 3, 4001, ["email", "push"], "delivery"),
+            (9, 4, 4002, ["push"], "gc"),
+            (8, 3, 4003, ["email"], "delivery"),
+        )
+    ):
+        log.notification_enqueued(user, realm, message, kinds, via, H00 + 12 + offset)
+        row(
+            "notification", H00 + 12 + offset, realm_id=realm, user_id=user, event_id=message,
+            outcome=",".join(kinds), reason=via,
+        )  # fmt: skip
+
     asyncio.run(log.stop())
     assert (log.written, log.dropped, log.pending) == (len(expected), 0, 0)
     assert list((log_dir / "spool").glob("date=*/hour=*/*")) == []  # all compacted
@@ -236,12 +252,26 @@ def test_what_the_server_writes_the_jobs_read(spark, tmp_path):
     assert len(got) == len(expected)
     for row, want in zip(got, expected, strict=True):
         assert row == want, row
-    # Every kind, outcome and end reason written is one the jobs know.
+    # Every kind, outcome, end reason, notification path and kind written is
+    # one the jobs know.
     assert {row["kind"] for row in got} == {
-        schema.DELIVERY, schema.POLL, schema.REGISTER, schema.END, schema.DEAD_LETTER
+        schema.DELIVERY, schema.POLL, schema.REGISTER, schema.END, schema.DEAD_LETTER,
+        schema.NOTIFICATION,
     }  # fmt: skip
-    assert {row["outcome"] for row in got} - {None} == set(schema.OUTCOMES)
-    assert {row["reason"] for row in got} - {None} == set(schema.END_REASONS)
+    of = {kind: [row for row in got if row["kind"] == kind] for kind in {r["kind"] for r in got}}
+    assert {row["outcome"] for row in of[schema.POLL]} == set(schema.OUTCOMES)
+    assert {row["reason"] for row in of[schema.END]} == set(schema.END_REASONS)
+    assert {row["reason"] for row in of[schema.NOTIFICATION]} == set(schema.NOTIFICATION_PATHS)
+    assert {kind for row in of[schema.NOTIFICATION] for kind in row["outcome"].split(",")} == set(
+        schema.NOTIFICATION_KINDS
+    )
+    assert {row["outcome"] for row in got} - {None} == {
+        *schema.OUTCOMES, "email,push", "push", "email"
+    }  # fmt: skip
+    assert {row["reason"] for row in got} - {None} == {
+        *schema.END_REASONS,
+        *schema.NOTIFICATION_PATHS,
+    }
     # Every column is filled by some record: none is silently lost on the way.
     for name in schema.LOG_SCHEMA.fieldNames():
         assert any(row[name] is not None for row in got), name

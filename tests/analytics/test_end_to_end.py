@@ -1,7 +1,8 @@
 """From real traffic to the report: a real server with a delivery log, real
 clients, events through RabbitMQ (`send_event`) and the internal endpoint,
 then the job run the way an operator runs it (`eventq analytics run`), and its
-numbers checked against what the clients sent and received.
+numbers checked against what the clients sent and received (and the one
+notification a direct message to a user without a queue caused).
 
 Every long-poll response is classified here exactly as the server logs it
 (server/handlers/longpoll_flow.py `poll_outcome`,
@@ -270,6 +271,20 @@ def test_real_traffic_through_the_job_and_report(start_server, api, world, tmp_p
     publish_poison(server)
     wait_for(lambda: server.stats()["consumer"]["dead_lettered"] == 1, 20, "the dead letter")
 
+    # A direct message to a user with no queue: a notification, enqueued at
+    # delivery, of both kinds (their settings' defaults).
+    frank = api(first_realm, on=server)
+    ok(
+        alice.api.request(
+            "POST", "messages", type="direct", to=[frank.user.user_id], content="still there?"
+        )
+    )
+    wait_for(
+        lambda: server.stats()["notifications"]["enqueued"] == {"delivery": 1, "gc": 0},
+        20,
+        "frank's notification",
+    )
+
     assert server.stats()["parked"] == 0  # shutdown would answer a parked one: a poll more
     assert server.stop() == 0  # SIGTERM: the log is written and compacted into Parquet
     assert list((logs / "spool").glob("date=*/hour=*/*")) == []
@@ -295,7 +310,8 @@ def test_real_traffic_through_the_job_and_report(start_server, api, world, tmp_p
     ends = {"expired": 1, "deleted": 1, "overflow": 1, "evicted": 0, "deactivated": 0,
             "role_changed": 0}  # fmt: skip
     lost = carol_lost + dave_lost + erin_lost
-    records = deliveries + polls + registers + sum(ends.values()) + 1  # + the dead letter
+    # + the dead letter and the notification
+    records = deliveries + polls + registers + sum(ends.values()) + 2
     assert (bad_queue, registers) == (2, 5)
 
     completed = run_job(logs, out)
@@ -322,6 +338,9 @@ def test_real_traffic_through_the_job_and_report(start_server, api, world, tmp_p
     assert lifecycle == {
         "registers": registers, "ended": 3, **ends, "events_unacked": lost, "dead_letters": 1
     }  # fmt: skip
+    assert table(out, "notifications") == [
+        {"enqueued": 1, "delivery": 1, "gc": 0, "email": 1, "push": 1}
+    ]
     assert table(out, "shard_load") == [
         {
             "shard": SHARD, "records": records, "deliveries": deliveries, "polls": polls,
@@ -386,6 +405,7 @@ def test_real_traffic_through_the_job_and_report(start_server, api, world, tmp_p
         f"registers: {registers}",
         "queue ends: expired 1, deleted 1, overflow 1, evicted 0, deactivated 0, role_changed 0  "
         f"unacknowledged events: {lost}",
+        "notifications enqueued: 1 (delivery 1, gc 0; email 1, push 1)",
         *(
             f"{name}: p50 {ms(row['p50'])}  p95 {ms(row['p95'])}  p99 {ms(row['p99'])}"
             for name, row in (("enqueued_latency", enqueued), ("published_latency", published))
@@ -402,6 +422,7 @@ def test_real_traffic_through_the_job_and_report(start_server, api, world, tmp_p
     assert f"<pre id='summary'>{html.escape(chr(10).join(expected_lines))}</pre>" in page
     assert f"<td>{SHARD}</td>" in page
     for image in ("deliveries_per_hour", "latency_per_hour", "latency_by_event_type",
-                  "poll_outcomes", "queue_ends", "shard_load"):  # fmt: skip
+                  "poll_outcomes", "queue_ends", "notifications_per_hour",
+                  "shard_load"):  # fmt: skip
         assert f"src='{image}.png'" in page
         assert (report / f"{image}.png").read_bytes().startswith(b"\x89PNG\r\n")

@@ -24,7 +24,7 @@ from analytics.extract import Hour
 from analytics.progress import Progress
 from tests.analytics import logdata
 from tests.analytics.jvm import JVM_ENV
-from tests.analytics.logdata import at, delivery, end, poll, register
+from tests.analytics.logdata import at, delivery, end, notification, poll, register
 
 REPO = Path(__file__).resolve().parents[2]
 DATE = "2026-11-20"
@@ -45,6 +45,8 @@ def hour_rows(hour: int) -> list[dict]:
         rows += [poll(at(DATE, 3, 121), "error", code="BAD_EVENT_QUEUE_ID", queue_id="gone")]
         rows += [register(at(DATE, 3, 1)), register(at(DATE, 3, 2), queue_id="q2")]
         rows += [end(at(DATE, 3, 900), "expired", 600.0, queue_depth=3)]
+        rows += [notification(at(DATE, 3, 200), "delivery", "email,push")]
+        rows += [notification(at(DATE, 3, 950), "gc", "email", event_id=4001)]
         # a record of a future format version: ignored
         rows += [delivery(at(DATE, 3, 70), 9.0, v=2)]
     elif hour == 4:
@@ -52,6 +54,7 @@ def hour_rows(hour: int) -> list[dict]:
     else:
         rows += [poll(at(DATE, 5, 100 + i), "events") for i in range(5)]
         rows += [end(at(DATE, 5, 900), "overflow", 42.0, queue_depth=7)]
+        rows += [notification(at(DATE, 5, 10), "delivery", "push", user_id=11)]
     return rows
 
 
@@ -122,7 +125,7 @@ def test_incremental_full_and_cli_runs_agree_byte_for_byte(spark, tmp_path):
     # The console summary's numbers, computed by hand from hour_rows.
     out = completed.stdout
     assert "processed 3 of 3 hours" in out
-    assert "hours: 3  records: 44  deliveries: 20  polls: 20" in out
+    assert "hours: 3  records: 47  deliveries: 20  polls: 20" in out
     assert "events 30.0 %, heartbeat 65.0 %, displaced 0.0 %" in out
     assert "BAD_EVENT_QUEUE_ID: 1 (5.0 % of polls)  registers: 2" in out
     ends = "expired 1, deleted 0, overflow 1, evicted 0, deactivated 0, role_changed 0"
@@ -131,11 +134,15 @@ def test_incremental_full_and_cli_runs_agree_byte_for_byte(spark, tmp_path):
     p50, p95, p99 = (percentile_ms(latencies, q) for q in (500, 950, 990))
     assert f"enqueued_latency: p50 {p50}  p95 {p95}  p99 {p99}" in out
     assert "shards: 2  imbalance (max/mean deliveries): 1.50  busiest: default" in out
+    notified = "notifications enqueued: 3 (delivery 2, gc 1; email 2, push 2)"
+    assert notified in out
 
     report = (cli / "report" / "report.html").read_text()
-    assert "hours: 3  records: 44  deliveries: 20  polls: 20" in report
+    assert "hours: 3  records: 47  deliveries: 20  polls: 20" in report
+    assert notified in report
     for image in ("deliveries_per_hour", "latency_per_hour", "latency_by_event_type",
-                  "poll_outcomes", "queue_ends", "shard_load"):  # fmt: skip
+                  "poll_outcomes", "queue_ends", "notifications_per_hour",
+                  "shard_load"):  # fmt: skip
         assert f"src='{image}.png'" in report
         assert (cli / "report" / f"{image}.png").read_bytes().startswith(b"\x89PNG\r\n")
 
@@ -146,6 +153,14 @@ def test_incremental_full_and_cli_runs_agree_byte_for_byte(spark, tmp_path):
     ]
     volumes = pq.read_table(cli / "overall" / "volumes").to_pylist()
     assert {"dimension": "event_type", "key": "message", "deliveries": 11} in volumes
+    hourly = pq.read_table(cli / "hourly" / "notifications").to_pylist()
+    assert hourly == [
+        {"date": DATE, "hour": 3, "enqueued": 2, "delivery": 1, "gc": 1, "email": 2, "push": 1},
+        {"date": DATE, "hour": 5, "enqueued": 1, "delivery": 1, "gc": 0, "email": 0, "push": 1},
+    ]
+    assert pq.read_table(cli / "overall" / "notifications").to_pylist() == [
+        {"enqueued": 3, "delivery": 2, "gc": 1, "email": 2, "push": 2}
+    ]
     hourly = pq.read_table(cli / "hourly" / "poll_outcomes").to_pylist()
     assert [(r["hour"], r["polls"], r["heartbeat"]) for r in hourly] == [
         (3, 10, 8),

@@ -27,15 +27,16 @@ def varied_rows(count: int, seed: int = 7) -> list[dict[str, Any]]:
     corner cases the tables must agree on: null keys, a client literally
     named "(none)", unknown kinds, outcomes and reasons, refused polls with
     and without a queue id, negative and zero values (the zero bucket),
-    missing stamps and depths."""
+    missing stamps and depths, notifications of unknown or missing paths and
+    kinds."""
     rng = random.Random(seed)
     hours = [(DATE, 3), (DATE, 4), (DATE, 23), (NEXT_DATE, 0)]
     rows = []
     for _ in range(count):
         date, hour = rng.choice(hours)
         kind = rng.choices(
-            ["delivery", "poll", "register", "end", "dead_letter", "mystery"],
-            [60, 25, 5, 5, 3, 2],
+            ["delivery", "poll", "register", "end", "dead_letter", "notification", "mystery"],
+            [60, 25, 5, 5, 3, 4, 2],
         )[0]
         user = rng.randint(10, 15)
         t = 1_000_000.0 + rng.random() * 3600
@@ -82,6 +83,15 @@ def varied_rows(count: int, seed: int = 7) -> list[dict[str, Any]]:
             }
         elif kind == "dead_letter":
             row |= {"realm_id": None, "user_id": None, "queue_id": None, "client": None}
+        elif kind == "notification":
+            row |= {
+                "queue_id": None,
+                "client": None,
+                "reason": rng.choice(["delivery", "delivery", "gc", "elsewhere", None]),
+                "outcome": rng.choice(
+                    ["email,push", "email", "push", "email,email", "fax,push", "", None]
+                ),
+            }
         rows.append(row)
     return rows
 
@@ -114,6 +124,7 @@ HOURLY_REFERENCE = {
     "queue_activity": reference.queue_activity,
     "poll_outcomes": reference.poll_outcomes,
     "queue_lifecycle": reference.queue_lifecycle,
+    "notifications": reference.notifications,
     "shard_load": reference.shard_load,
 }
 MERGE_REFERENCE = {
@@ -123,6 +134,7 @@ MERGE_REFERENCE = {
     "queue_activity": reference.merge_queue_activity,
     "poll_outcomes": reference.merge_poll_outcomes,
     "queue_lifecycle": reference.merge_queue_lifecycle,
+    "notifications": reference.merge_notifications,
     "shard_load": reference.merge_shard_load,
 }
 TOP = 3
@@ -262,7 +274,7 @@ def test_busiest_ranks_restart_each_hour_and_keep_the_top(spark):
     ]
 
 
-@pytest.mark.parametrize("name", ["poll_outcomes", "queue_lifecycle"])
+@pytest.mark.parametrize("name", ["poll_outcomes", "queue_lifecycle", "notifications"])
 def test_a_merge_of_no_hours_is_one_row_of_nulls(name):
     # As Spark's global aggregation over no rows: the report shows "-".
     empty = tables.SHAPES[name].schema(tables.HOUR).empty_table()
@@ -272,8 +284,8 @@ def test_a_merge_of_no_hours_is_one_row_of_nulls(name):
 
 
 def test_records_counts_every_record_once(spark):
-    rows = [{"kind": k} for k in ("delivery", "poll", "register", "end", "dead_letter", "x")]
-    assert tables.records(pieces_of(spark, rows)) == 6
+    kinds = ("delivery", "poll", "register", "end", "dead_letter", "notification", "x")
+    assert tables.records(pieces_of(spark, [{"kind": k} for k in kinds])) == 7
 
 
 @pytest.mark.parametrize("fold_rows", [1, 50, 10**9])
@@ -296,3 +308,30 @@ def test_merging_stored_hours_a_few_at_a_time_gives_the_one_merge(spark, fold_ro
             tables.merge_parts(name, []).to_pylist()
             == tables.merge(name, tables.SHAPES[name].schema(tables.HOUR).empty_table()).to_pylist()
         )
+
+
+def test_notifications_count_per_hour_by_path_and_kind(spark):
+    built = tables.notifications(
+        pieces_of(
+            spark,
+            [
+                {"kind": "notification", "reason": "delivery", "outcome": "email,push"},
+                {"kind": "notification", "reason": "delivery", "outcome": "email"},
+                {"kind": "notification", "reason": "gc", "outcome": "push"},
+                {"kind": "notification", "reason": "gc", "outcome": "email,push", "hour": 4},
+                # A path and a kind of a later version: counted as enqueued only.
+                {"kind": "notification", "reason": "elsewhere", "outcome": "fax", "hour": 4},
+                {"kind": "delivery", "reason": "gc", "outcome": "email"},
+            ],
+        )
+    )
+    columns = ["hour", *tables.NOTIFICATION_COUNTS]
+    assert tables.NOTIFICATION_COUNTS == ["enqueued", "delivery", "gc", "email", "push"]
+    assert [tuple(r[c] for c in columns) for r in built.to_pylist()] == [
+        (3, 3, 2, 1, 2, 2),
+        (4, 2, 0, 1, 1, 1),
+    ]
+    assert built.schema == tables.SHAPES["notifications"].schema(tables.HOUR)
+    assert tables.merge("notifications", built).to_pylist() == [
+        {"enqueued": 5, "delivery": 2, "gc": 2, "email": 3, "push": 3}
+    ]

@@ -271,6 +271,29 @@ def test_queue_lifecycle_counts_ends_by_reason_and_lost_events(spark):
     )
 
 
+def test_notifications_count_by_path_and_kind(spark):
+    frame = records(
+        spark,
+        [
+            {"kind": "notification", "reason": "delivery", "outcome": "email,push"},
+            {"kind": "notification", "reason": "delivery", "outcome": "push"},
+            {"kind": "notification", "reason": "gc", "outcome": "email"},
+            {"kind": "notification", "reason": None, "outcome": None},
+            {"kind": "end", "reason": "expired"},
+        ],
+    )
+    columns = "enqueued long, delivery long, gc long, email long, push long"
+    hourly = transforms.notifications(frame)
+    assertDataFrameEqual(
+        hourly,
+        spark.createDataFrame([(DATE, 3, 4, 2, 1, 2, 2)], f"date string, hour int, {columns}"),
+    )
+    assertDataFrameEqual(
+        transforms.merge_notifications(hourly.unionByName(hourly)),
+        spark.createDataFrame([(8, 4, 2, 4, 4)], columns),
+    )
+
+
 def test_shard_load_counts_response_bytes_once_per_poll(spark):
     frame = records(
         spark,
