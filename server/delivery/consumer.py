@@ -34,6 +34,7 @@ says so in its log) instead of silently taking half of the notices.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import OrderedDict
@@ -87,6 +88,48 @@ def failures_of(headers: Mapping[str, object]) -> int:
     """How many times the notice with these AMQP headers has failed so far."""
     raw = headers.get(FAILURES_HEADER, 0)
     return raw if isinstance(raw, int) and raw >= 0 else 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Failure:
+    """What `republish_failed` did with a message."""
+
+    failures: int  # its failed tries, this one included
+    error: str  # "<exception type>: <message>"
+    dead: bool  # moved to the dead-letter queue (else back to its own)
+    target: str  # the queue it went to
+
+
+def republish_failed(
+    channel: Any, queue: str, properties: Any, body: bytes, exc: Exception, *, retry: bool = True
+) -> Failure:
+    """The retry rule both consumers of a durable queue follow (this one and
+    the notification worker, server/notifications/worker.py): the message
+    that failed with `exc` goes back to the end of `queue` with its try count
+    (FAILURES_HEADER), up to MAX_RETRIES times, else (or at once without
+    `retry`) to `queue`'s dead-letter queue with its error. The caller
+    acknowledges the original afterwards."""
+    headers = dict(properties.headers or {})
+    failures = failures_of(headers) + 1
+    headers[FAILURES_HEADER] = failures
+    error = f"{type(exc).__name__}: {exc}"
+    dead = not retry or failures > MAX_RETRIES
+    if dead:
+        headers["x-eventq-error"] = error[:1000]
+        headers["x-eventq-dead-lettered-us"] = time.time_ns() // 1000
+    target = dead_letter_queue(queue) if dead else queue
+    channel.basic_publish(
+        exchange="",
+        routing_key=target,
+        body=body,
+        properties=pika.BasicProperties(
+            content_type=properties.content_type,
+            delivery_mode=pika.DeliveryMode.Persistent,
+            message_id=properties.message_id,
+            headers=headers,
+        ),
+    )
+    return Failure(failures, error, dead, target)
 
 
 class NoticeConsumer:
@@ -313,49 +356,33 @@ class NoticeConsumer:
     def _failed(
         self, channel: Any, properties: Any, body: bytes, exc: Exception, retry: bool = True
     ) -> None:
-        headers = dict(properties.headers or {})
-        failures = failures_of(headers) + 1
-        headers[FAILURES_HEADER] = failures
-        error = f"{type(exc).__name__}: {exc}"
-        raw_id = headers.get(NOTICE_ID_HEADER)
+        failure = republish_failed(channel, self.queue, properties, body, exc, retry=retry)
+        raw_id = (properties.headers or {}).get(NOTICE_ID_HEADER)
         notice_id = raw_id if isinstance(raw_id, str) else properties.message_id
-        if retry and failures <= MAX_RETRIES:
+        if not failure.dead:
             self.retried += 1
             for observer in self._observers:
-                observer.notice_retried(notice_id, failures, error)
+                observer.notice_retried(notice_id, failure.failures, failure.error)
             log.warning(
                 "notice %s failed (%s); retry %d of %d",
                 properties.message_id,
-                error,
-                failures,
+                failure.error,
+                failure.failures,
                 MAX_RETRIES,
             )
-            target = self.queue
         else:
             self.dead_lettered += 1
             for observer in self._observers:
-                observer.notice_dead_lettered(notice_id, failures, error, time.time())
-            headers["x-eventq-error"] = error[:1000]
-            headers["x-eventq-dead-lettered-us"] = time.time_ns() // 1000
+                observer.notice_dead_lettered(
+                    notice_id, failure.failures, failure.error, time.time()
+                )
             log.error(
                 "notice %s failed %d times (%s); moved to %s for inspection",
                 properties.message_id,
-                failures,
-                error,
-                self.dead_queue,
+                failure.failures,
+                failure.error,
+                failure.target,
             )
-            target = self.dead_queue
-        channel.basic_publish(
-            exchange="",
-            routing_key=target,
-            body=body,
-            properties=pika.BasicProperties(
-                content_type=properties.content_type,
-                delivery_mode=pika.DeliveryMode.Persistent,
-                message_id=properties.message_id,
-                headers=headers,
-            ),
-        )
 
     def _ack(self, delivery_tag: int) -> None:
         self._ack_tag = delivery_tag

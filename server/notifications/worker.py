@@ -43,7 +43,7 @@ import pika
 import pika.exceptions
 import psycopg
 
-from server.delivery.consumer import FAILURES_HEADER, MAX_RETRIES, dead_letter_queue
+from server.delivery.consumer import MAX_RETRIES, dead_letter_queue, republish_failed
 from server.notifications import mail, store, webhook
 from server.notifications.mail import SendFailed
 from server.notifications.settings import WorkerSettings
@@ -189,32 +189,22 @@ class NotificationWorker:
     def _failed(
         self, channel: Any, properties: Any, body: bytes, exc: Exception, retry: bool = True
     ) -> None:
-        headers = dict(properties.headers or {})
-        failures = int(headers.get(FAILURES_HEADER, 0)) + 1
-        headers[FAILURES_HEADER] = failures
-        error = f"{type(exc).__name__}: {exc}"
-        if retry and failures <= MAX_RETRIES:
-            target = self.settings.queue
+        failure = republish_failed(channel, self.settings.queue, properties, body, exc, retry=retry)
+        if not failure.dead:
             log.warning(
-                "notifications not recorded (%s); retry %d of %d", error, failures, MAX_RETRIES
+                "notifications not recorded (%s); retry %d of %d",
+                failure.error,
+                failure.failures,
+                MAX_RETRIES,
             )
         else:
-            target = dead_letter_queue(self.settings.queue)
-            headers["x-eventq-error"] = error[:1000]
-            headers["x-eventq-dead-lettered-us"] = time.time_ns() // 1000
-            log.error("notifications failed %d times (%s); moved to %s", failures, error, target)
+            log.error(
+                "notifications failed %d times (%s); moved to %s",
+                failure.failures,
+                failure.error,
+                failure.target,
+            )
             self._count_dead_letter()
-        channel.basic_publish(
-            exchange="",
-            routing_key=target,
-            body=body,
-            properties=pika.BasicProperties(
-                content_type=properties.content_type,
-                delivery_mode=pika.DeliveryMode.Persistent,
-                message_id=properties.message_id,
-                headers=headers,
-            ),
-        )
 
     def _count_dead_letter(self) -> None:
         try:
