@@ -31,6 +31,9 @@ install` is deploy/bootstrap.sh's, which installs what the tests use):
 - use: user creation; the `zulip` client through nginx: register, long-poll;
   `eventq send-event` through RabbitMQ; `send_event` from the venv's python;
   the demo realm (`eventq demo`), the browser's files, the OpenAPI document;
+- notifications: `eventq-notifications.service`'s command against a mail
+  server on loopback: a direct message to a user with no client is one
+  email; `eventq notifications status`;
 - reshard, the guide's five steps in order (shard `c` added, the realm on
   a, b and c): a user who moves gets BAD_EVENT_QUEUE_ID and registers on the
   new shard, one who does not keeps their queue;
@@ -71,6 +74,7 @@ import requests
 import zulip
 from psycopg import conninfo
 
+from tests.notifications.mailbox import Mailbox, SmtpServer
 from tests.shards import Nginx, free_ports
 from tests.support import rabbitmqctl, wait_for
 
@@ -91,6 +95,7 @@ NEW_SHARDS = ["a", "b", "c"]
 # shard S consumes `notify_tornado_S` (generation.sharding.notify_queue), its
 # dead letters go to `<queue>.dead` (server.delivery.consumer.dead_letter_queue).
 NOTIFY_QUEUE = "notify_tornado"
+NOTIFICATION_QUEUE = "eventq.notifications"  # the env example leaves the default
 # Not copied into the source tree the wheel is built from: what a fresh clone
 # does not have.
 NOT_SOURCE = shutil.ignore_patterns(
@@ -307,9 +312,10 @@ class Daemons:
     def log(self, name: str) -> Path:
         return self.operator.work / f"{name}.log"
 
-    def start(self, name: str, unit: Service) -> None:
-        """Start `name` and return once it listens (it has restored its
-        queues and consumes its notify queue by then)."""
+    def start(self, name: str, unit: Service, ready: bytes = b"listening on") -> None:
+        """Start `name` and return once its log says `ready` (a shard: it
+        listens, and has restored its queues and consumes its notify queue
+        by then)."""
         assert name not in self.processes, f"{name} is running"
         log = self.log(name)
         offset = log.stat().st_size if log.exists() else 0
@@ -323,9 +329,9 @@ class Daemons:
         # and RabbitMQ, under a second here; a wait on the line, so only a
         # hang waits it out.
         wait_for(
-            lambda: b"listening on" in log.read_bytes()[offset:] or process.poll() is not None,
+            lambda: ready in log.read_bytes()[offset:] or process.poll() is not None,
             60,
-            f"{name} to listen",
+            f"{name} to log {ready!r}",
         )
         assert process.poll() is None, f"{name} exited:\n{log.read_text()[-3000:]}"
 
@@ -701,6 +707,38 @@ class Deployment:
         assert "/api/v1/events" in openapi.json()["paths"]
         return ops
 
+    # -- notifications ------------------------------------------------------
+
+    def notifications(self, sender: Listener) -> None:
+        """eventq-notifications.service against a mail server on loopback
+        (the env file's EVENTQ_SMTP_URL pointed at it, a 1 s window): a
+        direct message to a user with no client is one email;
+        `eventq notifications status` counts it; SIGTERM stops the worker."""
+        mailbox = Mailbox()
+        smtp = SmtpServer(mailbox)
+        smtp.start()
+        try:
+            install_env_file(self.operator, {**self.env, "EVENTQ_SMTP_URL": smtp.url,
+                                             "EVENTQ_NOTIFICATION_DELAY_SECS": "1"})  # fmt: skip
+            unit = service(self.installed, "eventq-notifications.service")
+            consuming = b"notification worker: consuming"
+            self.daemons.start("eventq-notifications", unit, ready=consuming)
+            away = self.create_user("away")
+            sent = sender.client.send_message(
+                {"type": "private", "to": [away["email"]], "content": "Back on Monday?"}
+            )
+            assert sent["result"] == "success", sent
+            (mail,) = mailbox.wait_for(away["email"], timeout=60)
+            assert "Back on Monday?" in mail.plain()
+            assert "ops" in mail.plain()
+            status = json.loads(self.operator.eventq("notifications", "status"))
+            assert status["counters"]["email_sent"] == 1, status
+            assert status["pending"] == {"email": 0, "push": 0}, status
+            self.daemons.stop("eventq-notifications")
+        finally:
+            smtp.stop()
+            install_env_file(self.operator, self.env)
+
     # -- reshard ------------------------------------------------------------
 
     def reshard_users(self) -> tuple[Listener, Listener]:
@@ -790,16 +828,18 @@ class Deployment:
 
     def monitor(self) -> None:
         """Each shard's /metrics on its own port, from loopback; RabbitMQ's
-        notify queue of each shard and its dead-letter queue."""
+        notify queue of each shard and its dead-letter queue, and the
+        notification worker's queue and its dead-letter queue."""
         for name, port in self.ports.items():
             metrics = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
             assert metrics.status_code == 200, (name, metrics.text)
             assert re.search(r"^eventq_queues \d", metrics.text, re.M), (name, metrics.text)
-        # Every notice was delivered (and acknowledged): all of them empty.
+        # Every notice was delivered and every notification sent (and
+        # acknowledged): all of them empty.
         expected = {
             queue: 0 for name in self.ports for queue in (f"{NOTIFY_QUEUE}_{name}",
                                                           f"{NOTIFY_QUEUE}_{name}.dead")
-        }  # fmt: skip
+        } | {NOTIFICATION_QUEUE: 0, f"{NOTIFICATION_QUEUE}.dead": 0}  # fmt: skip
         wait_for(
             lambda: self.rabbitmq_queues() == expected, 30, f"RabbitMQ's queues to be {expected}"
         )
@@ -889,6 +929,7 @@ def test_the_operators_guide_with_the_installed_package(deployment: Deployment):
     deployment.configure()
     deployment.start()
     ops = deployment.use()
+    deployment.notifications(ops)
     moved, kept = deployment.reshard()
     deployment.upgrade([ops, moved, kept])
     deployment.back_up()
