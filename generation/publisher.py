@@ -30,22 +30,30 @@ class PublishError(RuntimeError):
     not confirm a notice after one reconnect-and-retry."""
 
 
+def blocking_parameters(url: str, timeout_secs: float, heartbeat_secs: int) -> pika.URLParameters:
+    """`url`'s parameters for a pika blocking connection that gives up: one
+    connection attempt, `timeout_secs` for the socket and for a broker that
+    blocks publishers (under a resource alarm). A blocking connection
+    answers AMQP heartbeats only while it is in a call: `heartbeat_secs` 0
+    for one that may idle for minutes."""
+    params = pika.URLParameters(url)
+    params.blocked_connection_timeout = timeout_secs
+    params.socket_timeout = timeout_secs
+    params.connection_attempts = 1
+    params.heartbeat = heartbeat_secs
+    return params
+
+
 class Publisher:
     """A confirmed-publish connection. Not thread-safe: use `for_thread`."""
 
     def __init__(self, url: str, confirm_timeout_secs: float = 10.0):
         self.url = url
         self.pid = os.getpid()
-        self._params = pika.URLParameters(url)
-        # A broker under a resource alarm blocks publishers; give up after this.
-        self._params.blocked_connection_timeout = confirm_timeout_secs
-        self._params.socket_timeout = confirm_timeout_secs
-        self._params.connection_attempts = 1
-        # A blocking connection answers AMQP heartbeats only while it is in a
-        # call: an idle producer would be dropped by the broker every few
-        # minutes and pay a reconnect on its next publish. Without heartbeats,
-        # a dead connection is found by the next publish, which reconnects.
-        self._params.heartbeat = 0
+        # No heartbeats: an idle producer would be dropped by the broker every
+        # few minutes and pay a reconnect on its next publish. Without them, a
+        # dead connection is found by the next publish, which reconnects.
+        self._params = blocking_parameters(url, confirm_timeout_secs, 0)
         self._connection: pika.BlockingConnection | None = None
         self._channel: pika.adapters.blocking_connection.BlockingChannel | None = None
         self._declared: set[str] = set()

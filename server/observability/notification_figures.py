@@ -40,6 +40,7 @@ import pika
 import pika.exceptions
 import psycopg
 
+from generation.publisher import blocking_parameters
 from server.database.db import Database, DatabaseUnavailable
 
 log = logging.getLogger("eventq.notifications")
@@ -105,14 +106,9 @@ class QueueDepths:
     own). pika's exceptions stop here."""
 
     def __init__(self, amqp_url: str, timeout_secs: float = BROKER_TIMEOUT_SECS):
-        self._params = pika.URLParameters(amqp_url)
-        self._params.socket_timeout = timeout_secs
-        self._params.blocked_connection_timeout = timeout_secs
-        self._params.connection_attempts = 1
-        # A blocking connection answers heartbeats only inside a call: the
-        # reads, every 15 s, send them in time for a 30 s interval; and a
-        # read stuck on a dead connection gives up after 35 s (pika's check).
-        self._params.heartbeat = 30
+        # Heartbeats every 30 s: the reads, every 15 s, answer them in time,
+        # and a read stuck on a dead connection gives up after 35 s (pika's check).
+        self._params = blocking_parameters(amqp_url, timeout_secs, 30)
         self._connection: pika.BlockingConnection | None = None
         self._channel: Any = None
         logging.getLogger("pika.channel").addFilter(_quiet_not_found)  # once: the same filter
