@@ -25,6 +25,7 @@ import psycopg
 from psycopg.rows import class_row
 
 from apply_events.appliers import users as appliers
+from apply_events.fetch.slices import fetch_all_sliced, sliced
 from apply_events.section import Section
 from apply_events.state import State, StateContext
 from generation.accounts import ROLE_GUEST
@@ -94,7 +95,7 @@ async def _user_rows(conn: Connection, realm_id: int, user_id: int | None = None
         await cur.execute(query + " ORDER BY users.id", (realm_id,))
     else:
         await cur.execute(query + " AND users.id = %s", (realm_id, user_id))
-    return await cur.fetchall()
+    return await fetch_all_sliced(cur)
 
 
 # Whether the reader (the `%(viewer)s` parameter) is a guest of a realm that
@@ -165,7 +166,7 @@ async def fetch_people(
         inaccessible_person(row.id, row.realm_subdomain)
         if row.id in hidden
         else _with_profile_data(row, _person(row, client_gravatar), data)
-        for row in rows
+        async for row in sliced(rows)
     ]
 
 
@@ -210,7 +211,7 @@ async def fetch_realm_users(conn: Connection, ctx: StateContext) -> State:
     data = await realm_profile_data(conn, ctx.realm_id)
     incomplete = "user_list_incomplete" in ctx.capabilities
     raw: dict[int, dict[str, Any]] = {}
-    for row in rows:
+    async for row in sliced(rows):
         if row.id not in hidden:
             shown = _with_profile_data(row, _person(row, ctx.client_gravatar), data)
             raw[row.id] = _avatar_optional(ctx, row, shown)
@@ -254,7 +255,7 @@ async def fetch_presence(conn: Connection, ctx: StateContext) -> State:
         """,  # noqa: S608 (constants)
         {"realm": ctx.realm_id, "viewer": ctx.user_id},
     )
-    rows = await cur.fetchall()
+    rows = await fetch_all_sliced(cur)
     seen = await seen_by(conn, ctx.user_id, rows[0][8] if rows else None)
     return {
         "raw_presences": {
@@ -266,7 +267,7 @@ async def fetch_presence(conn: Connection, ctx: StateContext) -> State:
                 row[5],
                 row[6],
             )
-            for row in rows
+            async for row in sliced(rows)
         }
     }
 
