@@ -41,11 +41,18 @@ class RunQueueWait:
             self._file = None
 
     def read(self) -> float | None:
+        both = self.read_both()
+        return None if both is None else both[1]
+
+    def read_both(self) -> tuple[float, float] | None:
+        """(time on a CPU, time waiting for one), in seconds: the first two
+        fields of the file."""
         if self._file is None:
             return None
         try:
             self._file.seek(0)
-            return int(self._file.read().split()[1]) / 1e9
+            fields = self._file.read().split()
+            return int(fields[0]) / 1e9, int(fields[1]) / 1e9
         except (OSError, ValueError, IndexError):
             return None
 
@@ -63,6 +70,11 @@ class LoopLagMonitor:
         # Each sample's lag less its wait for a CPU (the lag itself where the
         # kernel does not say).
         self._own: deque[float] = deque(maxlen=window)
+        # Each sample's time on a CPU of the loop's thread (None where the
+        # kernel does not say): an own lag longer than that was not all the
+        # loop's work, the thread was blocked (on the GIL another thread
+        # held, on the disk) for the difference at least.
+        self._ran: deque[float | None] = deque(maxlen=window)
         self.max_secs = 0.0
         self.own_max_secs = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -80,20 +92,24 @@ class LoopLagMonitor:
     async def _run(self) -> None:
         waits = RunQueueWait()  # on the loop's thread
         try:
-            waited = waits.read()
+            counted = waits.read_both()
             while True:
                 started = time.monotonic()
                 await asyncio.sleep(self.interval)
                 lag = max(0.0, time.monotonic() - started - self.interval)
-                before, waited = waited, waits.read()
-                wait = 0.0 if before is None or waited is None else waited - before
-                self._record(lag, max(0.0, lag - wait))
+                before, counted = counted, waits.read_both()
+                if before is None or counted is None:
+                    self._record(lag, lag)
+                else:
+                    wait = counted[1] - before[1]
+                    self._record(lag, max(0.0, lag - wait), counted[0] - before[0])
         finally:
             waits.close()
 
-    def _record(self, lag: float, own: float) -> None:
+    def _record(self, lag: float, own: float, ran: float | None = None) -> None:
         self._samples.append(lag)
         self._own.append(own)
+        self._ran.append(ran)
         self.max_secs = max(self.max_secs, lag)
         self.own_max_secs = max(self.own_max_secs, own)
         if lag > self.warn_secs:
@@ -116,19 +132,33 @@ class LoopLagMonitor:
         samples = sorted(self._samples)
         if not samples:
             return dict.fromkeys(
-                ("p50_ms", "p99_ms", "window_max_ms", "max_ms", "own_window_max_ms", "own_max_ms"),
+                (
+                    "p50_ms",
+                    "p99_ms",
+                    "window_max_ms",
+                    "max_ms",
+                    "own_window_max_ms",
+                    "own_window_max_ran_ms",
+                    "own_max_ms",
+                ),
                 0.0,
             )
 
         def pick(q: float) -> float:
             return samples[min(len(samples) - 1, int(q * len(samples)))] * 1000
 
+        longest = max(range(len(self._own)), key=self._own.__getitem__)
+        ran = self._ran[longest]
         return {
             "p50_ms": round(pick(0.50), 3),
             "p99_ms": round(pick(0.99), 3),
             "window_max_ms": round(samples[-1] * 1000, 3),
             "max_ms": round(self.max_secs * 1000, 3),
-            "own_window_max_ms": round(max(self._own) * 1000, 3),
+            "own_window_max_ms": round(self._own[longest] * 1000, 3),
+            # The loop thread's time on a CPU over the sample of that longest
+            # own lag (the sampler's interval and the lag): less than the lag
+            # means the thread was blocked for the difference at least.
+            "own_window_max_ran_ms": round((ran if ran is not None else 0.0) * 1000, 3),
             "own_max_ms": round(self.own_max_secs * 1000, 3),
         }
 

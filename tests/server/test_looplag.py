@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,44 @@ def test_a_callback_that_holds_the_loop_shows_as_lag():
     # whatever wait for a CPU the host added: a few ms at most here).
     assert lag["own_window_max_ms"] >= 50
     assert lag["own_max_ms"] == lag["own_window_max_ms"] <= lag["window_max_ms"]
+
+
+def _held(hold: Callable[[], None]) -> dict[str, float]:
+    """The sampler's figures once `hold` has held the loop for about 80 ms."""
+
+    async def scenario() -> dict[str, float]:
+        monitor = LoopLagMonitor(interval=0.01, window=100)
+        monitor.start()
+        try:
+            while monitor.sample_count < 3:  # noqa: ASYNC110 (a few quiet samples first)
+                await asyncio.sleep(0.01)
+            hold()
+            while monitor.own_max_secs < 0.05:  # noqa: ASYNC110 (the sampler's own state)
+                await asyncio.sleep(0.01)
+            return monitor.percentiles()
+        finally:
+            await monitor.stop()
+
+    return asyncio.run(scenario())
+
+
+def _spin() -> None:
+    began = time.thread_time()
+    while time.thread_time() - began < 0.08:  # 80 ms on a CPU, however long it waits
+        pass
+
+
+@pytest.mark.skipif(not os.path.exists(RunQueueWait.PATH), reason="the kernel gives no schedstat")
+def test_a_loop_blocked_is_told_from_a_loop_at_work():
+    # Blocked (as on the GIL another thread holds, or on the disk): the
+    # loop's thread was off the CPU for most of its longest own lag.
+    blocked = _held(lambda: time.sleep(0.08))
+    assert blocked["own_window_max_ms"] >= 50
+    assert blocked["own_window_max_ran_ms"] < blocked["own_window_max_ms"] - 40
+    # At work: it ran for at least that lag.
+    busy = _held(_spin)
+    assert busy["own_window_max_ms"] >= 50
+    assert busy["own_window_max_ran_ms"] >= 0.9 * busy["own_window_max_ms"]
 
 
 _COMPETE = """
