@@ -75,6 +75,9 @@ class LoopLagMonitor:
         # loop's work, the thread was blocked (on the GIL another thread
         # held, on the disk) for the difference at least.
         self._ran: deque[float | None] = deque(maxlen=window)
+        # And the CPU time of the process's other threads in each sample: a
+        # blocked loop while they ran is one of them holding the GIL.
+        self._others: deque[float | None] = deque(maxlen=window)
         self.max_secs = 0.0
         self.own_max_secs = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -93,23 +96,30 @@ class LoopLagMonitor:
         waits = RunQueueWait()  # on the loop's thread
         try:
             counted = waits.read_both()
+            process = time.process_time()  # every thread's CPU time
             while True:
                 started = time.monotonic()
                 await asyncio.sleep(self.interval)
                 lag = max(0.0, time.monotonic() - started - self.interval)
                 before, counted = counted, waits.read_both()
+                process_before, process = process, time.process_time()
                 if before is None or counted is None:
                     self._record(lag, lag)
                 else:
                     wait = counted[1] - before[1]
-                    self._record(lag, max(0.0, lag - wait), counted[0] - before[0])
+                    ran = counted[0] - before[0]
+                    others = max(0.0, process - process_before - ran)
+                    self._record(lag, max(0.0, lag - wait), ran, others)
         finally:
             waits.close()
 
-    def _record(self, lag: float, own: float, ran: float | None = None) -> None:
+    def _record(
+        self, lag: float, own: float, ran: float | None = None, others: float | None = None
+    ) -> None:
         self._samples.append(lag)
         self._own.append(own)
         self._ran.append(ran)
+        self._others.append(others)
         self.max_secs = max(self.max_secs, lag)
         self.own_max_secs = max(self.own_max_secs, own)
         if lag > self.warn_secs:
@@ -139,6 +149,7 @@ class LoopLagMonitor:
                     "max_ms",
                     "own_window_max_ms",
                     "own_window_max_ran_ms",
+                    "own_window_max_others_ms",
                     "own_max_ms",
                 ),
                 0.0,
@@ -148,7 +159,7 @@ class LoopLagMonitor:
             return samples[min(len(samples) - 1, int(q * len(samples)))] * 1000
 
         longest = max(range(len(self._own)), key=self._own.__getitem__)
-        ran = self._ran[longest]
+        ran, others = self._ran[longest], self._others[longest]
         return {
             "p50_ms": round(pick(0.50), 3),
             "p99_ms": round(pick(0.99), 3),
@@ -159,6 +170,9 @@ class LoopLagMonitor:
             # own lag (the sampler's interval and the lag): less than the lag
             # means the thread was blocked for the difference at least.
             "own_window_max_ran_ms": round((ran if ran is not None else 0.0) * 1000, 3),
+            # The process's other threads' CPU time in that sample: a blocked
+            # loop while they ran was most likely waiting for the GIL.
+            "own_window_max_others_ms": round((others if others is not None else 0.0) * 1000, 3),
             "own_max_ms": round(self.own_max_secs * 1000, 3),
         }
 

@@ -129,6 +129,7 @@ def test_stats_needs_the_secret_and_reports_queues(server, api):
         "max_ms",
         "own_window_max_ms",
         "own_window_max_ran_ms",
+        "own_window_max_others_ms",
         "own_max_ms",
     }
 

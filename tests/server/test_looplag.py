@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import random
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -79,6 +81,23 @@ def test_a_loop_blocked_is_told_from_a_loop_at_work():
     busy = _held(_spin)
     assert busy["own_window_max_ms"] >= 50
     assert busy["own_window_max_ran_ms"] >= 0.9 * busy["own_window_max_ms"]
+
+
+def test_a_loop_waiting_for_the_gil_shows_the_other_thread_at_work():
+    # A thread in one long C call that never lets the GIL go (a sort of a
+    # million floats, about 0.4 s here): the loop cannot run meanwhile,
+    # and the sample shows another thread on the CPU, not the loop's.
+    values = [random.random() for _ in range(1_000_000)]
+
+    def sort_in_a_thread() -> None:
+        sorter = threading.Thread(target=sorted, args=(values,))
+        sorter.start()
+        sorter.join()  # the loop held here too: the sample that ends after counts it
+
+    lag = _held(sort_in_a_thread)
+    assert lag["own_window_max_ms"] >= 50
+    assert lag["own_window_max_others_ms"] >= 0.5 * lag["own_window_max_ms"]
+    assert lag["own_window_max_ran_ms"] < 0.5 * lag["own_window_max_ms"]
 
 
 _COMPETE = """
