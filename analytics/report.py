@@ -205,6 +205,21 @@ def _bar(path: Path, title: str, labels: Sequence[str], values: Sequence[float],
     _save(figure, path)
 
 
+def _stacked_per_hour(
+    path: Path, title: str, labels: Sequence[str], series: Sequence[tuple[str, list[float]]]
+) -> None:
+    """Bars per hour (`labels`), each stacking the series' heights in order."""
+    figure, axes = _figure(10)
+    bottom = [0.0] * len(labels)
+    for label, heights in series:
+        axes.bar(range(len(labels)), heights, bottom=bottom, label=label)
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    axes.set_xticks(range(len(labels)), labels, rotation=60, fontsize=7)
+    axes.set_title(title)
+    _legend(axes)
+    _save(figure, path)
+
+
 def charts(data: dict[str, list[Row]], directory: Path) -> list[tuple[str, str]]:
     """Render the PNG charts into `directory`; returns (file name, caption)."""
     made: list[tuple[str, str]] = []
@@ -212,20 +227,17 @@ def charts(data: dict[str, list[Row]], directory: Path) -> list[tuple[str, str]]
     hours = sorted({(r["date"], r["hour"]) for r in data["hourly_shards"]})
     labels = [f"{d[5:]} {h:02d}h" for d, h in hours]
     shards = sorted({r["shard"] for r in data["hourly_shards"]})
-    figure, axes = _figure(10)
-    bottom = [0.0] * len(hours)
     index = {hour: i for i, hour in enumerate(hours)}
+    by_shard: list[tuple[str, list[float]]] = []
     for shard in shards:
         heights = [0.0] * len(hours)
         for r in data["hourly_shards"]:
             if r["shard"] == shard:
                 heights[index[(r["date"], r["hour"])]] = float(r["deliveries"])
-        axes.bar(range(len(hours)), heights, bottom=bottom, label=shard)
-        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    axes.set_xticks(range(len(hours)), labels, rotation=60, fontsize=7)
-    axes.set_title("Deliveries per hour, by shard")
-    _legend(axes)
-    _save(figure, directory / "deliveries_per_hour.png")
+        by_shard.append((shard, heights))
+    _stacked_per_hour(
+        directory / "deliveries_per_hour.png", "Deliveries per hour, by shard", labels, by_shard
+    )
     made.append(("deliveries_per_hour.png", "Deliveries per hour, by shard"))
 
     rows = data["hourly_latency"]
@@ -286,19 +298,19 @@ def charts(data: dict[str, list[Row]], directory: Path) -> list[tuple[str, str]]
     made.append(("queue_ends.png", "Queue ends by reason"))
 
     rows = data["hourly_notifications"]
-    figure, axes = _figure(10)
-    bottom = [0.0] * len(hours)
+    by_path: list[tuple[str, list[float]]] = []
     for path in schema.NOTIFICATION_PATHS:
         heights = [0.0] * len(hours)
         for r in rows:
             if (r["date"], r["hour"]) in index:
                 heights[index[(r["date"], r["hour"])]] = float(r[path])
-        axes.bar(range(len(hours)), heights, bottom=bottom, label=path)
-        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    axes.set_xticks(range(len(hours)), labels, rotation=60, fontsize=7)
-    axes.set_title("Notifications enqueued per hour, by path")
-    _legend(axes)
-    _save(figure, directory / "notifications_per_hour.png")
+        by_path.append((path, heights))
+    _stacked_per_hour(
+        directory / "notifications_per_hour.png",
+        "Notifications enqueued per hour, by path",
+        labels,
+        by_path,
+    )
     made.append(("notifications_per_hour.png", "Notifications enqueued per hour, by path"))
 
     _bar(
