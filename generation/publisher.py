@@ -44,6 +44,16 @@ def blocking_parameters(url: str, timeout_secs: float, heartbeat_secs: int) -> p
     return params
 
 
+def close_quietly(connection: pika.BlockingConnection | None) -> None:
+    """Close a blocking connection if it is open; an error doing so (it was
+    broken already) is logged at debug level, not raised."""
+    if connection is not None and connection.is_open:
+        try:
+            connection.close()
+        except pika.exceptions.AMQPError:
+            log.debug("error while closing a broken RabbitMQ connection", exc_info=True)
+
+
 class Publisher:
     """A confirmed-publish connection. Not thread-safe: use `for_thread`."""
 
@@ -116,11 +126,7 @@ class Publisher:
 
     def close(self) -> None:
         connection, self._connection, self._channel = self._connection, None, None
-        if connection is not None and connection.is_open:
-            try:
-                connection.close()
-            except pika.exceptions.AMQPError:
-                log.debug("error while closing a broken publisher connection", exc_info=True)
+        close_quietly(connection)
 
 
 _local = threading.local()

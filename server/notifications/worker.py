@@ -43,6 +43,7 @@ import pika
 import pika.exceptions
 import psycopg
 
+from generation.publisher import close_quietly
 from server.delivery.consumer import MAX_RETRIES, dead_letter_queue, republish_failed
 from server.notifications import mail, store, webhook
 from server.notifications.mail import SendFailed
@@ -156,11 +157,7 @@ class NotificationWorker:
                 connection.process_data_events(time_limit=self.settings.tick_secs)
                 self.tick(lambda: connection.process_data_events(time_limit=0))
         finally:
-            if connection.is_open:
-                try:
-                    connection.close()
-                except pika.exceptions.AMQPError:
-                    log.debug("error closing the broker connection", exc_info=True)
+            close_quietly(connection)
 
     # -- consuming ----------------------------------------------------------------
 

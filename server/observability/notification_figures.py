@@ -40,7 +40,7 @@ import pika
 import pika.exceptions
 import psycopg
 
-from generation.publisher import blocking_parameters
+from generation.publisher import blocking_parameters, close_quietly
 from server.database.db import Database, DatabaseUnavailable
 
 log = logging.getLogger("eventq.notifications")
@@ -145,11 +145,7 @@ class QueueDepths:
 
     def close(self) -> None:
         connection, self._connection, self._channel = self._connection, None, None
-        if connection is not None and connection.is_open:
-            try:
-                connection.close()
-            except pika.exceptions.AMQPError:
-                log.debug("error closing the queue-depth connection", exc_info=True)
+        close_quietly(connection)
 
 
 class NotificationFigures:
