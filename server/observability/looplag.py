@@ -19,7 +19,7 @@ import gc
 import logging
 import time
 from collections import deque
-from typing import BinaryIO, TypedDict
+from typing import BinaryIO, NamedTuple, TypedDict
 
 log = logging.getLogger("eventq.looplag")
 
@@ -62,22 +62,28 @@ class RunQueueWait:
             self._file = None
 
 
+class Sample(NamedTuple):
+    """One wake-up of the sampler, in seconds."""
+
+    lag: float  # how late it woke
+    # The lag less the loop thread's wait for a CPU in the sample (the lag
+    # itself where the kernel does not say).
+    own: float
+    # The loop thread's time on a CPU in the sample (None where the kernel
+    # does not say): an own lag longer than that was not all the loop's
+    # work, the thread was blocked (on the GIL another thread held, on the
+    # disk) for the difference at least.
+    ran: float | None = None
+    # The process's other threads' CPU time in the sample: a blocked loop
+    # while they ran is one of them holding the GIL.
+    others: float | None = None
+
+
 class LoopLagMonitor:
     def __init__(self, interval: float = 0.1, window: int = 600, warn_secs: float = 0.5):
         self.interval = interval
         self.warn_secs = warn_secs
-        self._samples: deque[float] = deque(maxlen=window)
-        # Each sample's lag less its wait for a CPU (the lag itself where the
-        # kernel does not say).
-        self._own: deque[float] = deque(maxlen=window)
-        # Each sample's time on a CPU of the loop's thread (None where the
-        # kernel does not say): an own lag longer than that was not all the
-        # loop's work, the thread was blocked (on the GIL another thread
-        # held, on the disk) for the difference at least.
-        self._ran: deque[float | None] = deque(maxlen=window)
-        # And the CPU time of the process's other threads in each sample: a
-        # blocked loop while they ran is one of them holding the GIL.
-        self._others: deque[float | None] = deque(maxlen=window)
+        self._samples: deque[Sample] = deque(maxlen=window)
         self.max_secs = 0.0
         self.own_max_secs = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -104,25 +110,34 @@ class LoopLagMonitor:
                 before, counted = counted, waits.read_both()
                 process_before, process = process, time.process_time()
                 if before is None or counted is None:
-                    self._record(lag, lag)
+                    self._record(Sample(lag, lag))
                 else:
                     wait = counted[1] - before[1]
                     ran = counted[0] - before[0]
                     others = max(0.0, process - process_before - ran)
-                    self._record(lag, max(0.0, lag - wait), ran, others)
+                    self._record(Sample(lag, max(0.0, lag - wait), ran, others))
         finally:
             waits.close()
 
-    def _record(
-        self, lag: float, own: float, ran: float | None = None, others: float | None = None
-    ) -> None:
-        self._samples.append(lag)
-        self._own.append(own)
-        self._ran.append(ran)
-        self._others.append(others)
+    def _record(self, sample: Sample) -> None:
+        self._samples.append(sample)
+        lag, own = sample.lag, sample.own
         self.max_secs = max(self.max_secs, lag)
         self.own_max_secs = max(self.own_max_secs, own)
-        if lag > self.warn_secs:
+        if lag <= self.warn_secs:
+            return
+        if sample.ran is not None and sample.ran < own / 2:
+            log.warning(
+                "IO loop lag %.0f ms, %.0f ms of it the loop's thread blocked (it ran %.0f ms;"
+                " the server's other threads ran %.0f ms): requests waited that long; a thread"
+                " holding the GIL in a long C call, or the disk (a blocking file or log write"
+                " on the loop)",
+                lag * 1000,
+                (own - sample.ran) * 1000,
+                sample.ran * 1000,
+                (sample.others or 0.0) * 1000,
+            )
+        else:
             log.warning(
                 "IO loop lag %.0f ms (%.0f ms of it the process's own work, the rest waiting"
                 " for a CPU): requests waited that long; look for CPU-heavy work on the loop"
@@ -139,7 +154,7 @@ class LoopLagMonitor:
     def percentiles(self) -> dict[str, float]:
         """p50, p99 and max over the recent window, and the max since start, in
         ms; and the same maxima of the lag of the process's own making."""
-        samples = sorted(self._samples)
+        samples = sorted(sample.lag for sample in self._samples)
         if not samples:
             return dict.fromkeys(
                 (
@@ -158,14 +173,14 @@ class LoopLagMonitor:
         def pick(q: float) -> float:
             return samples[min(len(samples) - 1, int(q * len(samples)))] * 1000
 
-        longest = max(range(len(self._own)), key=self._own.__getitem__)
-        ran, others = self._ran[longest], self._others[longest]
+        longest = max(self._samples, key=lambda sample: sample.own)
+        ran, others = longest.ran, longest.others
         return {
             "p50_ms": round(pick(0.50), 3),
             "p99_ms": round(pick(0.99), 3),
             "window_max_ms": round(samples[-1] * 1000, 3),
             "max_ms": round(self.max_secs * 1000, 3),
-            "own_window_max_ms": round(self._own[longest] * 1000, 3),
+            "own_window_max_ms": round(longest.own * 1000, 3),
             # The loop thread's time on a CPU over the sample of that longest
             # own lag (the sampler's interval and the lag): less than the lag
             # means the thread was blocked for the difference at least.

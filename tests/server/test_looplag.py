@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import os
 import random
 import subprocess
@@ -20,41 +21,17 @@ from server.observability.looplag import GcPauses, LoopLagMonitor, RunQueueWait
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_a_callback_that_holds_the_loop_shows_as_lag():
-    async def scenario() -> dict[str, float]:
-        monitor = LoopLagMonitor(interval=0.01, window=100)
-        monitor.start()
-        try:
-            while monitor.sample_count < 3:  # noqa: ASYNC110 (a few quiet samples first)
-                await asyncio.sleep(0.01)
-            time.sleep(0.08)  # noqa: ASYNC251 (the point: the loop held for 80 ms)
-            # The sampler's next wake-up records it.
-            while monitor.max_secs < 0.05:  # noqa: ASYNC110 (the sampler's own state)
-                await asyncio.sleep(0.01)
-            return monitor.percentiles()
-        finally:
-            await monitor.stop()
-
-    lag = asyncio.run(scenario())
-    assert lag["window_max_ms"] >= 50
-    assert lag["max_ms"] == lag["window_max_ms"]
-    assert lag["p50_ms"] < lag["window_max_ms"]
-    # The process was on a CPU all along: the lag is its own work (less
-    # whatever wait for a CPU the host added: a few ms at most here).
-    assert lag["own_window_max_ms"] >= 50
-    assert lag["own_max_ms"] == lag["own_window_max_ms"] <= lag["window_max_ms"]
-
-
-def _held(hold: Callable[[], None]) -> dict[str, float]:
+def _held(hold: Callable[[], None], warn_secs: float = 0.5) -> dict[str, float]:
     """The sampler's figures once `hold` has held the loop for about 80 ms."""
 
     async def scenario() -> dict[str, float]:
-        monitor = LoopLagMonitor(interval=0.01, window=100)
+        monitor = LoopLagMonitor(interval=0.01, window=100, warn_secs=warn_secs)
         monitor.start()
         try:
             while monitor.sample_count < 3:  # noqa: ASYNC110 (a few quiet samples first)
                 await asyncio.sleep(0.01)
             hold()
+            # The sampler's next wake-up records it.
             while monitor.own_max_secs < 0.05:  # noqa: ASYNC110 (the sampler's own state)
                 await asyncio.sleep(0.01)
             return monitor.percentiles()
@@ -62,6 +39,18 @@ def _held(hold: Callable[[], None]) -> dict[str, float]:
             await monitor.stop()
 
     return asyncio.run(scenario())
+
+
+def test_a_callback_that_holds_the_loop_shows_as_lag():
+    # The point: a callback that holds the loop for 80 ms.
+    lag = _held(lambda: time.sleep(0.08))
+    assert lag["window_max_ms"] >= 50
+    assert lag["max_ms"] == lag["window_max_ms"]
+    assert lag["p50_ms"] < lag["window_max_ms"]
+    # No wait for a CPU in it: the lag is the process's own (less whatever
+    # wait the host added: a few ms at most here).
+    assert lag["own_window_max_ms"] >= 50
+    assert lag["own_max_ms"] == lag["own_window_max_ms"] <= lag["window_max_ms"]
 
 
 def _spin() -> None:
@@ -83,6 +72,7 @@ def test_a_loop_blocked_is_told_from_a_loop_at_work():
     assert busy["own_window_max_ran_ms"] >= 0.9 * busy["own_window_max_ms"]
 
 
+@pytest.mark.skipif(not os.path.exists(RunQueueWait.PATH), reason="the kernel gives no schedstat")
 def test_a_loop_waiting_for_the_gil_shows_the_other_thread_at_work():
     # A thread in one long C call that never lets the GIL go (a sort of a
     # million floats, about 0.4 s here): the loop cannot run meanwhile,
@@ -98,6 +88,19 @@ def test_a_loop_waiting_for_the_gil_shows_the_other_thread_at_work():
     assert lag["own_window_max_ms"] >= 50
     assert lag["own_window_max_others_ms"] >= 0.5 * lag["own_window_max_ms"]
     assert lag["own_window_max_ran_ms"] < 0.5 * lag["own_window_max_ms"]
+
+
+@pytest.mark.skipif(not os.path.exists(RunQueueWait.PATH), reason="the kernel gives no schedstat")
+def test_the_warning_says_whether_the_loop_was_blocked_or_at_work(caplog):
+    with caplog.at_level(logging.WARNING, logger="eventq.looplag"):
+        _held(lambda: time.sleep(0.08), warn_secs=0.05)
+    blocked = [r.getMessage() for r in caplog.records if r.name == "eventq.looplag"]
+    assert any("the loop's thread blocked" in line for line in blocked), blocked
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="eventq.looplag"):
+        _held(_spin, warn_secs=0.05)
+    busy = [r.getMessage() for r in caplog.records if r.name == "eventq.looplag"]
+    assert any("the process's own work" in line for line in busy), busy
 
 
 _COMPETE = """
