@@ -53,7 +53,6 @@ from generation.notice import Notice, parse_notice_for
 from queues.client import NO_POSITIONS, ClientDescriptor, QueueOptions
 from queues.specialize import is_public_channel_message
 from server.database.db import LogRow
-from server.delivery.eventlog import CATCH_UP_PAGE
 from server.errors import ApiError
 from server.errors import access_changed as access_changed_error
 from server.interface import RegisterApi
@@ -75,6 +74,12 @@ MAX_READ_RESUMES = 2
 # loop serves others (tests/benchmarks/resume.py: 1,000 events of channels of
 # 200 members take about 75 ms of CPU in all).
 SLICE_SECS = 0.001
+# Rows asked of the log at a time. psycopg makes a page's rows in one step
+# on the loop, as its last bytes arrive: 1,000 notices of about 2 KB took
+# up to 2.9 ms there on a quiet machine and twice that under load (the
+# resume benchmark's phase g), 250 take 0.1-0.3 ms; a resume of 1,000
+# events pays three more round trips (a fraction of a millisecond each).
+RESUME_PAGE = 250
 
 # Events replayed whatever the user may see now: they take away (deletions),
 # tell of the change itself (a channel's and the user's subscriptions'), or
@@ -351,7 +356,7 @@ async def _resume(
         while True:
             # No more rows than may still be the user's without passing the
             # limit: a log too long for a resume is known after one more.
-            page = min(CATCH_UP_PAGE, limit + 1 - len(found.notices))
+            page = min(RESUME_PAGE, limit + 1 - len(found.notices))
             rows = await server.db.log_for_user(
                 after, upto, realm_id, user_id, options.all_public_streams, types, page
             )

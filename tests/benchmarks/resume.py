@@ -120,7 +120,7 @@ from generation.accounts import ROLE_GUEST
 from generation.notice import encode_notice, parse_notice
 from generation.sharding import reaches_whole_realm
 from server.database.db import Database as ServerDb
-from server.delivery.eventlog import CATCH_UP_PAGE
+from server.durability.resume import RESUME_PAGE
 
 SECRET = "resume-benchmark-secret"
 LOOP_LAG_BAR_MS = 5.0  # a resume may cost the IO loop at most this
@@ -1145,8 +1145,8 @@ def explain(
 ) -> dict[str, dict[str, Any]]:
     """The plans of the server's reads of the log for the phases' users,
     as the server's `Database.log_for_user` and `deleted_messages` say them
-    (a first page is one row more than the `limit` of events a resume
-    replays, server/durability/resume.py)."""
+    (a first page is `RESUME_PAGE` rows, or one more than the `limit` of
+    events a resume replays if fewer, server/durability/resume.py)."""
     member, public = choice["member"].user_id, choice["public"].user_id
     guest = world.guest.user_id
     ids = {
@@ -1154,7 +1154,7 @@ def explain(
         "member": sorted(i for kind, (i, *_) in choice["member_recent"] if kind == "message"),
     }
     first, last, recent, realm = world.first, world.last, choice["recent"], world.realm_id
-    first_page = min(CATCH_UP_PAGE, limit + 1)
+    first_page = min(RESUME_PAGE, limit + 1)
 
     def page(user: int, after: int, public: bool) -> tuple[str, Any]:
         return server_statement(

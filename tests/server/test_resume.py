@@ -458,6 +458,35 @@ def test_a_resume_reads_the_users_rows_only_and_at_most_a_bounded_number(start_s
     assert "More than 200 logged events to read" in body["msg"]
 
 
+def test_a_resume_of_many_pages_replays_every_event_once_in_order(start_server, world):
+    # More than a page of the log read for one resume (server/durability/
+    # resume.py, RESUME_PAGE): hers numbered, between them rows the version
+    # before wrote without recipients (read, parsed, not hers).
+    server = start_server()
+    realm = world.realm()
+    alice, bob = Api(server, world.user(realm)), Api(server, world.user(realm))
+    position = alice.register(event_types=["note"])["stream_position"]
+    realm_id, user_id = alice.user.realm_id, alice.user.user_id
+    hers = f'{{"event":{{"type":"note","n":%s}},"users":[{user_id}],"realm_id":{realm_id}}}'
+    his = f'{{"event":{{"type":"note","n":-1}},"users":[{bob.user.user_id}],"realm_id":{realm_id}}}'
+    with psycopg.connect(server.database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO event_log (position, realm_id, event_type, notice, recipients,"
+            " public_message)"
+            " SELECT nextval('event_log_position'), %(realm)s, 'note',"
+            " convert_to(CASE WHEN mod(n, 3) = 2 THEN %(his)s ELSE format(%(hers)s, n) END,"
+            " 'UTF8'),"
+            " CASE WHEN mod(n, 3) = 2 THEN NULL ELSE ARRAY[%(user)s]::bigint[] END,"
+            " CASE WHEN mod(n, 3) = 2 THEN NULL ELSE false END"
+            " FROM generate_series(0, 899) n ORDER BY n",
+            {"realm": realm_id, "his": his, "hers": hers, "user": user_id},
+        )
+    _caught_up(server)
+    replay = _replayed(alice, position, event_types=["note"])
+    assert [e["n"] for e in replay] == [n for n in range(900) if n % 3 != 2]
+    assert [e["id"] for e in replay] == list(range(len(replay)))
+
+
 def test_a_resume_replays_at_most_resume_max_events(start_server, world):
     # Queues of 100 events, resumes of at most 30: 30 replayed, 31 refused.
     server = start_server(EVENTQ_QUEUE_MAX_EVENTS="100", EVENTQ_RESUME_MAX_EVENTS="30")
