@@ -6,8 +6,8 @@ everything eventq does for a long poll (a coroutine per request, headers
 parsed and formatted in Python line by line, a future and a poller
 re-registration per read and write). Here a connection is an
 `asyncio.Protocol`: the loop's transport (uvloop's, in C) reads and writes,
-a request head is cut from one buffer and parsed with one regular expression
-per line, and an answer is one `transport.write`.
+a request head is cut from one buffer and parsed by llhttp (Node's HTTP
+parser, in C, through `httptools`), and an answer is one `transport.write`.
 
 Each request is handed to the same `HTTPServerConnectionDelegate` Tornado's
 server would use (`routes.Dispatcher`), through `Exchange`, an
@@ -15,12 +15,15 @@ server would use (`routes.Dispatcher`), through `Exchange`, an
 lean long poll and every full handler run unchanged, with the same headers,
 keep-alive and close decisions.
 
-Only the requests everybody sends are served here: HTTP/1.1, a request line
-and headers of plain printable ASCII within the head limit, no body or a
+Only the requests everybody sends are served here: HTTP/1.1, a head of
+plain ASCII within the head limit that llhttp takes in its strict mode
+(which refuses the ambiguous heads requests are smuggled in: Content-Length
+with Transfer-Encoding, two Content-Lengths, obsolete line folding, a bare
+LF, a space before a colon), a request line of single spaces, no body or a
 `Content-Length` one within the body limit, no `Transfer-Encoding`,
 `Expect` or `Upgrade`. A connection whose next request is anything else
-(a head past the limit, a head that does not parse, HTTP/1.0, a chunked
-body, ...) is handed, from that request on, to Tornado's server
+(a head past the limit, a head llhttp refuses, HTTP/1.0, a chunked body,
+...) is handed, from that request on, to Tornado's server
 (`httpserver.EventHTTPServer.adopt`), whose answers to all of those are
 tested and stay as they are: the same socket, the bytes already read put
 back in front of it.
@@ -38,6 +41,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
+import httptools
 import tornado.httputil
 import tornado.iostream
 from tornado.httputil import HTTPHeaders, RequestStartLine, ResponseStartLine
@@ -51,17 +55,7 @@ app_log = logging.getLogger("tornado.application")
 
 _HEAD_END = b"\r\n\r\n"
 # Methods the server answers; any other goes to Tornado (which answers 405).
-_REQUEST_LINE = re.compile(r"(GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS) (/[\x21-\x7e]*) HTTP/1\.1")
-# The header lines after it: each a token name and a value of printable ASCII
-# (and tabs). Obsolete line folding, control characters or bytes past ASCII
-# go to Tornado. `_HEADER_LINES` checks them all at once, `_HEADER` takes each
-# apart (the value with its trailing whitespace, which Tornado drops: a lazy
-# value before optional whitespace would backtrack quadratically over a
-# value of many spaces).
-_NAME = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
-_HEADER_LINES = re.compile(rf"(?:\r\n{_NAME}:[\x20-\x7e\t]*)*")
-_HEADER = re.compile(rf"\r\n({_NAME}):[ \t]*([\x20-\x7e\t]*)")
-_DIGITS = re.compile(r"[0-9]{1,18}")
+_METHODS = frozenset((b"GET", b"POST", b"PUT", b"PATCH", b"DELETE", b"HEAD", b"OPTIONS"))
 # A Host header Tornado's request parser certainly accepts (a name or IPv4
 # address of unreserved characters, and a port); a request with any other is
 # left to Tornado's parser (here: the connection is handed over; in
@@ -100,6 +94,31 @@ _CHUNK_BYTES = 65536
 _MAX_PENDING_BYTES = 256 * 1024
 # At shutdown, how long closing connections may take to send what they hold.
 CLOSE_WAIT_SECS = 5.0
+
+
+class _Url:
+    """What llhttp tells of a head whose header lines are already known."""
+
+    __slots__ = ("url",)
+
+    def __init__(self) -> None:
+        self.url = b""
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+
+class _Head(_Url):
+    """What llhttp tells of a head: its request-target and header lines."""
+
+    __slots__ = ("lines",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[tuple[bytes, bytes]] = []
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.lines.append((name, value))
 
 
 class _Context:
@@ -481,42 +500,53 @@ class HTTP1Protocol(asyncio.Protocol):
         of it), or None for one this connection does not serve (Tornado will)."""
         if end is None:
             end = len(head)
+        if not head.isascii():
+            return None
         split = head.find(b"\r\n", 0, end)
         if split < 0:
             split = end
-        try:
-            request = _REQUEST_LINE.fullmatch(head[:split].decode("ascii"))
-        except UnicodeDecodeError:
-            return None
-        if request is None:
-            return None
         # A client sends the same headers request after request: taken apart
         # once, for every connection.
         block = head[split:end]
         known = self.server.heads
         headers = known.get(block, _UNKNOWN)
+        if headers is None:
+            return None
+        # llhttp parses the whole head every time (about a microsecond); the
+        # header lines are handed to Python only the first time.
+        sink = _Head() if headers is _UNKNOWN else _Url()
+        parser = httptools.HttpRequestParser(sink)
+        try:
+            parser.feed_data(head[:end] + _HEAD_END)
+        except httptools.HttpParserError:  # an Upgrade too
+            return None
+        method, url = parser.get_method(), sink.url
+        # llhttp takes several spaces between the request line's parts, and
+        # a request-target that is not a path; Tornado does not.
+        if (
+            method not in _METHODS
+            or parser.get_http_version() != "1.1"
+            or url[:1] != b"/"
+            or head[:split] != b"%s %s HTTP/1.1" % (method, url)
+        ):
+            return None
         if headers is _UNKNOWN:
-            headers = self._parse_headers(block)
+            headers = self._parse_headers(cast(_Head, sink).lines)
             if len(block) <= _MAX_KNOWN_HEAD_BYTES and block.count(b"\n") <= _MAX_KNOWN_HEAD_LINES:
                 if len(known) >= _MAX_KNOWN_HEADS:
                     known.clear()
                 known[block] = headers
-        if headers is None:
-            return None
+            if headers is None:
+                return None
         fields, lines, length, keep_alive = cast(_Headers, headers)
-        start_line = RequestStartLine(request[1], request[2], "HTTP/1.1")
+        start_line = RequestStartLine(method.decode(), url.decode(), "HTTP/1.1")
         return start_line, fields, lines, length, keep_alive
 
-    def _parse_headers(self, block: bytes) -> _Headers | None:
-        """The header lines of a head (each after a CRLF), or None for
-        headers this connection does not serve."""
-        try:
-            text = block.decode("ascii")
-        except UnicodeDecodeError:
-            return None
-        if not _HEADER_LINES.fullmatch(text):
-            return None
-        lines = [(name, value.rstrip(" \t")) for name, value in _HEADER.findall(text)]
+    def _parse_headers(self, raw: list[tuple[bytes, bytes]]) -> _Headers | None:
+        """The header lines llhttp took apart (ASCII, tokens for names, no
+        control characters in values), or None for headers this connection
+        does not serve."""
+        lines = [(name.decode(), value.decode().rstrip(" \t")) for name, value in raw]
         fields = {name.lower(): value for name, value in lines}
         if len(fields) != len(lines):
             # A name given twice: its values joined, as HTTPHeaders joins them.
@@ -531,11 +561,10 @@ class HTTP1Protocol(asyncio.Protocol):
         if host is None or not PLAIN_HOST.fullmatch(host):
             return None
         length = 0
-        value = fields.get("content-length")
-        if value is not None:
-            if not _DIGITS.fullmatch(value):
-                return None
-            length = int(value)
+        declared = fields.get("content-length")
+        if declared is not None:
+            # llhttp took one, of digits only, below 2**64.
+            length = int(declared)
             if length > self.server.max_body_size:
                 return None
         connection = fields.get("connection")
