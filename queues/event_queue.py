@@ -174,6 +174,22 @@ class EventQueue:
         self._materialize()
         return self._held()
 
+    def after(self, event_id: int) -> list[Item]:
+        """The events held with an id above `event_id`, in id order (what an
+        event stream has not written yet, server/handlers/stream.py);
+        collapsed events are merged in first, as by `contents`."""
+        self._materialize()
+        flat = self._flat
+        low, high = 0, len(flat) // 2
+        while low < high:
+            middle = (low + high) // 2
+            if flat[2 * middle] <= event_id:
+                low = middle + 1
+            else:
+                high = middle
+        rest = flat[2 * low :]
+        return list(zip(rest[::2], rest[1::2], strict=True))
+
     def _held(self) -> list[Item]:
         """The events of `_flat` as (id, payload) pairs, in id order."""
         flat = self._flat

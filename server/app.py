@@ -93,8 +93,9 @@ class EventServer:
             self.heartbeat, settings.heartbeat_secs, settings.heartbeat_jitter_secs
         )
         # Polls of existing queues by the path that served them: "lean"
-        # (handlers/poll.py) or "full" (handlers/events.py); in stats.
-        self.poll_paths = {"lean": 0, "full": 0}
+        # (handlers/poll.py), "full" (handlers/events.py) or "stream" (an
+        # event stream opened, handlers/stream.py); in stats.
+        self.poll_paths = {"lean": 0, "full": 0, "stream": 0}
         self.stopping = False
         # The sockets, the HTTP servers, the requests in flight (server/listener.py).
         self.listener = Listener(settings)

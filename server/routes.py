@@ -29,6 +29,7 @@ from server.handlers.realm_config import EMOJI_IMAGE_ROUTE, EmojiImageHandler
 from server.handlers.register import RegisterHandler
 from server.handlers.session import DevLoginHandler, DevUsersHandler, LoginHandler, LogoutHandler
 from server.handlers.settings import ServerSettingsHandler
+from server.handlers.stream import wants_stream
 from server.handlers.unsubscribe import UnsubscribeHandler
 from server.http.forward import FORWARDED_HEADER
 from server.http.http1 import PLAIN_HOST, Exchange
@@ -143,6 +144,7 @@ class Dispatcher(tornado.httputil.HTTPServerConnectionDelegate):
             or "content-length" in fields
             or "transfer-encoding" in fields
             or _FORWARDED in fields
+            or wants_stream(fields.get("accept"))
         ):
             return None
         settings = server.settings

@@ -3,6 +3,8 @@ condition waits. Imported by tests/conftest.py and the server tests."""
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
 import os
 import queue
@@ -10,11 +12,13 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -387,6 +391,81 @@ class Api:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.session.close()
+
+
+class EventStream:
+    """An event stream of a queue (server/handlers/stream.py), read on the
+    wire as an EventSource reads it."""
+
+    def __init__(
+        self,
+        base_url: str,
+        client: Api,
+        queue_id: str,
+        last_event_id: int | None = -1,
+        header_id: str | None = None,
+        accept: str = "text/event-stream",
+    ):
+        address = urllib.parse.urlsplit(base_url)
+        assert address.hostname is not None, base_url
+        self.conn = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
+        credentials = f"{client.user.email}:{client.user.api_key}".encode()
+        headers = {
+            "Authorization": "Basic " + base64.b64encode(credentials).decode(),
+            "Accept": accept,
+        }
+        if header_id is not None:
+            headers["Last-Event-ID"] = header_id
+        query = f"queue_id={queue_id}"
+        if last_event_id is not None:
+            query += f"&last_event_id={last_event_id}"
+        self.conn.request("GET", f"/api/v1/events?{query}", headers=headers)
+        self.response = self.conn.getresponse()
+        self.buffer = b""
+        # The stream positions it gave (`event: position`), in order.
+        self.positions: list[int] = []
+
+    def message(self) -> dict[str, Any]:
+        """The next message: its fields (`id`, `data` decoded, `event`), or
+        {"comment": ...} for a comment; {} once the stream has ended."""
+        while b"\n\n" not in self.buffer:
+            chunk = self.response.read1(65536)
+            if not chunk:
+                assert not self.buffer.strip(), f"a partial message: {self.buffer!r}"
+                return {}
+            self.buffer += chunk
+        block, _, self.buffer = self.buffer.partition(b"\n\n")
+        fields: dict[str, Any] = {}
+        for line in block.decode().split("\n"):
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "":
+                fields["comment"] = value
+            elif name == "data":
+                fields["data"] = json.loads(value)
+            else:
+                fields[name] = value
+        return fields
+
+    def events(self, count: int) -> list[dict[str, Any]]:
+        """The next `count` event messages (comments and `retry` skipped)."""
+        got: list[dict[str, Any]] = []
+        while len(got) < count:
+            message = self.message()
+            assert message, f"the stream ended after {got}"
+            if message.get("event") == "position":
+                self.positions.append(message["data"]["stream_position"])
+            elif "data" in message:
+                got.append(message)
+        return got
+
+    def cut(self) -> None:
+        """Close the connection at once, whatever is unread."""
+        sock = self.conn.sock
+        if sock is not None:
+            # SO_LINGER on, 0 s: a reset, not an orderly close.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.conn.close()
 
 
 class World:

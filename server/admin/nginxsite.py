@@ -173,7 +173,8 @@ def render(
     ]
     lines += _refusal_pages()
     lines += [
-        "    # The long poll; a shard may hand a GET to its owner (X-Accel-Redirect).",
+        "    # The long poll and the event stream, unbuffered (each write passes at",
+        "    # once); a shard may hand a GET to its owner (X-Accel-Redirect).",
     ]
     lines += _location(
         r"~ ^/(api/v1|json)/events$",

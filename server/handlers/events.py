@@ -1,16 +1,21 @@
 """`GET` and `DELETE /api/v1/events` (and `/json/events`): the long poll,
 for the requests the lean `poll.LeanPoll` does not take (sessions, new
-queues, anything unusual). What a poll does is `longpoll_flow`'s, which
+queues, anything unusual), and the event stream (`Accept:
+text/event-stream`, `stream`). What a poll does is `longpoll_flow`'s, which
 both run; here is how this path reads a request and writes its answer."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+import orjson
+import tornado.iostream
+
 from queues.client import ClientDescriptor
 from queues.errors import QueueError
 from queues.event_queue import Item
-from server.errors import ApiError
+from server.errors import ApiError, bad_queue_id
+from server.handlers import stream
 from server.handlers.base import BaseHandler
 from server.handlers.headers import ANY_ORIGIN
 from server.handlers.longpoll_flow import (
@@ -78,6 +83,11 @@ class EventsHandler(BaseHandler):
             self._respond(client, [], "empty", 0.0, client.queue_id)
             server.journal_queue(client)
             return
+        if stream.wants_stream(self.request.headers.get("Accept")) and not dont_block:
+            after = stream.last_event_id(self.request.headers.get("Last-Event-ID"), last_event_id)
+            client = begin_poll(server, user, queue_id, after, "stream")
+            await self._stream(client)
+            return
         client = begin_poll(server, user, queue_id, last_event_id, "full")
         if dont_block:
             items = client.event_queue.contents()
@@ -111,6 +121,83 @@ class EventsHandler(BaseHandler):
             return
         items, kind, waited, queue_id, extra = waiter.answer_for(outcome)
         self._respond(client, items, kind, waited, queue_id, extra)
+
+    async def _stream(self, client: ClientDescriptor) -> None:
+        """Server-Sent Events from `client`'s queue until the client leaves,
+        a newer reader or the queue's end ends it, or it has written what
+        its reconnection is to acknowledge (server/handlers/stream.py)."""
+        if self._connection_closed:
+            return
+        refuse_if_stopping(self.server)
+        server = self.server
+        registry = server.registry
+        self.set_header("Content-Type", f"{stream.MEDIA_TYPE}; charset=utf-8")
+        self.set_header("Cache-Control", "no-cache")
+        # nginx passes each write on at once (the generated site's event
+        # locations, and any other proxy honouring it).
+        self.set_header("X-Accel-Buffering", "no")
+        self.write(b"retry: %d\n\n" % stream.RETRY_MS)
+        written = client.event_queue.newest_pruned_id
+        count = 0
+        waited = 0.0
+        last: bytes | None = None
+        while True:
+            items = client.event_queue.after(written)
+            if items:
+                body = stream.frames(items)
+                self.write(body)
+                written = items[-1][0]
+                count += len(items)
+                # The queue held nothing more: its position is the stream's.
+                position = answer_position(server, client, None)
+                if position is not None:
+                    self.write(stream.position(position))
+                server.observe_response(client, items, len(body), "events", waited)
+            if last is not None:
+                self.write(last)
+                break
+            try:
+                await self.flush()
+            except tornado.iostream.StreamClosedError:
+                return
+            if self._closed():
+                return
+            if stream.must_end(server, client, count):
+                break
+            if client not in registry:
+                last = stream.named("deleted", b"{}")  # ended while this one wrote
+                continue
+            if client.waiter is not None:
+                # A newer reader parked while this one wrote: the queue's
+                # events are its own now.
+                self.write(stream.named("displaced", b"{}"))
+                break
+            waiter = stream.ParkedStream(server, written)
+            waiter.park(client)
+            self._parked = waiter
+            outcome = await waiter.outcome
+            self._parked = None
+            waited = server.clock() - waiter.parked_at
+            if outcome == "disconnected":
+                return
+            if outcome == "heartbeat":
+                self.write(stream.HEARTBEAT)
+            elif outcome == "displaced":
+                self.write(stream.named("displaced", b"{}"))
+                break
+            elif outcome == "deleted":
+                last = stream.named("deleted", b"{}")  # after what it still holds
+            elif outcome == "overflow":
+                # The queue is gone; the client registers a new one.
+                error = bad_queue_id(client.queue_id, "overflow")
+                self.write(stream.named("error", orjson.dumps(error.body())))
+                break
+        if not self._closed():
+            self.finish()
+
+    def _closed(self) -> bool:
+        """Whether its connection has closed (it may, at any await)."""
+        return self._connection_closed
 
     def on_connection_close(self) -> None:
         self._connection_closed = True

@@ -76,7 +76,7 @@ def begin_poll(
     user: AuthUser,
     queue_id: str,
     last_event_id: int | None,
-    path: Literal["lean", "full"],
+    path: Literal["lean", "full", "stream"],
 ) -> ClientDescriptor:
     """A poll of an existing queue, served by `path`: acknowledge what the
     client has, restart the queue's idle clock and answer a request still
@@ -159,11 +159,20 @@ class ParkedPoll(abc.ABC):
         self._client = client
         self._parked_at = parked_at = server.clock()
         server.registry.park(client, self, parked_at)
-        if client.event_queue.empty():
+        if not self._unread(client):
             self._heartbeat = server.heartbeats.start(self, client)
         else:
             self._ready = True
             server.answer_slices.add(self._take_turn, "events")
+
+    @property
+    def parked_at(self) -> float:
+        """When it parked (the server's clock)."""
+        return self._parked_at
+
+    def _unread(self, client: ClientDescriptor) -> bool:
+        """Whether the queue holds events this poll is to answer with."""
+        return not client.event_queue.empty()
 
     def wake(self, reason: WakeReason) -> None:
         """`queues.client.Waiter`: the registry detached this poll. It is

@@ -12,6 +12,7 @@ owned elsewhere are handed to the owner:
   GET), the shard forwards the request itself over HTTP to the owner and
   relays the answer; a long poll is held open on both sides, and a client that
   goes away closes the forwarded connection, which unparks it on the owner.
+  An event stream (server/handlers/stream.py) is relayed as it comes.
 
 A forwarded request carries `FORWARDED_HEADER` with the shared secret; the
 owner accepts it only from loopback or the configured internal networks, and
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from typing import Protocol
 
 import tornado.httputil
@@ -88,6 +90,10 @@ class Forwarding(Protocol):
 
     def finish(self, chunk: bytes | None = None) -> object: ...
 
+    def write(self, chunk: bytes) -> None: ...
+
+    def flush(self) -> Awaitable[None]: ...
+
 
 def accel_redirect(handler: Forwarding, shard: Shard) -> None:
     """Answer with the redirect nginx follows internally to `shard`."""
@@ -133,9 +139,17 @@ def _unavailable(shard: Shard, why: str) -> ApiError:
     )
 
 
+def _streams(headers: tornado.httputil.HTTPHeaders) -> bool:
+    """Whether an answer is an event stream (server/handlers/stream.py):
+    relayed as it comes, not once whole."""
+    return headers.get("Content-Type", "").startswith("text/event-stream")
+
+
 async def _exchange(
     stream: tornado.iostream.IOStream, request: bytes
-) -> tuple[tornado.httputil.ResponseStartLine, tornado.httputil.HTTPHeaders, bytes]:
+) -> tuple[tornado.httputil.ResponseStartLine, tornado.httputil.HTTPHeaders, bytes | None]:
+    """The owner's answer: its start line, headers and body (None for an
+    event stream, whose body the caller relays)."""
     await stream.write(request)
     while True:
         head = await stream.read_until(b"\r\n\r\n", max_bytes=MAX_HEAD_BYTES)
@@ -145,7 +159,9 @@ async def _exchange(
             break  # a 1xx (100 Continue) is not the answer
     headers = tornado.httputil.HTTPHeaders.parse(rest)
     length = headers.get("Content-Length")
-    if length is not None:
+    if start.code == 200 and _streams(headers):
+        payload = None
+    elif length is not None:
         payload = await stream.read_bytes(int(length)) if int(length) else b""
     elif start.code in (204, 304):
         payload = b""
@@ -174,14 +190,28 @@ async def forward(
         stream.close()  # left while we connected: nothing to park on the owner
         return
     handler.upstream = stream
+    relaying = False
     try:
         request = _request_head(handler, secret, body) + body
         start, headers, payload = await asyncio.wait_for(_exchange(stream, request), timeout_secs)
+        if payload is None and not handler.client_left():
+            relaying = True
+            _answer_head(handler, start, headers)
+            await _relay(handler, stream, timeout_secs)
+            return
     except tornado.iostream.StreamClosedError as exc:
         if handler.client_left():
             return  # our client went away and we closed the forwarded request
+        if relaying:
+            handler.finish()  # the owner ended the stream
+            return
         raise _unavailable(shard, repr(exc.real_error or exc)) from None
     except TimeoutError:
+        if relaying:
+            # The owner wrote nothing, not even a heartbeat, for that long.
+            _unavailable(shard, f"its event stream silent for {timeout_secs:g} s")
+            handler.finish()
+            return
         raise _unavailable(shard, f"no answer within {timeout_secs:g} s") from None
     except (
         tornado.httputil.HTTPInputError,
@@ -195,6 +225,7 @@ async def forward(
         stream.close()
     if handler.client_left():
         return
+    assert payload is not None  # an event stream was relayed above
     if REFUSED_HEADER in headers:
         # Not the client's fault: the owner does not accept us as a shard.
         log.error(
@@ -204,6 +235,15 @@ async def forward(
             payload[:200].decode("utf-8", "replace"),
         )
         raise _unavailable(shard, "it refused the forwarded request")
+    _answer_head(handler, start, headers)
+    handler.finish(payload)
+
+
+def _answer_head(
+    handler: Forwarding,
+    start: tornado.httputil.ResponseStartLine,
+    headers: tornado.httputil.HTTPHeaders,
+) -> None:
     handler.clear()
     handler.set_status(start.code, start.reason or None)
     for name, value in headers.get_all():
@@ -212,4 +252,13 @@ async def forward(
             handler.add_header(name, value)
         elif lowered not in _NOT_RELAYED:
             handler.set_header(name, value)
-    handler.finish(payload)
+
+
+async def _relay(handler: Forwarding, stream: tornado.iostream.IOStream, idle_secs: float) -> None:
+    """Relay an event stream's body as it comes, until the owner ends it
+    (StreamClosedError) or writes nothing for `idle_secs` (TimeoutError)."""
+    await handler.flush()  # the head, at once
+    while True:
+        chunk = await asyncio.wait_for(stream.read_bytes(65536, partial=True), idle_secs)
+        handler.write(chunk)
+        await handler.flush()

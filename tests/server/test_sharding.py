@@ -19,7 +19,7 @@ from generation.send import send_event
 from generation.sharding import load
 from server.admin import nginxsite
 from tests.shards import Cluster, Entry, Nginx, connect, free_ports, running
-from tests.support import SECRET, Listener, World, raw_exchange, wait_for
+from tests.support import SECRET, EventStream, Listener, World, raw_exchange, wait_for
 
 ENTRIES = ("a", "b", "nginx")
 
@@ -194,6 +194,52 @@ def test_nginx_follows_the_redirect_long_poll_included(cluster: Cluster, realms:
     finally:
         session.close()
         nginx.stop()
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_an_event_stream_reaches_the_owner_from_any_entry_and_comes_as_written(
+    cluster: Cluster, realms: Realms, entry: str
+):
+    """Each event is read before the next is sent: nothing on the way (the
+    other shard's relay, nginx's X-Accel-Redirect) holds a write back."""
+    user = realms.users["solo"][0]  # owned by b: entry a relays, nginx redirects
+    client = connect(cluster, user, entry)
+    stream: EventStream | None = None
+    try:
+        queue_id = client.register(event_types=["streamed"])["queue_id"]
+        stream = EventStream(client.server.url, client, queue_id)
+        assert stream.response.status == 200
+        assert stream.response.getheader("Content-Type") == "text/event-stream; charset=utf-8"
+        assert stream.message() == {"retry": "500"}
+        owner = cluster.owner(user)
+        for n in range(3):
+            owner.wait_parked(user.user_id, queue_id)
+            send_event(
+                user.realm_id,
+                {"type": "streamed", "n": n},
+                [user.user_id],
+                config=cluster.producer(),
+            )
+            [event] = stream.events(1)
+            assert event == {"id": str(n), "data": {"type": "streamed", "n": n, "id": n}}
+        # The reconnection, as an EventSource makes it, through the same entry.
+        stream.conn.close()
+        stream = EventStream(client.server.url, client, queue_id, header_id="2")
+        send_event(
+            user.realm_id, {"type": "streamed", "n": 3}, [user.user_id], config=cluster.producer()
+        )
+        [event] = stream.events(1)
+        assert event["data"] == {"type": "streamed", "n": 3, "id": 3}
+        # Acknowledged through 2 by the reconnection: the queue holds event 3.
+        [queue] = [q for q in owner.user_queues(user.user_id) if q["queue_id"] == queue_id]
+        assert queue["events"] == 1
+        stream.conn.close()
+        stream = None
+        assert client.request("DELETE", "events", queue_id=queue_id).status_code == 200
+    finally:
+        if stream is not None:
+            stream.conn.close()
+        client.close()
 
 
 def test_forwarded_requests_need_the_secret_and_are_never_forwarded_twice(
