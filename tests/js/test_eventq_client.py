@@ -133,12 +133,13 @@ def test_eventq_d_ts_is_generated_from_the_jsdoc(tmp_path: Path) -> None:
 # and closes (deleting its queue) once `want` events of type "note" came.
 SCRIPT = """
 import { EventqClient } from %(module)s;
-const [baseUrl, email, apiKey, want] = process.argv.slice(2);
+const [baseUrl, email, apiKey, want, transport] = process.argv.slice(2);
 const print = (line) => process.stdout.write(JSON.stringify(line) + "\\n");
 let notes = 0;
 const client = new EventqClient({
   baseUrl,
   auth: { email, apiKey },
+  transport,
   eventTypes: ["note"],
   onEvents: async (events, info) => {
     print({ kind: "events", events, info });
@@ -163,9 +164,17 @@ print({ kind: "state", queueId: state.queue_id, position: state.stream_position 
 class NodeClient:
     """The script above in a node process, its lines read as they come."""
 
-    def __init__(self, script: Path, api: Api):
+    def __init__(self, script: Path, api: Api, transport: str):
         self.proc = subprocess.Popen(
-            [node_binary(), str(script), api.server.url, api.user.email, api.user.api_key, "4"],
+            [
+                node_binary(),
+                str(script),
+                api.server.url,
+                api.user.email,
+                api.user.api_key,
+                "4",
+                transport,
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -215,8 +224,8 @@ def node_client(tmp_path: Path) -> Iterator[Callable[[Api], NodeClient]]:
     script.write_text(SCRIPT % {"module": json.dumps((CLIENT / "eventq.js").as_uri())})
     started: list[NodeClient] = []
 
-    def start(api: Api) -> NodeClient:
-        client = NodeClient(script, api)
+    def start(api: Api, transport: str) -> NodeClient:
+        client = NodeClient(script, api, transport)
         started.append(client)
         return client
 
@@ -226,16 +235,22 @@ def node_client(tmp_path: Path) -> Iterator[Callable[[Api], NodeClient]]:
     close_for_thread()
 
 
-def test_client_resumes_a_lost_queue_on_the_real_server(api, server: ServerProcess, node_client):
+@pytest.mark.parametrize("transport", ["auto", "poll"])
+def test_client_resumes_a_lost_queue_on_the_real_server(
+    api, server: ServerProcess, node_client, transport: str
+):
+    """With an event stream (the default: Node's fetch reads a body as it
+    comes) and with long polls."""
     alice: Api = api()
     user = alice.user
+    streams_before = server.stats()["poll_paths"]["stream"]
 
     producer = server.producer()
 
     def note(n: int) -> None:
         send_event(user.realm_id, {"type": "note", "n": n}, [user.user_id], config=producer)
 
-    client = node_client(alice)
+    client = node_client(alice, transport)
     queue_id = client.next("state")["queueId"]
     note(0)
     note(1)
@@ -261,3 +276,6 @@ def test_client_resumes_a_lost_queue_on_the_real_server(api, server: ServerProce
     assert client.next("closed")["queueId"] is None
     assert client.proc.wait(timeout=30) == 0, client.said
     assert server.user_queues(user.user_id) == [], client.said
+    # Its queues were read as streams (one for each queue at least), or never.
+    streams = server.stats()["poll_paths"]["stream"] - streams_before
+    assert streams >= 2 if transport == "auto" else streams == 0

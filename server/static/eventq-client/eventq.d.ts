@@ -290,7 +290,7 @@ export type RetryListener = (retry: RetryInfo) => void;
 export type StatusListener = (status: Status) => void;
 /**
  * Minimal shape of what the client's fetch answers (a Response), so that
- * tests can inject fakes.
+ * tests can inject fakes. `body` is read only for an event stream.
  */
 export type ResponseLike = {
     status: number;
@@ -298,7 +298,28 @@ export type ResponseLike = {
         get(name: string): string | null;
     };
     text(): Promise<string>;
+    body?: {
+        getReader?(): StreamReaderLike;
+    } | null;
 };
+/**
+ * What reads an event stream's body as it comes (a ReadableStream's reader).
+ */
+export type StreamReaderLike = {
+    read(): Promise<{
+        done: boolean;
+        value?: Uint8Array;
+    }>;
+};
+/**
+ * How the client reads its queue.
+ * - `"auto"`: an event stream (`Accept: text/event-stream`) while the server
+ *  answers with one, else long polls (a Zulip server answers the stream
+ *  request with a long poll's JSON, and the client long-polls from then on).
+ * - `"stream"`: an event stream, whatever a server answered before.
+ * - `"poll"`: long polls only.
+ */
+export type Transport = "auto" | "stream" | "poll";
 /**
  * What the client calls as fetch (default: the global fetch).
  */
@@ -367,7 +388,8 @@ export type EventqClientOptions = {
      */
     backoff?: Partial<BackoffPolicy> | undefined;
     /**
-     * A poll unanswered this long is abandoned and retried; default register's
+     * A poll unanswered this long (a stream silent this long: no event, no
+     * heartbeat) is abandoned and retried; default register's
      * event_queue_longpoll_timeout_seconds, else 90 s.
      */
     pollTimeoutMs?: number | undefined;
@@ -391,6 +413,10 @@ export type EventqClientOptions = {
      * (`csrftoken_<user>` with `user`).
      */
     csrfCookieName?: string | undefined;
+    /**
+     * Default "auto": an event stream where the server gives one, else long polls.
+     */
+    transport?: Transport | undefined;
     fetch?: FetchLike | undefined;
     setTimeout?: ((callback: () => void, ms: number) => unknown) | undefined;
     clearTimeout?: ((handle: any) => void) | undefined;

@@ -4,7 +4,9 @@
 // eventq-client: a dependency-free ES module that keeps a page (or a Node 18
 // or later script) subscribed to an eventq or Zulip server's event queue.
 //
-// It registers a queue, long-polls it with exactly one request in flight,
+// It registers a queue, reads it as a stream of Server-Sent Events where the
+// server and the platform can (eventq; a streaming fetch), else long-polls
+// it, with exactly one request in flight,
 // acknowledges what it received, retries transient failures with jittered
 // exponential backoff, and when the queue is lost registers again, resuming
 // from the last stream position when the server can (eventq's `resume_from`),
@@ -55,6 +57,27 @@ const CSRF_HEADER = "X-CSRFToken";
 // Session mode with `user`: which of the browser's sessions to use.
 const USER_HEADER = "X-Eventq-User";
 const DEFAULT_CSRF_COOKIE = "csrftoken";
+const STREAM_TYPE = "text/event-stream";
+
+// One message of an event stream (the lines before a blank line), as an
+// EventSource reads it: its event name ("message" by default) and its data
+// lines joined (null when it has none: a comment, or `retry:` alone).
+/** @param {string} block */
+function sseMessage(block) {
+  let event = "message";
+  /** @type {string[]} */
+  const data = [];
+  for (const line of block.split("\n")) {
+    if (line === "" || line.startsWith(":")) continue;
+    const colon = line.indexOf(":");
+    const field = colon < 0 ? line : line.slice(0, colon);
+    let value = colon < 0 ? "" : line.slice(colon + 1);
+    if (value.startsWith(" ")) value = value.slice(1);
+    if (field === "event") event = value;
+    else if (field === "data") data.push(value);
+  }
+  return { event, data: data.length > 0 ? data.join("\n") : null };
+}
 
 // camelCase option -> Zulip's register parameter.
 const REGISTER_OPTIONS = Object.freeze({
@@ -234,6 +257,11 @@ export class EventqClient {
   #applyWaitMs;
   /** @type {FetchLike} */
   #fetch;
+  /** @type {Transport} */
+  #transport;
+  // Whether the next read of the queue asks for an event stream: "stream",
+  // or "auto" until a server answers one with a long poll's JSON (Zulip).
+  #streaming = false;
   /** @type {NonNullable<EventqClientOptions["setTimeout"]>} */
   #setTimeout;
   /** @type {NonNullable<EventqClientOptions["clearTimeout"]>} */
@@ -369,6 +397,12 @@ export class EventqClient {
     // Looked up per call, and called as globals: browsers refuse a detached
     // fetch or setTimeout ("Illegal invocation").
     this.#fetch = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    const transport = options.transport ?? "auto";
+    if (!["auto", "stream", "poll"].includes(transport)) {
+      throw new TypeError('transport must be "auto", "stream" or "poll"');
+    }
+    this.#transport = transport;
+    this.#streaming = transport !== "poll" && typeof globalThis.TextDecoder === "function";
     this.#setTimeout =
       options.setTimeout ?? ((callback, ms) => globalThis.setTimeout(callback, ms));
     this.#clearTimeout = options.clearTimeout ?? ((handle) => globalThis.clearTimeout(handle));
@@ -667,8 +701,25 @@ export class EventqClient {
       // once that the server is back, and resets the backoff (as Zulip's web
       // app does).
       if (this.#failures > 0) params.dont_block = true;
-      const outcome = await this.#send(gen, "GET", "events", params, this.#pollTimeoutMs);
+      // A stream is asked for only when the server is known to be up.
+      const stream = this.#streaming && this.#failures === 0;
+      const outcome = await this.#send(
+        gen,
+        "GET",
+        "events",
+        params,
+        this.#pollTimeoutMs,
+        stream ? (reader, touch) => this.#readStream(gen, reader, touch) : null,
+      );
+      if (outcome.ok && outcome.streamed) {
+        // The server ended the stream (the client's reconnection acknowledges
+        // what it wrote), or told it the queue is gone.
+        if (outcome.lost !== null) await this.#replaceQueue(gen, "queue_lost");
+        continue;
+      }
       if (outcome.ok) {
+        // A long poll's answer to a stream request: a server without streams.
+        if (stream && this.#transport === "auto") this.#streaming = false;
         this.#failures = 0;
         this.#queueAnswered = true;
         this.#setStatus("connected");
@@ -685,6 +736,55 @@ export class EventqClient {
         throw error;
       }
     }
+  }
+
+  // An event stream's body (server/handlers/stream.py): each `id:`/`data:`
+  // message an event; `event: position` ends a write's events, which are
+  // given to the page as one answer with that stream position; `deleted` and
+  // `error` say the queue is gone; comments (heartbeats) only show the
+  // connection is alive. Resolves when the server ends the stream, with
+  // null, or with what said the queue is gone.
+  /**
+   * @param {number} gen
+   * @param {StreamReaderLike} reader
+   * @param {() => void} touch
+   * @returns {Promise<string | null>}
+   */
+  async #readStream(gen, reader, touch) {
+    this.#failures = 0;
+    this.#queueAnswered = true;
+    this.#setStatus("connected");
+    const decoder = new TextDecoder();
+    let buffer = "";
+    /** @type {EventqEvent[]} */
+    let events = [];
+    for (;;) {
+      const { value, done } = await reader.read();
+      this.#check(gen);
+      if (done) break;
+      touch();
+      buffer += decoder.decode(value, { stream: true }).replace(/\r\n?/g, "\n");
+      let end = buffer.indexOf("\n\n");
+      while (end >= 0) {
+        const message = sseMessage(buffer.slice(0, end));
+        buffer = buffer.slice(end + 2);
+        end = buffer.indexOf("\n\n");
+        if (message.data === null) continue; // a comment, or retry:
+        if (message.event === "message") {
+          events.push(JSON.parse(message.data));
+        } else if (message.event === "position") {
+          const position = JSON.parse(message.data).stream_position;
+          await this.#deliver(gen, { events, stream_position: position });
+          events = [];
+        } else if (message.event === "deleted" || message.event === "error") {
+          if (events.length > 0) await this.#deliver(gen, { events });
+          return message.event;
+        }
+        // "displaced": a newer reader has the queue; the stream ends.
+      }
+    }
+    if (events.length > 0) await this.#deliver(gen, { events });
+    return null;
   }
 
   /**
@@ -935,28 +1035,52 @@ export class EventqClient {
    * @param {string} path
    * @param {Record<string, unknown>} params
    * @param {number} timeoutMs
+   * @param {((reader: StreamReaderLike, touch: () => void) => Promise<string | null>) | null} [consume]
+   *   For a GET of the events: ask for an event stream, and read it with this
+   *   when the answer is one (timeoutMs then bounds the silence between its
+   *   writes, not the whole answer).
    * @returns {Promise<
-   *   | { ok: true, body: any, error?: undefined }
-   *   | { ok: false, error: EventqError, body?: undefined }
+   *   | { ok: true, body: any, streamed: false, lost?: undefined, error?: undefined }
+   *   | { ok: true, streamed: true, lost: string | null, body?: undefined, error?: undefined }
+   *   | { ok: false, error: EventqError, body?: undefined, streamed?: undefined }
    * >}
    */
-  async #send(gen, method, path, params, timeoutMs) {
+  async #send(gen, method, path, params, timeoutMs, consume = null) {
     this.#check(gen);
     assertIdle(this.#inFlight);
     let url = this.#url(path);
     if (method === "GET") url += `?${formOf(params)}`;
     const init = this.#init(method, params);
+    if (consume !== null) /** @type {Record<string, string>} */ (init.headers).Accept = STREAM_TYPE;
     const controller = new AbortController();
     init.signal = controller.signal;
     let timedOut = false;
-    const timer = this.#setTimeout(() => {
+    const expire = () => {
       timedOut = true;
       controller.abort();
-    }, timeoutMs);
-    const answer = (async () => {
+    };
+    let timer = this.#setTimeout(expire, timeoutMs);
+    const touch = () => {
+      this.#clearTimeout(timer);
+      timer = this.#setTimeout(expire, timeoutMs);
+    };
+    /** @returns {Promise<{ response: ResponseLike, text: string | null, lost?: string | null }>} */
+    const read = async () => {
       const response = await this.#fetch(url, init);
+      const type = response.headers.get("Content-Type") ?? "";
+      if (consume !== null && response.status === 200 && type.startsWith(STREAM_TYPE)) {
+        const reader = response.body?.getReader?.();
+        if (reader === undefined) {
+          // A fetch that cannot read a body as it comes: long polls from now on.
+          this.#streaming = false;
+          controller.abort();
+          throw new Error("this fetch cannot read a stream");
+        }
+        return { response, text: null, lost: await consume(reader, touch) };
+      }
       return { response, text: await response.text() };
-    })();
+    };
+    const answer = read();
     answer.catch(() => undefined);
     // Ends the wait for the answer: at an abort, even where fetch ignores
     // the signal (a polyfill; the answer, if it ever comes, then has no one
@@ -995,10 +1119,12 @@ export class EventqClient {
     this.#inFlight = request;
     /** @type {ResponseLike} */
     let response;
-    /** @type {string} */
+    /** @type {string | null} */
     let text;
+    /** @type {string | null | undefined} */
+    let lost;
     try {
-      ({ response, text } = await Promise.race([answer, left]));
+      ({ response, text, lost } = await Promise.race([answer, left]));
     } catch (cause) {
       this.#check(gen);
       const kind = timedOut ? "timeout" : "network";
@@ -1009,16 +1135,19 @@ export class EventqClient {
       if (this.#inFlight === request) this.#inFlight = null;
     }
     this.#check(gen);
-    return this.#outcome(method, path, response, text);
+    if (text === null) return { ok: true, streamed: true, lost: lost ?? null };
+    const outcome = this.#outcome(method, path, response, text);
+    return outcome.ok ? { ...outcome, streamed: false } : outcome;
   }
 
   // A register this client no longer waits for (stop(), close() or a
   // pagehide came while it was in flight): the queue it answers with, if
   // any, is deleted. close() waits for this.
-  /** @param {Promise<{ response: ResponseLike, text: string }>} answer */
+  /** @param {Promise<{ response: ResponseLike, text: string | null }>} answer */
   #discard(answer) {
     const done = answer
       .then(({ response, text }) => {
+        if (text === null) return undefined; // only an events GET streams
         const { ok, body } = this.#outcome("POST", "register", response, text);
         if (ok && typeof body.queue_id === "string") return this.#sendDelete(body.queue_id);
         return undefined;
@@ -1246,12 +1375,24 @@ function assertIdle(inFlight) {
 /** @typedef {(status: Status) => void} StatusListener */
 
 /** Minimal shape of what the client's fetch answers (a Response), so that
- * tests can inject fakes.
+ * tests can inject fakes. `body` is read only for an event stream.
  * @typedef {{
  *   status: number,
  *   headers: { get(name: string): string | null },
  *   text(): Promise<string>,
+ *   body?: { getReader?(): StreamReaderLike } | null,
  * }} ResponseLike */
+/** What reads an event stream's body as it comes (a ReadableStream's reader).
+ * @typedef {{
+ *   read(): Promise<{ done: boolean, value?: Uint8Array }>,
+ * }} StreamReaderLike */
+/** How the client reads its queue.
+ * - `"auto"`: an event stream (`Accept: text/event-stream`) while the server
+ *   answers with one, else long polls (a Zulip server answers the stream
+ *   request with a long poll's JSON, and the client long-polls from then on).
+ * - `"stream"`: an event stream, whatever a server answered before.
+ * - `"poll"`: long polls only.
+ * @typedef {"auto" | "stream" | "poll"} Transport */
 /** What the client calls as fetch (default: the global fetch).
  * @typedef {(url: string, init: RequestInit) => Promise<ResponseLike>} FetchLike */
 /** Where pagehide and pageshow come from (default: `window`).
@@ -1300,7 +1441,8 @@ function assertIdle(inFlight) {
  *   Default DEFAULT_BACKOFF (1 s, x2, 60 s; Retry-After up to 60 s); missing
  *   fields keep it.
  * @property {number} [pollTimeoutMs]
- *   A poll unanswered this long is abandoned and retried; default register's
+ *   A poll unanswered this long (a stream silent this long: no event, no
+ *   heartbeat) is abandoned and retried; default register's
  *   event_queue_longpoll_timeout_seconds, else 90 s.
  * @property {number} [requestTimeoutMs]
  *   Timeout of a register request; default 30 s.
@@ -1314,6 +1456,8 @@ function assertIdle(inFlight) {
  * @property {string} [csrfCookieName]
  *   Name of the CSRF cookie in session mode; default "csrftoken"
  *   (`csrftoken_<user>` with `user`).
+ * @property {Transport} [transport]
+ *   Default "auto": an event stream where the server gives one, else long polls.
  * @property {FetchLike} [fetch]
  * @property {(callback: () => void, ms: number) => unknown} [setTimeout]
  * @property {(handle: any) => void} [clearTimeout]

@@ -13,6 +13,54 @@ export async function settle(rounds = 5) {
   for (let i = 0; i < rounds; i += 1) await flush();
 }
 
+/** The body of a fake event stream: `push(text)` makes it readable, `end()`
+ * ends it, `cut()` makes the next read reject (a dropped connection). */
+class FakeStreamBody {
+  #chunks = [];
+  #waiting = null;
+
+  push(text) {
+    this.#offer({ done: false, value: new TextEncoder().encode(text) });
+  }
+
+  end() {
+    this.#offer({ done: true });
+  }
+
+  cut(error = new TypeError("network error")) {
+    this.#offer(error);
+  }
+
+  abort() {
+    this.cut(new DOMException("aborted", "AbortError"));
+  }
+
+  #offer(item) {
+    const waiting = this.#waiting;
+    if (waiting !== null) {
+      this.#waiting = null;
+      waiting(item);
+    } else {
+      this.#chunks.push(item);
+    }
+  }
+
+  getReader() {
+    return {
+      read: async () => {
+        const item =
+          this.#chunks.length > 0
+            ? this.#chunks.shift()
+            : await new Promise((resolve) => {
+                this.#waiting = resolve;
+              });
+        if (item instanceof Error) throw item;
+        return item;
+      },
+    };
+  }
+}
+
 function fakeResponse(status, body, headers) {
   const text = typeof body === "string" ? body : JSON.stringify(body);
   return {
@@ -69,7 +117,25 @@ export class FakeFetch {
       request.fail = (error = new TypeError("fetch failed")) => {
         if (finish()) reject(error);
       };
+      // Answers with an event stream, whose body the test then writes.
+      request.stream = () => {
+        const body = new FakeStreamBody();
+        request.body = body;
+        if (finish()) {
+          resolve({
+            status: 200,
+            ok: true,
+            headers: new Headers({ "Content-Type": "text/event-stream; charset=utf-8" }),
+            text: async () => {
+              throw new Error("a stream's text() was read");
+            },
+            body,
+          });
+        }
+        return body;
+      };
       init.signal?.addEventListener("abort", () => {
+        if (request.body !== undefined) request.body.abort();
         if (!this.ignoreAbort && finish()) reject(new DOMException("aborted", "AbortError"));
       });
     });
@@ -136,8 +202,14 @@ export class FakeTimers {
 
 export const COOKIES = "theme=dark; csrftoken=tok%2Ben; other=1";
 
-/** A client on fakes, with every callback recorded in `log`. */
-export function setup({ ignoreAbort = false, random = () => 0.5, ...options } = {}) {
+/** A client on fakes, with every callback recorded in `log`. It long-polls
+ * unless `transport` says otherwise (test/stream.test.js). */
+export function setup({
+  ignoreAbort = false,
+  random = () => 0.5,
+  transport = "poll",
+  ...options
+} = {}) {
   const server = new FakeFetch({ ignoreAbort });
   const timers = new FakeTimers();
   const log = {
@@ -166,6 +238,7 @@ export function setup({ ignoreAbort = false, random = () => 0.5, ...options } = 
     onRetry: (retry) => log.retries.push(retry),
     onStatus: (status) => log.statuses.push(status),
     onError: (error) => log.errors.push(error),
+    transport,
     ...options,
   });
   return { client, server, timers, log };
