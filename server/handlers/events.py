@@ -14,7 +14,7 @@ import tornado.iostream
 from queues.client import ClientDescriptor
 from queues.errors import QueueError
 from queues.event_queue import Item
-from server.errors import ApiError, bad_queue_id
+from server.errors import ApiError, bad_queue_id, from_queue_error
 from server.handlers import stream
 from server.handlers.base import BaseHandler
 from server.handlers.headers import ANY_ORIGIN
@@ -165,7 +165,7 @@ class EventsHandler(BaseHandler):
             if stream.must_end(server, client, count):
                 break
             if client not in registry:
-                last = stream.named("deleted", b"{}")  # ended while this one wrote
+                last = self._ended(client)  # while this one wrote
                 continue
             if client.waiter is not None:
                 # A newer reader parked while this one wrote: the queue's
@@ -186,7 +186,7 @@ class EventsHandler(BaseHandler):
                 self.write(stream.named("displaced", b"{}"))
                 break
             elif outcome == "deleted":
-                last = stream.named("deleted", b"{}")  # after what it still holds
+                last = self._ended(client)  # after what it still holds
             elif outcome == "overflow":
                 # The queue is gone; the client registers a new one.
                 error = bad_queue_id(client.queue_id, "overflow")
@@ -194,6 +194,18 @@ class EventsHandler(BaseHandler):
                 break
         if not self._closed():
             self.finish()
+
+    def _ended(self, client: ClientDescriptor) -> bytes:
+        """What a stream says of its queue ended while it was not parked:
+        the API's error when the queue's owner is told why (overflow,
+        eviction, a role change), else that it was deleted."""
+        try:
+            self.server.registry.get(client.queue_id, client.user_id)
+        except QueueError as exc:
+            error = from_queue_error(exc)
+            if error.body().get("reason") is not None:
+                return stream.named("error", orjson.dumps(error.body()))
+        return stream.named("deleted", b"{}")
 
     def _closed(self) -> bool:
         """Whether its connection has closed (it may, at any await)."""

@@ -8,11 +8,15 @@ stream as the API's JSON."""
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow.dataset as ds
 import pytest
+import requests
 
+from generation import accounts
 from tests.support import Api, EventStream, ServerProcess, wait_for
 
 
@@ -192,3 +196,134 @@ def test_a_dont_block_poll_with_the_stream_type_is_a_poll(api, server):
     )
     assert response.status_code == 200
     assert response.json()["events"] == [{"type": "test", "id": 0}]
+
+
+def test_a_restart_ends_the_stream_and_the_next_one_goes_on_with_the_restart_event(
+    start_server, world
+):
+    server = start_server()
+    alice = Api(server, world.user(world.realm()))
+    queue_id = alice.register()["queue_id"]
+    stream = EventStream(server.url, alice, queue_id)
+    try:
+        server.wait_parked(alice.user.user_id, queue_id)
+        server.notify({"type": "test", "n": 0}, [alice.user.user_id])
+        [before] = stream.events(1)
+        assert server.stop(signal.SIGTERM) == 0, server.log()
+        # Ended at shutdown (after a heartbeat, as parked polls are answered).
+        rest = []
+        while message := stream.message():
+            rest.append(message)
+        assert {"comment": "heartbeat"} in rest
+        assert all("id" not in m for m in rest), "no event after the one read"
+        stream.conn.close()
+        server.start()
+        stream = EventStream(server.url, alice, queue_id, header_id=before["id"])
+        [restart] = stream.events(1)
+        assert restart["id"] == "1"
+        assert restart["data"]["type"] == "restart"
+    finally:
+        stream.conn.close()
+        alice.close()
+
+
+def test_an_overflowed_queue_ends_its_stream_with_the_apis_error(start_server, world):
+    # Queues of at most 4,000 bytes. The first event (about 1,900 with its
+    # overhead) is written and held, unacknowledged, below half of that; the
+    # second overflows the queue while the stream is parked on it.
+    server = start_server(EVENTQ_QUEUE_MAX_BYTES="4000")
+    alice = Api(server, world.user(world.realm()))
+    queue_id = alice.register(event_types=["test"])["queue_id"]
+    stream = EventStream(server.url, alice, queue_id)
+    try:
+        server.wait_parked(alice.user.user_id, queue_id)
+        server.notify({"type": "test", "blob": "x" * 1800}, [alice.user.user_id])
+        assert stream.events(1)[0]["id"] == "0"
+        assert stream.message()["event"] == "position"
+        server.wait_parked(alice.user.user_id, queue_id)
+        server.notify({"type": "test", "blob": "y" * 2100}, [alice.user.user_id])
+        error = stream.message()
+        assert error["event"] == "error"
+        assert error["data"]["code"] == "BAD_EVENT_QUEUE_ID"
+        assert error["data"]["queue_id"] == queue_id
+        assert stream.message() == {}
+        assert server.user_queues(alice.user.user_id) == []
+    finally:
+        stream.conn.close()
+        alice.close()
+
+
+def test_a_queue_is_not_collected_while_its_stream_is_open(start_server, world):
+    # Idle queues expire after 1 s; a heartbeat every 3 s on the stream.
+    server = start_server(
+        EVENTQ_QUEUE_IDLE_TIMEOUT_SECS="1",
+        EVENTQ_HEARTBEAT_SECS="3",
+        EVENTQ_HEARTBEAT_JITTER_SECS="0",
+    )
+    alice = Api(server, world.user(world.realm()))
+    queue_id = alice.register(event_types=["test"])["queue_id"]
+    stream = EventStream(server.url, alice, queue_id)
+    try:
+        assert stream.message() == {"retry": "500"}
+        # Three times the idle timeout later, the queue is there.
+        assert stream.message() == {"comment": "heartbeat"}
+        assert [q["queue_id"] for q in server.user_queues(alice.user.user_id)] == [queue_id]
+        stream.conn.close()
+        wait_for(lambda: server.user_queues(alice.user.user_id) == [], what="the queue to expire")
+    finally:
+        stream.conn.close()
+        alice.close()
+
+
+def test_the_delivery_log_records_each_event_a_stream_writes(start_server, world, tmp_path):
+    logs = tmp_path / "logs"
+    server = start_server(EVENTQ_LOG_DIR=str(logs), EVENTQ_LOG_FLUSH_SECS="0.05")
+    alice = Api(server, world.user(world.realm()))
+    queue_id = alice.register(event_types=["test"])["queue_id"]
+    stream = EventStream(server.url, alice, queue_id)
+    try:
+        server.wait_parked(alice.user.user_id, queue_id)
+        for n in range(3):
+            server.notify({"type": "test", "n": n}, [alice.user.user_id])
+            stream.events(1)
+    finally:
+        stream.conn.close()
+        alice.close()
+    assert server.stop() == 0  # the log written and compacted into Parquet
+    table = ds.dataset(logs / "deliveries", format="parquet", partitioning="hive").to_table()
+    records = [
+        row
+        for row in table.to_pylist()
+        if row["kind"] == "delivery" and row["queue_id"] == queue_id
+    ]
+    assert sorted(row["event_id"] for row in records) == [0, 1, 2]
+    assert {row["user_id"] for row in records} == {alice.user.user_id}
+
+
+def test_a_member_made_a_guest_has_their_all_public_streams_stream_ended_with_the_reason(
+    server, world
+):
+    server.wait_consuming()
+    realm = world.realm()
+    admin, member = world.user(realm, "administrator"), world.user(realm)
+    client = Api(server, member)
+    queue_id = client.register(all_public_streams=True, event_types=["message"])["queue_id"]
+    stream = EventStream(server.url, client, queue_id)
+    try:
+        assert stream.message() == {"retry": "500"}
+        server.wait_parked(member.user_id, queue_id)
+        made_guest = requests.patch(
+            f"{server.url}/api/v1/users/{member.user_id}",
+            data={"role": str(accounts.ROLES["guest"])},
+            auth=(admin.email, admin.api_key),
+            timeout=30,
+        )
+        assert made_guest.status_code == 200, made_guest.text
+        error = stream.message()
+        assert error["event"] == "error"
+        assert error["data"]["code"] == "BAD_EVENT_QUEUE_ID"
+        assert error["data"]["reason"] == "role_changed"
+        assert stream.message() == {}
+    finally:
+        stream.conn.close()
+        client.close()
