@@ -104,6 +104,8 @@ function trackedFetch(input, init = {}) {
     // The client had given up on the request (aborted it) by the time it ended.
     abandoned: false,
     eventIds: null,
+    // Whether the answer is an event stream (its events are not counted here).
+    stream: false,
   };
   record(demo.requests, entry);
   if (method === "DELETE" && demo.debug.dropDeletes) {
@@ -119,7 +121,9 @@ function trackedFetch(input, init = {}) {
       entry.endedAt = Date.now();
       entry.status = response.status;
       entry.abandoned = Boolean(signal?.aborted);
-      if (method === "GET" && url.pathname.endsWith("/events") && response.ok) {
+      const streamed = (response.headers.get("Content-Type") ?? "").startsWith("text/event-stream");
+      entry.stream = streamed;
+      if (method === "GET" && url.pathname.endsWith("/events") && response.ok && !streamed) {
         response
           .clone()
           .json()
@@ -276,6 +280,9 @@ function enter(userId) {
     // X-Eventq-User on every request, and the CSRF token of csrftoken_<id>.
     user: userId,
     fetch: trackedFetch,
+    // An event stream where the browser and server allow, else long polls;
+    // `?transport=poll` (or `stream`) in the page's URL chooses.
+    transport: new URLSearchParams(location.search).get("transport") ?? "auto",
     // Every event type; the state the page shows.
     fetchEventTypes: ["realm_user", "subscription", "message"],
     // Content as the sender wrote it: shown as text, never as HTML.

@@ -65,11 +65,12 @@ def status(driver: WebDriver) -> str | None:
     return driver.find_element(By.ID, "status").get_attribute("data-status")
 
 
-def log_in(driver: WebDriver, site: DemoSite, name: str) -> str:
+def log_in(driver: WebDriver, site: DemoSite, name: str, transport: str | None = None) -> str:
     """Open the demo in the driver's current tab, log in as `name` and wait
-    until the page polls; returns its queue id."""
+    until the page polls (or streams); returns its queue id. `transport`:
+    the client's, else its default (a stream)."""
     email = site.users[name].email
-    driver.get(site.url)
+    driver.get(site.url if transport is None else f"{site.url}?transport={transport}")
     button = f'#login-users [data-user-email="{email}"]'
     wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, button))
     driver.find_element(By.CSS_SELECTOR, button).click()
@@ -216,6 +217,11 @@ def test_a_message_sent_in_one_browser_appears_in_another_within_a_second(
     assert seen["sender"] == "Othello, the Moor of Venice"
     assert seen["where"] == "Direct message with Othello, the Moor of Venice"
     assert hamlet.find_element(By.ID, "stream-content").get_attribute("value") == ""
+    # Both pages read their queues as event streams (the client's default).
+    for driver in (hamlet, othello):
+        reads = [r for r in demo(driver, "demo.requests") if r["path"] == "/json/events"]
+        assert reads, "no read of the queue"
+        assert all(r["stream"] for r in reads if r["status"] == 200), reads
     screenshot(hamlet, "demo")
     assert console_errors(hamlet) == []
     assert console_errors(othello) == []
@@ -371,7 +377,8 @@ def test_a_late_answer_to_a_replaced_poll_is_ignored(demo_site: StartSite, brows
     site = demo_site()
     hamlet = site.users["hamlet"]
     driver = browser()
-    old_queue = log_in(driver, site, "hamlet")
+    # Long polls: a stream's events are not counted by the page's request log.
+    old_queue = log_in(driver, site, "hamlet", transport="poll")
     # From here, requests outlive the client's abort and its DELETE of a
     # queue is lost: a replaced poll stays open on the server and can answer.
     demo(driver, "Object.assign(demo.debug, {detachRequests: true, dropDeletes: true})")
