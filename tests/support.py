@@ -100,14 +100,19 @@ BENCHMARKS = Path(__file__).resolve().parent / "benchmarks"
 
 
 def run_quick_benchmark(
-    script: str, *, env: dict[str, str] | None = None, limit_secs: float, cleanup_secs: float = 60
+    script: str,
+    *,
+    env: dict[str, str] | None = None,
+    limit_secs: float,
+    cleanup_secs: float = 60,
+    args: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """`tests/benchmarks/<script> --quick --json` from the repository root:
-    its JSON figures. Past `limit_secs` it gets SIGTERM, so that it still
+    """`tests/benchmarks/<script> --quick --json [args]` from the repository
+    root: its JSON figures. Past `limit_secs` it gets SIGTERM, so that it still
     removes what it created (servers, database, vhost) within
     `cleanup_secs`, and the test fails with the end of its stderr."""
     process = subprocess.Popen(
-        [sys.executable, str(BENCHMARKS / script), "--quick", "--json"],
+        [sys.executable, str(BENCHMARKS / script), "--quick", "--json", *args],
         cwd=BENCHMARKS.parent.parent,
         env=None if env is None else {**os.environ, **env},
         stdout=subprocess.PIPE,

@@ -36,13 +36,14 @@ def fanout() -> Any:
         sys.path.remove(str(SCRIPT.parent))
 
 
-def run_quick(database_url: str) -> dict[str, Any]:
-    """`fanout.py --quick --json`: its JSON (see `run_quick_benchmark`)."""
+def run_quick(database_url: str, transport: str = "poll") -> dict[str, Any]:
+    """`fanout.py --quick --json --transport T`: its JSON (see `run_quick_benchmark`)."""
     return run_quick_benchmark(
         "fanout.py",
         env={"EVENTQ_DATABASE_URL": database_url},
         limit_secs=RUN_LIMIT_SECS,
         cleanup_secs=CLEANUP_SECS,
+        args=("--transport", transport),
     )
 
 
@@ -64,16 +65,22 @@ def database_exists(database_url: str, name: str) -> bool:
 
 
 @pytest.mark.timeout(RUN_LIMIT_SECS + CLEANUP_SECS + 30)
-def test_quick_mode_measures_both_servers_and_every_delivery_checks(fanout, database_url):
+@pytest.mark.parametrize("transport", ["poll", "sse"])
+def test_quick_mode_measures_both_servers_and_every_delivery_checks(
+    fanout, database_url, transport
+):
+    """Long polls, and Server-Sent Events (eventq's streams, nchan's
+    eventsource subscriber)."""
     try:
         fanout.nchan.find_nginx()
         fanout.nchan.find_module()
     except fanout.nchan.PeerMissing as exc:
         pytest.fail(f"the benchmark's peer is missing: {exc}")
-    results = run_quick(database_url)
+    results = run_quick(database_url, transport)
     assert results["completed"]
     config = results["config"]
     assert config["quick"]
+    assert config["transport"] == transport
 
     # Every figure, for both servers (nchan has no IO-loop lag), positive.
     figures = {row["key"]: row for row in results["figures"]}

@@ -644,6 +644,11 @@ class PollClient(HttpConnection):
         if not events:
             self.poll()
             return
+        self.take(events, now)
+
+    def take(self, events: list[dict[str, Any]], now: float) -> None:
+        """Count `events`, read `now`, in order: gaps, repeats, the bench's."""
+        bench = self.bench
         last = self.last_id
         for event in events:
             event_id = event["id"]
@@ -654,7 +659,7 @@ class PollClient(HttpConnection):
                     bench.gaps += event_id - last - 1
             last = event_id
         self.last_id = last
-        self.poll()
+        self.read_on()
         wanted = bench.event_type
         for event in events:
             if event["type"] == wanted:
@@ -662,6 +667,10 @@ class PollClient(HttpConnection):
                 bench.on_client_event(self, event, now)
             else:
                 bench.other_events += 1
+
+    def read_on(self) -> None:
+        """Once an answer's events are counted: the next poll, at once."""
+        self.poll()
 
     def on_error(self, status: int, body: bytes) -> None:
         bench = self.bench
@@ -689,6 +698,62 @@ class PollClient(HttpConnection):
             self.bench.lost += 1
 
 
+class StreamClient(PollClient):
+    """One client (`--transport sse`) that reads its queue as an event stream
+    once it has one (server/handlers/stream.py): one response kept open,
+    each event counted as it is read; when the server ends the stream (every
+    500 events, so that the next one acknowledges them), a new one at once
+    from the last id read."""
+
+    def __init__(self, bench: Bench, index: int, authorization: str, member: int = 0):
+        super().__init__(bench, index, authorization, member)
+        self.stream_tail = self.request_tail[:-2] + b"Accept: text/event-stream\r\n\r\n"
+        self._streaming = False  # a stream asked for: its answer is read here
+        self._head = bytearray()
+        self._reader: nchan.SseReader | None = None
+        self._now = 0.0
+
+    def poll(self) -> None:
+        if self.closed or self.transport is None:
+            return
+        assert self.queue_id is not None
+        self._streaming = True
+        self._reader = None
+        self.transport.write(
+            b"GET /api/v1/events?queue_id=%s&last_event_id=%d%s"
+            % (self.queue_id, self.last_id, self.stream_tail)
+        )
+
+    def read_on(self) -> None:
+        """The stream goes on by itself."""
+
+    def data_received(self, data: bytes) -> None:
+        if not self._streaming:
+            super().data_received(data)  # the register, or an error answer
+            return
+        self._now = time.time()
+        if self._reader is None:
+            self._head += data
+            head = nchan.stream_head(self._head)
+            if head is None:
+                return
+            status, chunked, length = head
+            data, self._head = bytes(self._head), bytearray()
+            if status != 200 or not chunked:
+                self._streaming = False  # a JSON error, read as a poll's
+                super().data_received(data)
+                return
+            self._reader = nchan.SseReader(self._message)
+            data = data[length:]
+        if self._reader.feed(data):
+            self.bench.responses += 1
+            self.poll()  # ended by the server: the next stream acknowledges
+
+    def _message(self, fields: dict[bytes, bytes]) -> None:
+        if b"id" in fields and b"event" not in fields:
+            self.take([orjson.loads(fields[b"data"])], self._now)
+
+
 class Bench:
     """The load generator against one eventq server, or the shards of a
     `ServerGroup`: its clients, their counters, notices and the server's
@@ -705,6 +770,9 @@ class Bench:
         self.server = server
         self.users = users
         self.per_user: int = args.clients_per_user
+        # Long polls, or event streams (--transport sse).
+        transport = getattr(args, "transport", "poll")
+        self.client_class: type[PollClient] = StreamClient if transport == "sse" else PollClient
         self.clients: list[PollClient] = []
         self._closing: set[int] = set()
         self.controls: dict[int, RequestConnection] = {}
@@ -839,7 +907,7 @@ class Bench:
         member = self.server.member_of(user.user_id)
         _, protocol = await asyncio.wait_for(
             loop.create_connection(
-                lambda: PollClient(self, index, user.authorization, member),
+                lambda: self.client_class(self, index, user.authorization, member),
                 HOST,
                 self.server.members[member].port,
             ),
@@ -1971,9 +2039,11 @@ def render(results: dict[str, Any]) -> str:
         if config["back_to_back"]
         else "rounds " + " / ".join(f"{s:g} s apart at {n:,}" for n, s in pairs)
     )
+    reading = "Server-Sent Events" if config.get("transport") == "sse" else "long polls"
     out.write(
         f"\neventq beside nginx + nchan, same machine, same run"
-        f"{' (QUICK: tiny sizes, the bars mean nothing)' if config['quick'] else ''}\n"
+        f"{' (QUICK: tiny sizes, the bars mean nothing)' if config['quick'] else ''}"
+        f"; clients read by {reading}\n"
         f"{config['cpus']} CPUs; generator loop {config['generator_loop']};"
         f" {config['users']} users; fan-out {spacing};"
         f" {config['warmup']} warm-up + {config['rounds']} rounds\n"
@@ -2171,6 +2241,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-uvloop", action="store_true", help="never use uvloop here")
     parser.add_argument(
+        "--transport",
+        choices=("poll", "sse"),
+        default="poll",
+        help="how both servers' clients read: long polls, or Server-Sent Events"
+        " (eventq's event streams, nchan's eventsource subscriber)",
+    )
+    parser.add_argument(
         "--http-server",
         choices=("eventq", "tornado"),
         help="eventq's EVENTQ_HTTP_SERVER (default: the server's default)",
@@ -2244,6 +2321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, Any] = {
         "config": {
             "quick": args.quick,
+            "transport": args.transport,
             "users": args.users,
             "clients": args.clients,
             "fanout_sizes": args.fanout_sizes,
@@ -2291,6 +2369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 peer_recorder,
                 lambda seq: messages.client_events(seq, user_ids),
                 args.batch,
+                args.transport,
             )
             try:
                 runner.run(run_subject(peer, peer_recorder, args, results["servers"]["nchan"]))

@@ -20,6 +20,10 @@ The config gives nchan what eventq does for a user:
   client that is behind gets every message it missed in one response
   (`nchan_longpoll_multipart_response raw`: one per line), as eventq answers
   a poll with every event queued since `last_event_id`.
+- `/sse`, the same subscriber as Server-Sent Events (`nchan_subscriber
+  eventsource`, `--transport sse`): one response kept open, a message
+  written on it as it is published (`id:` and `data:`), as eventq's event
+  streams write an event (server/handlers/stream.py).
 - `/pub/<channels>`, the publisher: one POST publishes one body to the
   channels listed (comma-separated, up to 255: nchan's multi-channel
   publish), after a check of a shared secret header, as eventq's
@@ -178,6 +182,14 @@ http {{
             nchan_channel_id "{CHANNEL_PREFIX}$bench_user";
             nchan_subscriber_first_message newest;
             nchan_longpoll_multipart_response raw;
+        }}
+        location = /sse {{
+            if ($bench_user = "") {{
+                return 403;
+            }}
+            nchan_subscriber eventsource;
+            nchan_channel_id "{CHANNEL_PREFIX}$bench_user";
+            nchan_subscriber_first_message newest;
         }}
         location ~ ^/pub/([a-z0-9,]+)$ {{
             if ($http_x_bench_secret != "{secret}") {{
@@ -500,6 +512,141 @@ class NchanClient(NginxConnection):
             self.peer.lost += 1
 
 
+class SseReader:
+    """Reads one HTTP/1.1 response of Server-Sent Events as it comes: `feed`
+    its bytes (after its head); each message's fields go to `on_message`.
+    A chunked response (eventq's) ends with its last chunk: `feed` returns
+    True then, with the bytes after it in `rest`; one without framing
+    (nchan's, which never ends it) is read until the connection closes.
+    Shared by both servers' stream clients (fanout.py's eventq one too)."""
+
+    __slots__ = ("_buffer", "_chunk_left", "_chunked", "_text", "on_message", "rest")
+
+    def __init__(self, on_message: Callable[[dict[bytes, bytes]], None], chunked: bool = True):
+        self.on_message = on_message
+        self._chunked = chunked
+        self._buffer = bytearray()  # framing not yet read
+        self._chunk_left = -1  # data bytes left in the current chunk; -1: at a size line
+        self._text = bytearray()  # event-stream text not yet a whole message
+        self.rest = b""
+
+    def feed(self, data: bytes) -> bool:
+        if not self._chunked:
+            self._text += data
+            self._messages()
+            return False
+        buffer = self._buffer
+        buffer += data
+        while True:
+            if self._chunk_left < 0:
+                end = buffer.find(b"\r\n")
+                if end < 0:
+                    return False
+                size = int(bytes(buffer[:end]).split(b";")[0], 16)
+                if size == 0:
+                    if len(buffer) < end + 4:
+                        return False  # the last chunk's empty trailer
+                    self.rest = bytes(buffer[end + 4 :])
+                    buffer.clear()
+                    self._messages()
+                    return True
+                del buffer[: end + 2]
+                self._chunk_left = size
+            if len(buffer) < self._chunk_left + 2:
+                take = min(len(buffer), self._chunk_left)
+                self._text += buffer[:take]
+                del buffer[:take]
+                self._chunk_left -= take
+                self._messages()
+                return False
+            self._text += buffer[: self._chunk_left]
+            del buffer[: self._chunk_left + 2]
+            self._chunk_left = -1
+            self._messages()
+
+    def _messages(self) -> None:
+        text = self._text
+        while (end := text.find(b"\n\n")) >= 0:
+            block = bytes(text[:end])
+            del text[: end + 2]
+            fields: dict[bytes, bytes] = {}
+            for line in block.split(b"\n"):
+                name, _, value = line.partition(b":")
+                if name:
+                    fields[name] = value[1:] if value[:1] == b" " else value
+            if b"data" in fields:
+                self.on_message(fields)
+
+
+def stream_head(buffer: bytearray) -> tuple[int, bool, int] | None:
+    """The status of the response head at the front of `buffer`, whether
+    its body is chunked, and the head's length; None until it is whole."""
+    end = buffer.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    head = bytes(buffer[:end]).lower()
+    return int(head[9:12]), b"\r\ntransfer-encoding: chunked" in head, end + 4
+
+
+class NchanStreamClient(asyncio.Protocol):
+    """One subscriber reading its user's channel as Server-Sent Events
+    (`/sse`): one response, each message recorded as it comes."""
+
+    def __init__(self, peer: NchanPeer, index: int, user_id: int, authorization: str):
+        self.peer = peer
+        self.index = index
+        self.user_id = user_id
+        self.seqs: list[int] = []
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self._buffer = bytearray()
+        self._reader: SseReader | None = None
+        self._now = 0.0
+        self._request = (
+            f"GET /sse HTTP/1.1\r\nHost: {HOST}\r\nUser-Agent: eventq-bench/1\r\n"
+            f"Accept: text/event-stream\r\nAuthorization: {authorization}\r\n\r\n"
+        ).encode()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.write(self._request)
+
+    def data_received(self, data: bytes) -> None:
+        self._now = time.time()
+        if self._reader is None:
+            self._buffer += data
+            head = stream_head(self._buffer)
+            if head is None:
+                return
+            status, chunked, length = head
+            if status != 200:
+                self.peer.errors += 1
+                self.peer.last_error = f"/sse answered {status}"
+                self.close()
+                return
+            self._reader = SseReader(self._message, chunked)
+            data, self._buffer = bytes(self._buffer[length:]), bytearray()
+        if self._reader.feed(data):
+            self.peer.errors += 1
+            self.peer.last_error = "nchan ended an event stream"
+            self.close()
+
+    def _message(self, fields: dict[bytes, bytes]) -> None:
+        self.peer.responses += 1
+        self.peer.recorder.on_message(
+            self, orjson.loads(fields[b"data"])["message"]["id"], self._now
+        )
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.index not in self.peer.closing:
+            self.peer.lost += 1
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.close()
+
+
 PublishParts = Callable[[int], Sequence[tuple[Sequence[int], bytes]]]
 
 
@@ -552,13 +699,16 @@ class NchanPeer:
         recorder: Recorder,
         parts: PublishParts,
         batch: int = 500,
+        transport: str = "poll",
     ):
         self.nginx = nginx
+        # "poll": NchanClient's long polls; "sse": NchanStreamClient.
+        self.client_class = NchanStreamClient if transport == "sse" else NchanClient
         self.users = users  # (user id, Authorization value); client i is user i % len
         self.recorder = recorder
         self.parts = parts
         self.batch = batch
-        self.clients: list[NchanClient] = []
+        self.clients: list[NchanClient | NchanStreamClient] = []
         self.closing: set[int] = set()
         self._control: RequestConnection | None = None
         self._next_index = 0
@@ -587,7 +737,7 @@ class NchanPeer:
             found["last_error"] = self.last_error
         return found
 
-    async def _connect(self, factory: Callable[[], NginxConnection]) -> Any:
+    async def _connect(self, factory: Callable[[], asyncio.Protocol]) -> Any:
         loop = asyncio.get_running_loop()
         _, protocol = await asyncio.wait_for(
             loop.create_connection(factory, HOST, self.nginx.port), 15
@@ -627,7 +777,7 @@ class NchanPeer:
                 index = self._next_index
                 self._next_index += 1
                 user_id, authorization = self.users[index % len(self.users)]
-                factory = functools.partial(NchanClient, self, index, user_id, authorization)
+                factory = functools.partial(self.client_class, self, index, user_id, authorization)
                 made.append(self._connect(factory))
             self.clients.extend(await asyncio.gather(*made))
             await self.wait_parked(len(self.clients))
