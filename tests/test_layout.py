@@ -41,6 +41,8 @@ ONLY_IN = {
         "generation/send.py",
     },
     ("apply_events", "psycopg"): {"apply_events/fetch/"},
+    # llhttp, for the request heads of eventq's own connections
+    ("server", "httptools"): {"server/http/http1.py"},
     # rendering message content, for the actions that store it
     ("generation", "markdown_it"): {"generation/markdown.py"},
 }
