@@ -8,13 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import orjson
-import tornado.iostream
-
 from queues.client import ClientDescriptor
 from queues.errors import QueueError
 from queues.event_queue import Item
-from server.errors import ApiError, bad_queue_id, from_queue_error
+from server.errors import ApiError
 from server.handlers import stream
 from server.handlers.base import BaseHandler
 from server.handlers.headers import ANY_ORIGIN
@@ -39,7 +36,7 @@ class EventsHandler(BaseHandler):
     server: PollApi
     SUPPORTED_METHODS = ("GET", "DELETE", "OPTIONS")
 
-    _parked: ParkedRequest | None = None
+    _parked: ParkedRequest | stream.EventStream | None = None
     _connection_closed = False
 
     def set_default_headers(self) -> None:
@@ -129,83 +126,21 @@ class EventsHandler(BaseHandler):
         if self._connection_closed:
             return
         refuse_if_stopping(self.server)
-        server = self.server
-        registry = server.registry
         self.set_header("Content-Type", f"{stream.MEDIA_TYPE}; charset=utf-8")
         self.set_header("Cache-Control", "no-cache")
         # nginx passes each write on at once (the generated site's event
         # locations, and any other proxy honouring it).
         self.set_header("X-Accel-Buffering", "no")
-        self.write(b"retry: %d\n\n" % stream.RETRY_MS)
-        written = client.event_queue.newest_pruned_id
-        count = 0
-        waited = 0.0
-        last: bytes | None = None
-        while True:
-            items = client.event_queue.after(written)
-            if items:
-                body = stream.frames(items)
-                self.write(body)
-                written = items[-1][0]
-                count += len(items)
-                # The queue held nothing more: its position is the stream's.
-                position = answer_position(server, client, None)
-                if position is not None:
-                    self.write(stream.position(position))
-                server.observe_response(client, items, len(body), "events", waited)
-            if last is not None:
-                self.write(last)
-                break
-            try:
-                await self.flush()
-            except tornado.iostream.StreamClosedError:
-                return
-            if self._closed():
-                return
-            if stream.must_end(server, client, count):
-                break
-            if client not in registry:
-                last = self._ended(client)  # while this one wrote
-                continue
-            if client.waiter is not None:
-                # A newer reader parked while this one wrote: the queue's
-                # events are its own now.
-                self.write(stream.named("displaced", b"{}"))
-                break
-            waiter = stream.ParkedStream(server, written)
-            waiter.park(client)
-            self._parked = waiter
-            outcome = await waiter.outcome
-            self._parked = None
-            waited = server.clock() - waiter.parked_at
-            if outcome == "disconnected":
-                return
-            if outcome == "heartbeat":
-                self.write(stream.HEARTBEAT)
-            elif outcome == "displaced":
-                self.write(stream.named("displaced", b"{}"))
-                break
-            elif outcome == "deleted":
-                last = self._ended(client)  # after what it still holds
-            elif outcome == "overflow":
-                # The queue is gone; the client registers a new one.
-                error = bad_queue_id(client.queue_id, "overflow")
-                self.write(stream.named("error", orjson.dumps(error.body())))
-                break
-        if not self._closed():
-            self.finish()
-
-    def _ended(self, client: ClientDescriptor) -> bytes:
-        """What a stream says of its queue ended while it was not parked:
-        the API's error when the queue's owner is told why (overflow,
-        eviction, a role change), else that it was deleted."""
-        try:
-            self.server.registry.get(client.queue_id, client.user_id)
-        except QueueError as exc:
-            error = from_queue_error(exc)
-            if error.body().get("reason") is not None:
-                return stream.named("error", orjson.dumps(error.body()))
-        return stream.named("deleted", b"{}")
+        events = stream.EventStream(self.server, client, self)
+        self._parked = events
+        events.start()
+        last = await events.ended
+        self._parked = None
+        if last == stream.DISCONNECTED or self._closed():
+            return
+        if last is not None:
+            self.write(last)
+        self.finish()
 
     def _closed(self) -> bool:
         """Whether its connection has closed (it may, at any await)."""

@@ -3,8 +3,9 @@
 writes each event as it arrives (docs/behaviour.md, "Event streams").
 
 A stream is its queue's reader, as a parked poll is: it is parked on the
-queue (`ParkedStream`) between writes, and woken by the same deliveries,
-heartbeats, newer readers and ends, in its turn among the woken requests.
+queue (`EventStream`) between writes, and woken by the same deliveries,
+heartbeats, newer readers and ends; it writes in its turn among the woken
+requests, as a poll is answered.
 Each event is written as
 
     id: <event id>
@@ -28,13 +29,19 @@ client reconnects (after `RETRY_MS`), acknowledging them.
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import Protocol
 
-from queues.client import ClientDescriptor
+import orjson
+import tornado.iostream
+
+from queues.client import ClientDescriptor, WakeReason
+from queues.errors import QueueError
 from queues.event_queue import Item
-from server.errors import ApiError
-from server.handlers.longpoll_flow import ParkedRequest
+from server.errors import ApiError, bad_queue_id, from_queue_error
+from server.handlers.longpoll_flow import ParkedPoll, answer_position
 from server.interface import PollApi
 
 MEDIA_TYPE = "text/event-stream"
@@ -81,19 +88,156 @@ def named(event: str, data: bytes) -> bytes:
     return b"event: %s\ndata: %s\n\n" % (event.encode("ascii"), data)
 
 
-class ParkedStream(ParkedRequest):
-    """A stream parked on its queue until there is something it has not
-    written (`written`: the id of the last event it wrote)."""
+class StreamTarget(Protocol):
+    """The response a stream writes on (`events.EventsHandler`)."""
 
-    __slots__ = ("written",)
+    def write(self, chunk: bytes) -> None: ...
 
-    def __init__(self, server: PollApi, written: int) -> None:
+    def flush(self) -> Awaitable[None]: ...
+
+
+# How a stream ended: the message to write last (None: none), or
+# DISCONNECTED (the client went away: nothing more to write).
+DISCONNECTED = b""
+
+
+class EventStream(ParkedPoll):
+    """One open event stream: parked on its queue between writes as a long
+    poll is, and written to in its turn among the woken requests (at most
+    `longpoll.ANSWER_SLICE_SECS` of the loop at a time, so that a fan-out to
+    thousands of streams does not stop the loop), without resuming the
+    handler's coroutine. `ended` resolves when the stream is to end: with
+    the message to write last (or None), or DISCONNECTED."""
+
+    __slots__ = ("_flushing", "_target", "count", "ended", "waited", "written")
+
+    def __init__(self, server: PollApi, client: ClientDescriptor, target: StreamTarget) -> None:
         super().__init__(server)
-        self.written = written
+        self._client = client
+        self._target = target
+        self._flushing = False
+        # The id of the last event written, and how many were written.
+        self.written = client.event_queue.newest_pruned_id
+        self.count = 0
+        self.waited = 0.0
+        self.ended: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+
+    def start(self) -> None:
+        """Write what the queue holds already, then wait for more."""
+        self._target.write(b"retry: %d\n\n" % RETRY_MS)
+        self._write_new()
+        self._flush_then_park()
+
+    def park(self, client: ClientDescriptor) -> None:
+        """Park again after a write (a parked poll parks once)."""
+        self._ready = False
+        self._woken = None
+        super().park(client)
 
     def _unread(self, client: ClientDescriptor) -> bool:
         newest = client.event_queue.last_id()
         return newest is not None and newest > self.written
+
+    def _answer(self, reason: WakeReason) -> None:
+        """Its turn: write what woke it, and park again (or end)."""
+        if self._done:
+            return
+        self.waited = self.server.clock() - self._parked_at
+        if reason == "events":
+            self._write_new()
+        elif reason == "heartbeat":
+            self._target.write(HEARTBEAT)
+        elif reason == "displaced":
+            # A newer reader has the queue: its events are that one's now.
+            self._end(named("displaced", b"{}"))
+            return
+        elif reason == "deleted":
+            self._write_new()  # what it still held
+            self._end(ended(self.server, self._queue()))
+            return
+        else:  # overflow: the queue is gone, the client registers a new one
+            error = bad_queue_id(self._queue().queue_id, "overflow")
+            self._end(named("error", orjson.dumps(error.body())))
+            return
+        self._flush_then_park()
+
+    def _queue(self) -> ClientDescriptor:
+        client = self._client
+        assert client is not None
+        return client
+
+    def _write_new(self) -> None:
+        client = self._queue()
+        items = client.event_queue.after(self.written)
+        if not items:
+            return
+        body = frames(items)
+        target = self._target
+        target.write(body)
+        self.written = items[-1][0]
+        self.count += len(items)
+        server = self.server
+        # The queue held nothing more: its position is the stream's.
+        stream_position = answer_position(server, client, None)
+        if stream_position is not None:
+            target.write(position(stream_position))
+        server.observe_response(client, items, len(body), "events", self.waited)
+
+    def _flush_then_park(self) -> None:
+        """Send what was written; park again once the connection takes more
+        (a client slow to read holds its stream back, not the server)."""
+        try:
+            flushed = asyncio.ensure_future(self._target.flush())
+        except tornado.iostream.StreamClosedError:
+            self.disconnected()
+            return
+        if flushed.done():
+            self._flushed(flushed)
+        else:
+            self._flushing = True
+            flushed.add_done_callback(self._flushed)
+
+    def _flushed(self, flushed: asyncio.Future[None]) -> None:
+        self._flushing = False
+        if self._done:
+            return
+        if flushed.cancelled() or flushed.exception() is not None:
+            self.disconnected()
+            return
+        server = self.server
+        client = self._queue()
+        if must_end(server, client, self.count):
+            self._end(None)
+        elif client not in server.registry:
+            self._end(ended(server, client))  # while it wrote
+        elif client.waiter is not None:
+            self._end(named("displaced", b"{}"))  # a newer reader parked meanwhile
+        else:
+            self.park(client)
+
+    def disconnected(self) -> None:
+        """Its connection closed."""
+        self._leave()
+        self._end(DISCONNECTED)
+
+    def _end(self, last: bytes | None) -> None:
+        self._done = True
+        self._cancel_heartbeat()
+        if not self.ended.done():
+            self.ended.set_result(last)
+
+
+def ended(server: PollApi, client: ClientDescriptor) -> bytes:
+    """What a stream says of its queue's end: the API's error when the
+    owner is told why (overflow, eviction, a role change), else that it was
+    deleted."""
+    try:
+        server.registry.get(client.queue_id, client.user_id)
+    except QueueError as exc:
+        error = from_queue_error(exc)
+        if error.body().get("reason") is not None:
+            return named("error", orjson.dumps(error.body()))
+    return named("deleted", b"{}")
 
 
 def must_end(server: PollApi, client: ClientDescriptor, written_count: int) -> bool:
