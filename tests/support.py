@@ -398,6 +398,17 @@ class Api:
         self.session.close()
 
 
+def make_guest(base_url: str, admin: accounts.CreatedUser, user_id: int) -> None:
+    """`admin` makes user `user_id` a guest (`PATCH /users/{id}`) through
+    the server at `base_url`."""
+    response = requests.patch(
+        f"{base_url}/api/v1/users/{user_id}",
+        data={"role": str(accounts.ROLES["guest"])},
+        auth=(admin.email, admin.api_key),
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+
 class EventStream:
     """An event stream of a queue (server/handlers/stream.py), read on the
     wire as an EventSource reads it."""

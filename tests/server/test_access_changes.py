@@ -17,7 +17,7 @@ import requests
 from generation import accounts
 from generation.send import close_for_thread, send_event
 from tests.shards import Cluster, connect, running
-from tests.support import SECRET, Api, World, run_eventq, wait_for
+from tests.support import SECRET, Api, World, make_guest, run_eventq, wait_for
 
 
 class People:
@@ -74,13 +74,7 @@ def test_a_member_made_a_guest_loses_every_public_channel_on_every_shard(
         watching = client.register(all_public_streams=True, event_types=["message"])["queue_id"]
         plain = client.register(event_types=["realm_user"])["queue_id"]
         assert {q["queue_id"] for q in shard_b.user_queues(member.user_id)} == {watching, plain}
-        made_guest = requests.patch(
-            f"{shard_a.url}/api/v1/users/{member.user_id}",
-            data={"role": str(accounts.ROLES["guest"])},
-            auth=(admin.email, admin.api_key),
-            timeout=30,
-        )
-        assert made_guest.status_code == 200, made_guest.text
+        make_guest(shard_a.url, admin, member.user_id)
         # Shard b, which holds the queues, ends the one a guest may not have.
         wait_for(
             lambda: [q["queue_id"] for q in shard_b.user_queues(member.user_id)] == [plain],
@@ -250,13 +244,7 @@ def test_a_role_change_while_a_resume_reads_the_log_refuses_the_resume(start_ser
             lambda: "waiting" in _activity(server, "user_stream_floors"),
             what="the resume waiting for the floors",
         )
-        made_guest = requests.patch(
-            f"{server.url}/api/v1/users/{member.user_id}",
-            data={"role": str(accounts.ROLES["guest"])},
-            auth=(admin.email, admin.api_key),
-            timeout=30,
-        )
-        assert made_guest.status_code == 200, made_guest.text
+        make_guest(server.url, admin, member.user_id)
         wait_for(lambda: "is a guest now" in server.log(), what="the role change delivered")
     thread.join(60)
     answer = resuming["answer"]

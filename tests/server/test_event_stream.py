@@ -14,10 +14,8 @@ from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
-import requests
 
-from generation import accounts
-from tests.support import Api, EventStream, ServerProcess, wait_for
+from tests.support import Api, EventStream, ServerProcess, make_guest, wait_for
 
 
 @pytest.fixture
@@ -34,6 +32,17 @@ def _open(
     stream = EventStream(server.url, *args, **kwargs)
     opened.append(stream)
     return stream
+
+
+def _streaming(
+    server: ServerProcess, world: Any, event_types: tuple[str, ...] | None = ("test",)
+) -> tuple[Api, str, EventStream]:
+    """A new user of a new realm, a queue of `event_types` (None: every
+    type) and a stream of it, opened."""
+    alice = Api(server, world.user(world.realm()))
+    params = {} if event_types is None else {"event_types": list(event_types)}
+    queue_id = alice.register(**params)["queue_id"]
+    return alice, queue_id, EventStream(server.url, alice, queue_id)
 
 
 def _queue(server: ServerProcess, client: Api, queue_id: str) -> dict[str, Any]:
@@ -92,9 +101,7 @@ def test_a_connection_cut_mid_stream_loses_nothing_and_repeats_nothing(api, serv
 
 def test_a_stream_sends_heartbeats_as_comments(start_server, world):
     server = start_server(EVENTQ_HEARTBEAT_SECS="0.3", EVENTQ_HEARTBEAT_JITTER_SECS="0")
-    alice = Api(server, world.user(world.realm()))
-    queue_id = alice.register(event_types=["test"])["queue_id"]
-    stream = EventStream(server.url, alice, queue_id)
+    alice, _, stream = _streaming(server, world)
     try:
         assert stream.message() == {"retry": "500"}
         assert stream.message() == {"comment": "heartbeat"}
@@ -202,9 +209,7 @@ def test_a_restart_ends_the_stream_and_the_next_one_goes_on_with_the_restart_eve
     start_server, world
 ):
     server = start_server()
-    alice = Api(server, world.user(world.realm()))
-    queue_id = alice.register()["queue_id"]
-    stream = EventStream(server.url, alice, queue_id)
+    alice, queue_id, stream = _streaming(server, world, event_types=None)
     try:
         server.wait_parked(alice.user.user_id, queue_id)
         server.notify({"type": "test", "n": 0}, [alice.user.user_id])
@@ -232,9 +237,7 @@ def test_an_overflowed_queue_ends_its_stream_with_the_apis_error(start_server, w
     # overhead) is written and held, unacknowledged, below half of that; the
     # second overflows the queue while the stream is parked on it.
     server = start_server(EVENTQ_QUEUE_MAX_BYTES="4000")
-    alice = Api(server, world.user(world.realm()))
-    queue_id = alice.register(event_types=["test"])["queue_id"]
-    stream = EventStream(server.url, alice, queue_id)
+    alice, queue_id, stream = _streaming(server, world)
     try:
         server.wait_parked(alice.user.user_id, queue_id)
         server.notify({"type": "test", "blob": "x" * 1800}, [alice.user.user_id])
@@ -260,9 +263,7 @@ def test_a_queue_is_not_collected_while_its_stream_is_open(start_server, world):
         EVENTQ_HEARTBEAT_SECS="3",
         EVENTQ_HEARTBEAT_JITTER_SECS="0",
     )
-    alice = Api(server, world.user(world.realm()))
-    queue_id = alice.register(event_types=["test"])["queue_id"]
-    stream = EventStream(server.url, alice, queue_id)
+    alice, queue_id, stream = _streaming(server, world)
     try:
         assert stream.message() == {"retry": "500"}
         # Three times the idle timeout later, the queue is there.
@@ -278,9 +279,7 @@ def test_a_queue_is_not_collected_while_its_stream_is_open(start_server, world):
 def test_the_delivery_log_records_each_event_a_stream_writes(start_server, world, tmp_path):
     logs = tmp_path / "logs"
     server = start_server(EVENTQ_LOG_DIR=str(logs), EVENTQ_LOG_FLUSH_SECS="0.05")
-    alice = Api(server, world.user(world.realm()))
-    queue_id = alice.register(event_types=["test"])["queue_id"]
-    stream = EventStream(server.url, alice, queue_id)
+    alice, queue_id, stream = _streaming(server, world)
     try:
         server.wait_parked(alice.user.user_id, queue_id)
         for n in range(3):
@@ -312,13 +311,7 @@ def test_a_member_made_a_guest_has_their_all_public_streams_stream_ended_with_th
     try:
         assert stream.message() == {"retry": "500"}
         server.wait_parked(member.user_id, queue_id)
-        made_guest = requests.patch(
-            f"{server.url}/api/v1/users/{member.user_id}",
-            data={"role": str(accounts.ROLES["guest"])},
-            auth=(admin.email, admin.api_key),
-            timeout=30,
-        )
-        assert made_guest.status_code == 200, made_guest.text
+        make_guest(server.url, admin, member.user_id)
         error = stream.message()
         assert error["event"] == "error"
         assert error["data"]["code"] == "BAD_EVENT_QUEUE_ID"
