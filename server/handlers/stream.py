@@ -109,13 +109,12 @@ class EventStream(ParkedPoll):
     handler's coroutine. `ended` resolves when the stream is to end: with
     the message to write last (or None), or DISCONNECTED."""
 
-    __slots__ = ("_flushing", "_target", "count", "ended", "waited", "written")
+    __slots__ = ("_target", "count", "ended", "waited", "written")
 
     def __init__(self, server: PollApi, client: ClientDescriptor, target: StreamTarget) -> None:
         super().__init__(server)
         self._client = client
         self._target = target
-        self._flushing = False
         # The id of the last event written, and how many were written.
         self.written = client.event_queue.newest_pruned_id
         self.count = 0
@@ -194,11 +193,9 @@ class EventStream(ParkedPoll):
         if flushed.done():
             self._flushed(flushed)
         else:
-            self._flushing = True
             flushed.add_done_callback(self._flushed)
 
     def _flushed(self, flushed: asyncio.Future[None]) -> None:
-        self._flushing = False
         if self._done:
             return
         if flushed.cancelled() or flushed.exception() is not None:
