@@ -409,6 +409,7 @@ def make_guest(base_url: str, admin: accounts.CreatedUser, user_id: int) -> None
     )
     assert response.status_code == 200, response.text
 
+
 class EventStream:
     """An event stream of a queue (server/handlers/stream.py), read on the
     wire as an EventSource reads it."""
