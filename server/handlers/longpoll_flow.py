@@ -165,11 +165,6 @@ class ParkedPoll(abc.ABC):
             self._ready = True
             server.answer_slices.add(self._take_turn, "events")
 
-    @property
-    def parked_at(self) -> float:
-        """When it parked (the server's clock)."""
-        return self._parked_at
-
     def _unread(self, client: ClientDescriptor) -> bool:
         """Whether the queue holds events this poll is to answer with."""
         return not client.event_queue.empty()

@@ -42,9 +42,10 @@ from queues.errors import QueueError
 from queues.event_queue import Item
 from server.errors import ApiError, bad_queue_id, from_queue_error
 from server.handlers.longpoll_flow import ParkedPoll, answer_position
+from server.http.responses import EVENT_STREAM_TYPE
 from server.interface import PollApi
 
-MEDIA_TYPE = "text/event-stream"
+MEDIA_TYPE = EVENT_STREAM_TYPE
 # Events a stream writes before it ends and the client's reconnection
 # acknowledges them: what its queue may hold on its behalf.
 MAX_UNACKNOWLEDGED = 500

@@ -33,6 +33,7 @@ import tornado.tcpclient
 
 from generation.sharding import Shard
 from server.errors import ApiError
+from server.http.responses import EVENT_STREAM_TYPE
 
 log = logging.getLogger("eventq.forward")
 
@@ -142,7 +143,7 @@ def _unavailable(shard: Shard, why: str) -> ApiError:
 def _streams(headers: tornado.httputil.HTTPHeaders) -> bool:
     """Whether an answer is an event stream (server/handlers/stream.py):
     relayed as it comes, not once whole."""
-    return headers.get("Content-Type", "").startswith("text/event-stream")
+    return headers.get("Content-Type", "").startswith(EVENT_STREAM_TYPE)
 
 
 async def _exchange(
@@ -208,8 +209,14 @@ async def forward(
         raise _unavailable(shard, repr(exc.real_error or exc)) from None
     except TimeoutError:
         if relaying:
-            # The owner wrote nothing, not even a heartbeat, for that long.
-            _unavailable(shard, f"its event stream silent for {timeout_secs:g} s")
+            # The owner wrote nothing, not even a heartbeat, for that long:
+            # the stream ends and its client reconnects.
+            log.warning(
+                "shard %s (%s): an event stream relayed from it was silent for %g s; ended",
+                shard.name,
+                shard.address,
+                timeout_secs,
+            )
             handler.finish()
             return
         raise _unavailable(shard, f"no answer within {timeout_secs:g} s") from None

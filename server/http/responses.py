@@ -14,6 +14,8 @@ import orjson
 from queues.payload import Payload
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS
+# The media type of an event stream's answer (server/handlers/stream.py).
+EVENT_STREAM_TYPE = "text/event-stream"
 
 
 def encode(value: Mapping[str, Any]) -> bytes:
