@@ -96,6 +96,9 @@ class EventServer:
         # (handlers/poll.py), "full" (handlers/events.py) or "stream" (an
         # event stream opened, handlers/stream.py); in stats.
         self.poll_paths = {"lean": 0, "full": 0, "stream": 0}
+        # Notices posted to the notify endpoint by the path that served them:
+        # "lean" (handlers/internal.py's LeanNotify) or "full"; in stats.
+        self.notify_paths = {"lean": 0, "full": 0}
         self.stopping = False
         # The sockets, the HTTP servers, the requests in flight (server/listener.py).
         self.listener = Listener(settings)
@@ -341,6 +344,7 @@ class EventServer:
             "auth_lookups": self.auth.lookups,
             "loop_lag": self.loop_lag.percentiles(),
             "poll_paths": dict(self.poll_paths),
+            "notify_paths": dict(self.notify_paths),
             "http": self.listener.stats(),
             "stream": self.eventlog.stats(),
             "checkpoint": self.saved.last_checkpoint,

@@ -177,6 +177,11 @@ class InternalApi(HandlerApi, Protocol):
     def stats(self) -> dict[str, Any]:
         """The internal stats body (the stats endpoint adds a user's queues)."""
 
+    @property
+    def notify_paths(self) -> dict[str, int]:
+        """Notices posted to the notify endpoint by the path that served them
+        ("lean", "full"): counted by the handlers, shown in stats."""
+
 
 class MetricsApi(HandlerApi, Protocol):
     """`/metrics` (server/observability/metrics.py reads the gauges at

@@ -100,7 +100,7 @@ class Listener:
             # eventq's connections; Tornado's server gets those they hand over.
             self._fast = FastHTTPServer(
                 dispatcher.application,
-                dispatcher.lean_poll,
+                dispatcher.lean,
                 self._http,
                 max_body_size=self.settings.max_internal_request_bytes,
                 idle_timeout=IDLE_CONNECTION_SECS,

@@ -11,10 +11,10 @@ import tornado.http1connection
 import tornado.httputil
 import tornado.web
 
-from server.handlers.base import NotFoundHandler, client_address, log_access
+from server.handlers.base import NotFoundHandler, client_address, is_internal, log_access
 from server.handlers.domain import ROUTES as DOMAIN_ROUTES
 from server.handlers.events import EventsHandler
-from server.handlers.internal import NotifyHandler, StatsHandler
+from server.handlers.internal import NOTIFY_PATH, LeanNotify, NotifyHandler, StatsHandler
 from server.handlers.metrics import MetricsHandler
 from server.handlers.openapi import OpenApiHandler
 from server.handlers.pages import (
@@ -66,7 +66,7 @@ def make_application(server: ServerApi) -> tornado.web.Application:
             (r"/api/v1/server_settings", ServerSettingsHandler, api),
             (r"/json/server_settings", ServerSettingsHandler, json),
             (r"/api/v1/openapi.json", OpenApiHandler, {**api, "document": document}),
-            (r"/api/internal/notify_tornado", NotifyHandler, api),
+            (NOTIFY_PATH, NotifyHandler, api),
             (r"/api/internal/stats", StatsHandler, api),
             (r"/metrics", MetricsHandler, api),
             # Browsers: sessions, the client library, the pages.
@@ -90,6 +90,13 @@ def make_application(server: ServerApi) -> tornado.web.Application:
     )
 
 
+# A notice's form, and the headers that send it to the full handler: a body
+# in chunks or encoded, a forwarded request, one through a proxy (whose
+# client is not the peer).
+_FORM = "application/x-www-form-urlencoded"
+_NOT_LEAN_NOTIFY = frozenset(
+    ("transfer-encoding", "content-encoding", FORWARDED_HEADER.lower(), "x-real-ip")
+)
 # The long poll's paths, and whether each allows cross-origin API clients.
 _POLL_PATHS = {"/api/v1/events": True, "/json/events": False}
 _FORWARDED = FORWARDED_HEADER.lower()
@@ -100,7 +107,8 @@ _MAX_QUERY_SEPARATORS = 100
 
 class Dispatcher(tornado.httputil.HTTPServerConnectionDelegate):
     """What the HTTP server hands each request to: the long poll's common
-    case to `handlers.poll.LeanPoll`, every other request to `application`
+    case to `handlers.poll.LeanPoll`, the notify endpoint's to
+    `handlers.internal.LeanNotify`, every other request to `application`
     (the full handlers). The choice is made from the request head before
     anything is done for the request, so a request the lean path does not
     take is served exactly as if it did not exist."""
@@ -115,6 +123,56 @@ class Dispatcher(tornado.httputil.HTTPServerConnectionDelegate):
         request_conn: tornado.httputil.HTTPConnection,
     ) -> tornado.httputil.HTTPMessageDelegate:
         return _Route(self, server_conn, request_conn)
+
+    def lean(
+        self,
+        start_line: tornado.httputil.RequestStartLine,
+        fields: Mapping[str, str],
+        conn: tornado.httputil.HTTPConnection,
+    ) -> LeanPoll | LeanNotify | None:
+        """The lean delegate for a request (`lean_poll`, `lean_notify`), or
+        None for the full handlers. `fields`: the request's headers by
+        lower-case name."""
+        method = start_line.method
+        if method == "GET":
+            return self.lean_poll(start_line, fields, conn)
+        if method == "POST" and start_line.path == NOTIFY_PATH:
+            return self.lean_notify(start_line, fields, conn)
+        return None
+
+    def lean_notify(
+        self,
+        start_line: tornado.httputil.RequestStartLine,
+        fields: Mapping[str, str],
+        conn: tornado.httputil.HTTPConnection,
+    ) -> LeanNotify | None:
+        """A `LeanNotify` for a notice posted as a form of a known length
+        within the internal limit, by a caller of this machine (or the
+        internal networks) with no proxy between; else None."""
+        server = self.server
+        if (
+            server.stopping
+            or start_line.version != "HTTP/1.1"
+            or not isinstance(conn, (Exchange, tornado.http1connection.HTTP1Connection))
+        ):
+            return None
+        host = fields.get("host")
+        length = fields.get("content-length")
+        if (
+            host is None
+            or length is None
+            or not length.isdigit()
+            or int(length) > server.settings.max_internal_request_bytes
+            or not PLAIN_HOST.fullmatch(host)
+            or not fields.get("content-type", "").startswith(_FORM)
+            or not _NOT_LEAN_NOTIFY.isdisjoint(fields)
+        ):
+            return None
+        context = getattr(conn, "context", None)
+        peer = getattr(context, "remote_ip", None) or ""
+        if not is_internal(peer, server.settings.sharding):
+            return None  # refused by the full handler, which logs it
+        return LeanNotify(server, conn)
 
     def lean_poll(
         self,
@@ -218,9 +276,12 @@ class _Route(tornado.httputil.HTTPMessageDelegate):
     ) -> Awaitable[None] | None:
         assert isinstance(start_line, tornado.httputil.RequestStartLine)
         dispatcher = self.dispatcher
-        lean = None
-        if start_line.method == "GET" and start_line.path.partition("?")[0] in _POLL_PATHS:
-            lean = dispatcher.lean_poll(start_line, header_fields(headers), self.request_conn)
+        lean: LeanPoll | LeanNotify | None = None
+        method, path = start_line.method, start_line.path
+        if (method == "GET" and path.partition("?")[0] in _POLL_PATHS) or (
+            method == "POST" and path == NOTIFY_PATH
+        ):
+            lean = dispatcher.lean(start_line, header_fields(headers), self.request_conn)
         if lean is not None:
             self.target = lean
             return None

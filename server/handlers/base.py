@@ -9,7 +9,7 @@ import logging
 import re
 import time
 import urllib.parse
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any, NoReturn
 
 import orjson
@@ -139,6 +139,34 @@ def clean_client_name(name: str) -> str:
     return cleaned or "Unspecified"
 
 
+def request_params(
+    query: Mapping[str, list[bytes]],
+    body: bytes,
+    content_type: str,
+    headers: tornado.httputil.HTTPHeaders | None = None,
+) -> Params:
+    """A request's parameters: its query string's, then its form body's
+    (which win); a body that is not a form is refused (415). `headers`: the
+    request's, for Tornado's refusal of an encoded form."""
+    raw: dict[str, list[bytes]] = {k: list(v) for k, v in query.items()}
+    if body:
+        if not content_type.startswith(_FORM_TYPES):
+            raise ApiError(
+                "Unsupported Content-Type: send parameters form-encoded"
+                " (application/x-www-form-urlencoded)",
+                "UNSUPPORTED_MEDIA_TYPE",
+                415,
+            )
+        body_args: dict[str, list[bytes]] = {}
+        try:
+            tornado.httputil.parse_body_arguments(content_type, body, body_args, {}, headers)
+        except tornado.httputil.HTTPInputError as exc:
+            raise ApiError(f"Malformed request body: {exc}") from None
+        for name, values in body_args.items():
+            raw.setdefault(name, []).extend(values)
+    return Params(raw)
+
+
 @tornado.web.stream_request_body
 class BaseHandler(tornado.web.RequestHandler):
     """Bodies are streamed so that an oversized one is refused (413, JSON)
@@ -256,27 +284,12 @@ class BaseHandler(tornado.web.RequestHandler):
                 "REQUEST_TOO_LARGE",
                 413,
             )
-        raw: dict[str, list[bytes]] = {k: list(v) for k, v in self.request.query_arguments.items()}
-        body = b"".join(self._chunks)
-        if body:
-            content_type = self.request.headers.get("Content-Type", "")
-            if not content_type.startswith(_FORM_TYPES):
-                raise ApiError(
-                    "Unsupported Content-Type: send parameters form-encoded"
-                    " (application/x-www-form-urlencoded)",
-                    "UNSUPPORTED_MEDIA_TYPE",
-                    415,
-                )
-            body_args: dict[str, list[bytes]] = {}
-            try:
-                tornado.httputil.parse_body_arguments(
-                    content_type, body, body_args, {}, self.request.headers
-                )
-            except tornado.httputil.HTTPInputError as exc:
-                raise ApiError(f"Malformed request body: {exc}") from None
-            for name, values in body_args.items():
-                raw.setdefault(name, []).extend(values)
-        return Params(raw)
+        return request_params(
+            self.request.query_arguments,
+            b"".join(self._chunks),
+            self.request.headers.get("Content-Type", ""),
+            self.request.headers,
+        )
 
     def over_tls(self) -> bool:
         """Whether the client's connection is TLS: here, or at our own proxy

@@ -12,13 +12,52 @@ logged.
 from __future__ import annotations
 
 import hmac
+import logging
+import time
+
+import orjson
+import tornado.httputil
 
 from generation.errors import BadNotice
 from generation.notice import parse_notice
 from server.errors import ApiError, missing_argument
-from server.handlers.base import BaseHandler
+from server.handlers.base import (
+    BaseHandler,
+    internal_log,
+    log_access,
+    request_params,
+)
+from server.handlers.lean import INTERNAL_ERROR, Connection, http_date, remote_ip, write_answer
 from server.http.params import Params
+from server.http.responses import success_body
 from server.interface import InternalApi
+
+# Tornado's logger for uncaught exceptions, as a RequestHandler logs them.
+app_log = logging.getLogger("tornado.application")
+
+NOTIFY_PATH = "/api/internal/notify_tornado"
+
+
+def secret_given(params: Params, shared_secret: str) -> bool:
+    """Whether the request's `secret` is `shared_secret` (compared in
+    constant time); a request without one is refused (400)."""
+    secret = params.raw("secret")
+    if secret is None:
+        raise missing_argument("secret")
+    return hmac.compare_digest(secret.encode(), shared_secret.encode())
+
+
+def notify(server: InternalApi, params: Params) -> bytes:
+    """Deliver the notice in `data`; the success answer's body."""
+    data = params.raw("data")
+    if data is None:
+        raise missing_argument("data")
+    try:
+        notice = parse_notice(data)
+        report = server.deliver(notice, len(data))
+    except BadNotice as exc:
+        raise ApiError(f"Invalid notice: {exc}") from None
+    return success_body({"queues": report.queues})
 
 
 class InternalHandler(BaseHandler):
@@ -29,32 +68,78 @@ class InternalHandler(BaseHandler):
     def check_secret(self, params: Params) -> None:
         """The request's `secret` is the shared secret: missing, 400; wrong,
         403 "Access denied" (logged with the path and the caller)."""
-        secret = params.raw("secret")
-        if secret is None:
-            raise missing_argument("secret")
-        expected = self.server.shared_secret.encode()
-        if not hmac.compare_digest(secret.encode(), expected):
+        if not secret_given(params, self.server.shared_secret):
             self.refuse_caller(body_read=True)
 
 
 class NotifyHandler(InternalHandler):
-    """Inject a notice as if it came from the notify queue."""
+    """Inject a notice as if it came from the notify queue (a request
+    `LeanNotify` does not take)."""
 
     def post(self) -> None:
+        self.server.notify_paths["full"] += 1
         params = self.params()
         self.check_secret(params)
-        data = params.raw("data")
-        if data is None:
-            raise missing_argument("data")
+        self.write_body(notify(self.server, params))
+
+
+class LeanNotify(tornado.httputil.HTTPMessageDelegate):
+    """`POST /api/internal/notify_tornado` in its common case, without
+    Tornado's routing and `RequestHandler` (server/handlers/lean.py): a form
+    body of at most the internal limit, from a caller of this machine or the
+    internal networks, no proxy between. `routes.Dispatcher` decides from the
+    head and hands every other request to `NotifyHandler`, which answers
+    the same way."""
+
+    __slots__ = ("chunks", "conn", "server", "started")
+
+    def __init__(self, server: InternalApi, conn: Connection):
+        self.server = server
+        self.conn = conn
+        self.chunks: list[bytes] = []
+        self.started = time.time()
+
+    def data_received(self, chunk: bytes) -> None:
+        self.chunks.append(chunk)  # the Dispatcher took its length: within the limit
+
+    def finish(self) -> None:
+        server = self.server
+        server.request_started()
+        server.notify_paths["lean"] += 1
         try:
-            notice = parse_notice(data)
-        except BadNotice as exc:
-            raise ApiError(f"Invalid notice: {exc}") from None
-        try:
-            report = self.server.deliver(notice, len(data))
-        except BadNotice as exc:
-            raise ApiError(f"Invalid notice: {exc}") from None
-        self.write_success({"queues": report.queues})
+            chunks = self.chunks
+            body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            self.chunks = []
+            params = request_params({}, body, "application/x-www-form-urlencoded")
+            if not secret_given(params, server.shared_secret):
+                internal_log.warning(
+                    "internal request to %s from %s refused", NOTIFY_PATH, remote_ip(self.conn)
+                )
+                raise ApiError("Access denied", "BAD_REQUEST", 403)
+            answer = notify(server, params)
+        except ApiError as error:
+            self._write(error.status_code, orjson.dumps(error.body()), error.headers)
+        except Exception:
+            app_log.error(
+                "Uncaught exception POST %s (%s)",
+                NOTIFY_PATH,
+                remote_ip(self.conn),
+                exc_info=True,
+            )
+            self._write(500, INTERNAL_ERROR, None)
+        else:
+            self._write(200, answer, None)
+
+    def on_connection_close(self) -> None:
+        self.chunks = []  # still reading its body: nothing was done
+
+    def _write(self, status: int, body: bytes, extra: dict[str, str] | None) -> None:
+        # As a RequestHandler's: a success carries the time its request
+        # arrived, an error the time it is answered.
+        date = http_date(self.started) if status == 200 else http_date()
+        write_answer(self.conn, status, body, extra, date, any_origin=False)
+        self.server.request_finished()
+        log_access(status, "POST", NOTIFY_PATH, remote_ip(self.conn), time.time() - self.started)
 
 
 class StatsHandler(InternalHandler):

@@ -21,7 +21,6 @@ answer.
 
 from __future__ import annotations
 
-import http.client
 import logging
 import re
 import time
@@ -36,7 +35,7 @@ from queues.errors import QueueError
 from queues.event_queue import Item
 from server.errors import ApiError, from_queue_error, rate_limited
 from server.handlers.base import access_level, access_log, log_access, logged_uri
-from server.handlers.headers import AFTER_DATE, ANY_ORIGIN, CONTENT_TYPE, SERVER
+from server.handlers.lean import INTERNAL_ERROR, Connection, http_date, remote_ip, write_answer
 from server.handlers.longpoll_flow import (
     MAX_QUEUE_ID,
     ParkedPoll,
@@ -48,40 +47,15 @@ from server.handlers.longpoll_flow import (
     poll_refused,
 )
 from server.http.auth import AuthUser
-from server.http.http1 import Exchange
 from server.http.params import Params
 from server.http.responses import events_body
 from server.interface import PollApi
 
 # `note_end` for the server's queue end hook, which imports it from here.
-__all__ = ["MAX_QUEUE_ID", "LeanPoll", "http_date", "note_end", "poll_arguments"]
+__all__ = ["MAX_QUEUE_ID", "LeanPoll", "note_end", "poll_arguments"]
 
 # Tornado's logger for uncaught exceptions, as a RequestHandler logs them.
 app_log = logging.getLogger("tornado.application")
-
-# An answer's headers (`handlers.headers`), as `handlers.base.BaseHandler`
-# sends them: those before the Date, the Date, those after it, the CORS
-# header for /api/ paths, then the extra ones and the Content-Length.
-_BEFORE_DATE = (SERVER, CONTENT_TYPE)
-
-
-def _lines(headers: tuple[tuple[str, str], ...]) -> bytes:
-    return b"".join(f"{name}: {value}\r\n".encode("ascii") for name, value in headers)
-
-
-# The same head as bytes with room for status, reason, date, the CORS line
-# and the body's length, for `Exchange.answer`.
-_HEAD = (
-    b"HTTP/1.1 %d %s\r\n"
-    + _lines(_BEFORE_DATE)
-    + b"Date: %s\r\n"
-    + _lines(AFTER_DATE)
-    + b"%sContent-Length: %d\r\n\r\n"
-)
-_ANY_ORIGIN_LINE = _lines((ANY_ORIGIN,))
-_REASONS = {code: reason.encode("ascii") for code, reason in http.client.responses.items()}
-_INTERNAL_ERROR = b'{"result":"error","msg":"Internal server error","code":"INTERNAL_ERROR"}'
-
 
 # A last_event_id JSON reads as an integer of at most 18 digits (always within
 # Params.integer's bounds).
@@ -117,29 +91,6 @@ def poll_arguments(query: Mapping[str, list[bytes]]) -> tuple[str, bool, int | N
     )
 
 
-class _DateHeader:
-    """The `Date` header's value, formatted once per second."""
-
-    __slots__ = ("_second", "_value")
-
-    def __init__(self) -> None:
-        self._second = -1
-        self._value = ""
-
-    def __call__(self, now: float | None = None) -> str:
-        """The value for `now` (default: the current time)."""
-        if now is None:
-            now = time.time()
-        second = int(now)
-        if second != self._second:
-            self._second = second
-            self._value = tornado.httputil.format_timestamp(now)
-        return self._value
-
-
-http_date = _DateHeader()
-
-
 class LeanPoll(ParkedPoll, tornado.httputil.HTTPMessageDelegate):
     """One `GET /events` for an existing queue (see the module's docstring).
 
@@ -162,7 +113,7 @@ class LeanPoll(ParkedPoll, tornado.httputil.HTTPMessageDelegate):
     def __init__(
         self,
         server: PollApi,
-        conn: tornado.http1connection.HTTP1Connection | Exchange,
+        conn: Connection,
         uri: str,
         query: dict[str, list[bytes]] | None,
         user: AuthUser,
@@ -287,42 +238,13 @@ class LeanPoll(ParkedPoll, tornado.httputil.HTTPMessageDelegate):
             self.server.registry.unpark(client, self, self.server.clock())
         self._cancel_heartbeat()
         if not self._done:
-            self._write(500, _INTERNAL_ERROR, None)
+            self._write(500, INTERNAL_ERROR, None)
 
     def _write(self, status: int, body: bytes, extra: Mapping[str, str] | None) -> None:
         """The answer, with the headers `handlers.base.BaseHandler` sends."""
         self._done = True
-        conn = self.conn
-        conn.set_close_callback(None)
         date = self.date if status == 200 else http_date()
-        if not extra and isinstance(conn, Exchange) and not conn.disconnect:
-            # The same bytes as below, formatted at once.
-            conn.answer(
-                _HEAD
-                % (
-                    status,
-                    _REASONS.get(status, b"Unknown"),
-                    date.encode("ascii"),
-                    _ANY_ORIGIN_LINE if self.api else b"",
-                    len(body),
-                )
-                + body
-            )
-        else:
-            headers = tornado.httputil.HTTPHeaders()
-            for name, value in (*_BEFORE_DATE, ("Date", date), *AFTER_DATE):
-                headers[name] = value
-            if self.api:
-                headers[ANY_ORIGIN[0]] = ANY_ORIGIN[1]
-            if extra:
-                for name, value in extra.items():
-                    headers[name] = value
-            headers["Content-Length"] = str(len(body))
-            reason = http.client.responses.get(status, "Unknown")
-            conn.write_headers(
-                tornado.httputil.ResponseStartLine("HTTP/1.1", status, reason), headers, body
-            )
-            conn.finish()
+        write_answer(self.conn, status, body, extra, date, any_origin=self.api)
         if self._counted:
             self._counted = False
             self.server.request_finished()
@@ -334,5 +256,4 @@ class LeanPoll(ParkedPoll, tornado.httputil.HTTPMessageDelegate):
             log_access(status, "GET", self.uri, self.remote_ip(), time.time() - self.started)
 
     def remote_ip(self) -> str | None:
-        context = getattr(self.conn, "context", None)
-        return getattr(context, "remote_ip", None)
+        return remote_ip(self.conn)

@@ -68,9 +68,10 @@ _UNUSUAL = frozenset(("transfer-encoding", "expect", "upgrade"))
 # header lines as sent, its body's length and whether the connection stays open.
 Parsed = tuple[RequestStartLine, dict[str, str], list[tuple[str, str]], int, bool]
 # What serves the requests it takes without HTTPHeaders or routing (the long
-# poll's common case, `routes.Dispatcher.lean_poll`): given a request's start
-# line, headers by lower-case name and its Exchange, a delegate to finish at
-# once, or None for the full delegate.
+# poll's and the notify endpoint's common cases, `routes.Dispatcher.lean`):
+# given a request's start line, headers by lower-case name and its Exchange,
+# a delegate (given the body, if any, then finished), or None for the full
+# delegate.
 LeanPath = Callable[
     [RequestStartLine, dict[str, str], "Exchange"],
     tornado.httputil.HTTPMessageDelegate | None,
@@ -587,8 +588,9 @@ class HTTP1Protocol(asyncio.Protocol):
         self.body_left = length
         server = self.server
         try:
-            # The long poll's common case, without HTTPHeaders or routing.
-            lean = server.lean(start_line, fields, exchange) if length == 0 else None
+            # The long poll's and the notify endpoint's common cases,
+            # without HTTPHeaders or routing.
+            lean = server.lean(start_line, fields, exchange)
             if lean is not None:
                 exchange.delegate = delegate = lean
                 waiting = None
@@ -612,18 +614,37 @@ class HTTP1Protocol(asyncio.Protocol):
         except Exception:
             self._uncaught(exchange)
             return
-        if waiting is None and length == 0:
-            # The common case, without a coroutine: a GET.
-            exchange.read_finished = True
-            if not exchange.write_finished:
-                try:
+        if waiting is None and (length == 0 or (lean is not None and length <= len(self.buffer))):
+            # The common cases, without a coroutine: a GET, or a lean
+            # delegate's body already read.
+            try:
+                if length:
+                    self._take_body(delegate, length)
+                exchange.read_finished = True
+                if not exchange.write_finished:
                     delegate.finish()
-                except Exception:
-                    self._uncaught(exchange)
-                    return
+            except Exception:
+                self._uncaught(exchange)
+                return
             exchange.delegate_finished()
             return
         asyncio.get_running_loop().create_task(self._serve_body(exchange, waiting))
+
+    def _take_body(self, delegate: tornado.httputil.HTTPMessageDelegate, length: int) -> None:
+        """Hand the `length` bytes at the front of `buffer` to a lean
+        delegate (whose `data_received` returns nothing to wait for)."""
+        buffer = self.buffer
+        if len(buffer) == length:
+            body = bytes(buffer)
+            self.buffer = bytearray()
+        else:
+            with memoryview(buffer) as view:
+                body = view[:length].tobytes()
+            del buffer[:length]
+        self.body_left = 0
+        if len(self.buffer) <= _MAX_PENDING_BYTES:
+            self._resume_reading()
+        delegate.data_received(body)
 
     async def _serve_body(self, exchange: Exchange, waiting: Awaitable[None] | None) -> None:
         delegate = exchange.delegate

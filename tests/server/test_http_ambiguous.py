@@ -26,64 +26,89 @@ LAST = b"GET /api/v1/server_settings HTTP/1.1\r\nHost: a\r\nConnection: close\r\
 SETTINGS = b"GET /api/v1/server_settings HTTP/1.1\r\nHost: a\r\n"
 
 
-def _post(headers: bytes, body: bytes) -> bytes:
-    """A POST whose body is read before it is answered: an internal endpoint
-    from loopback without the shared secret (a 400 once its form is read,
-    the connection kept open)."""
-    return (
-        b"POST /api/internal/stats HTTP/1.1\r\nHost: a\r\n"
-        b"Content-Type: application/x-www-form-urlencoded\r\n" + headers + b"\r\n" + body
-    )
+# The internal endpoints whose POSTs carry the cases: stats, served by its
+# full handler, and notify_tornado, whose common case the lean path serves
+# (server/handlers/internal.py, LeanNotify).
+POST_PATHS = {"stats": b"/api/internal/stats", "notify": b"/api/internal/notify_tornado"}
 
 
+def _cases(path: bytes) -> dict[str, bytes]:
+    """Every case, its POSTs to `path`."""
+
+    def _post(headers: bytes, body: bytes) -> bytes:
+        """A POST whose body is read before it is answered: an internal
+        endpoint from loopback without the shared secret (a 400 once its form
+        is read, the connection kept open)."""
+        return (
+            b"POST %s HTTP/1.1\r\nHost: a\r\n" % path
+            + b"Content-Type: application/x-www-form-urlencoded\r\n"
+            + headers
+            + b"\r\n"
+            + body
+        )
+
+    return {
+        # The body by Content-Length is the canary; by chunked, empty.
+        "content-length-and-transfer-encoding": _post(
+            b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n" % (5 + len(CANARY)),
+            b"0\r\n\r\n" + CANARY,
+        ),
+        "transfer-encoding-and-content-length": _post(
+            b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
+            b"0\r\n\r\n" + CANARY,
+        ),
+        # The first says no body (the canary is the next request), the second
+        # that the canary is the body.
+        "two-content-lengths": _post(
+            b"Content-Length: 0\r\nContent-Length: %d\r\n" % len(CANARY), CANARY
+        ),
+        "two-equal-content-lengths": _post(
+            b"Content-Length: %d\r\nContent-Length: %d\r\n" % (len(CANARY), len(CANARY)), CANARY
+        ),
+        "a-list-of-content-lengths": _post(
+            b"Content-Length: %d, 0\r\n" % len(CANARY),
+            CANARY,
+        ),
+        "a-signed-content-length": _post(b"Content-Length: +%d\r\n" % len(CANARY), CANARY),
+        # A folded line that reads as a Content-Length to a parser that does not
+        # fold: the canary its body.
+        "obsolete-line-folding": _post(
+            b"X-Folded: a\r\n Content-Length: %d\r\n" % len(CANARY), CANARY
+        ),
+        "a-folded-content-length": _post(b"Content-Length:\r\n %d\r\n" % len(CANARY), CANARY),
+        "bare-lf-line-ends": SETTINGS.replace(b"\r\n", b"\n") + b"\n",
+        "a-bare-lf-in-a-header": _post(b"X-A: b\nContent-Length: %d\r\n" % len(CANARY), CANARY),
+        "a-bare-cr-in-a-header": _post(b"X-A: b\rContent-Length: %d\r\n" % len(CANARY), CANARY),
+        "a-space-before-the-colon": _post(b"Content-Length : %d\r\n" % len(CANARY), CANARY),
+        "a-space-before-transfer-encodings-colon": _post(
+            b"Content-Length: 5\r\nTransfer-Encoding : chunked\r\n", b"0\r\n\r\n" + CANARY
+        ),
+        "a-request-line-with-two-spaces": SETTINGS.replace(b"GET ", b"GET  ") + b"\r\n",
+        "a-request-line-with-a-space-in-the-target": SETTINGS.replace(
+            b"server_settings", b"server_settings " + b"x"
+        )
+        + b"\r\n",
+        "a-transfer-encoding-not-chunked-last": _post(
+            b"Transfer-Encoding: chunked, identity\r\n", b"0\r\n\r\n" + CANARY
+        ),
+        # Plain pipelining: both answered, in order, and a body that looks like
+        # a request is a body.
+        "pipelined-requests": SETTINGS + b"\r\n" + SETTINGS + b"\r\n",
+        "pipelined-after-a-body": _post(b"Content-Length: %d\r\n" % len(CANARY), CANARY)
+        + SETTINGS
+        + b"\r\n",
+    }
+
+
+_BY_PATH = {name: _cases(path) for name, path in POST_PATHS.items()}
+# Each case once: those without a POST are the same for both paths.
 CASES = {
-    # The body by Content-Length is the canary; by chunked, empty.
-    "content-length-and-transfer-encoding": _post(
-        b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n" % (5 + len(CANARY)),
-        b"0\r\n\r\n" + CANARY,
-    ),
-    "transfer-encoding-and-content-length": _post(
-        b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
-        b"0\r\n\r\n" + CANARY,
-    ),
-    # The first says no body (the canary is the next request), the second
-    # that the canary is the body.
-    "two-content-lengths": _post(
-        b"Content-Length: 0\r\nContent-Length: %d\r\n" % len(CANARY), CANARY
-    ),
-    "two-equal-content-lengths": _post(
-        b"Content-Length: %d\r\nContent-Length: %d\r\n" % (len(CANARY), len(CANARY)), CANARY
-    ),
-    "a-list-of-content-lengths": _post(
-        b"Content-Length: %d, 0\r\n" % len(CANARY),
-        CANARY,
-    ),
-    "a-signed-content-length": _post(b"Content-Length: +%d\r\n" % len(CANARY), CANARY),
-    # A folded line that reads as a Content-Length to a parser that does not
-    # fold: the canary its body.
-    "obsolete-line-folding": _post(b"X-Folded: a\r\n Content-Length: %d\r\n" % len(CANARY), CANARY),
-    "a-folded-content-length": _post(b"Content-Length:\r\n %d\r\n" % len(CANARY), CANARY),
-    "bare-lf-line-ends": SETTINGS.replace(b"\r\n", b"\n") + b"\n",
-    "a-bare-lf-in-a-header": _post(b"X-A: b\nContent-Length: %d\r\n" % len(CANARY), CANARY),
-    "a-bare-cr-in-a-header": _post(b"X-A: b\rContent-Length: %d\r\n" % len(CANARY), CANARY),
-    "a-space-before-the-colon": _post(b"Content-Length : %d\r\n" % len(CANARY), CANARY),
-    "a-space-before-transfer-encodings-colon": _post(
-        b"Content-Length: 5\r\nTransfer-Encoding : chunked\r\n", b"0\r\n\r\n" + CANARY
-    ),
-    "a-request-line-with-two-spaces": SETTINGS.replace(b"GET ", b"GET  ") + b"\r\n",
-    "a-request-line-with-a-space-in-the-target": SETTINGS.replace(
-        b"server_settings", b"server_settings " + b"x"
-    )
-    + b"\r\n",
-    "a-transfer-encoding-not-chunked-last": _post(
-        b"Transfer-Encoding: chunked, identity\r\n", b"0\r\n\r\n" + CANARY
-    ),
-    # Plain pipelining: both answered, in order, and a body that looks like
-    # a request is a body.
-    "pipelined-requests": SETTINGS + b"\r\n" + SETTINGS + b"\r\n",
-    "pipelined-after-a-body": _post(b"Content-Length: %d\r\n" % len(CANARY), CANARY)
-    + SETTINGS
-    + b"\r\n",
+    **_BY_PATH["stats"],
+    **{
+        f"{name}-to-notify": case
+        for name, case in _BY_PATH["notify"].items()
+        if case != _BY_PATH["stats"][name]
+    },
 }
 
 
@@ -164,10 +189,14 @@ def test_the_canary_is_an_unknown_endpoint(server):
     assert _answers(server.port, CANARY) == [CANARY_STATUS]
 
 
-def test_a_post_of_the_cases_reads_its_body_and_keeps_the_connection(server):
+@pytest.mark.parametrize("path", sorted(POST_PATHS))
+def test_a_post_of_the_cases_reads_its_body_and_keeps_the_connection(server, path):
     """What a smuggled request would hide behind: a refusal after the body is
     read, on a connection that stays open for the next request."""
-    case = _post(b"Content-Length: 9\r\n", b"user_id=1")
+    case = (
+        b"POST %s HTTP/1.1\r\nHost: a\r\nContent-Length: 9\r\n" % POST_PATHS[path]
+        + b"Content-Type: application/x-www-form-urlencoded\r\n\r\nuser_id=1"
+    )
     assert _answers(server.port, case) == [400, 200]  # "Missing 'secret' argument"
 
 
@@ -190,9 +219,15 @@ def test_the_lean_path_takes_none_of_the_ambiguous_heads(server):
     http = server.stats()["http"]
     if http["server"] != "eventq":
         pytest.skip("Tornado's HTTP server serves every connection")
-    plain = {"pipelined-requests", "pipelined-after-a-body"}
+    plain = {"pipelined-requests", "pipelined-after-a-body", "pipelined-after-a-body-to-notify"}
     for name, case in sorted(CASES.items()):
-        before = server.stats()["http"]["handed_off"]
+        before = server.stats()
         _answers(server.port, case)
-        after = server.stats()["http"]["handed_off"]
-        assert (after == before) == (name in plain), name
+        after = server.stats()
+        assert (after["http"]["handed_off"] == before["http"]["handed_off"]) == (name in plain), (
+            name
+        )
+        if name in plain:
+            # Served by eventq's connection: the notice by the lean path.
+            lean = after["notify_paths"]["lean"] - before["notify_paths"]["lean"]
+            assert lean == name.endswith("-to-notify"), name

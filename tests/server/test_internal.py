@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import urllib.parse
 
 import pytest
 import requests
@@ -206,3 +207,128 @@ def test_a_body_past_the_internal_limit_is_413_before_it_is_read(start_server, h
         "code": "REQUEST_TOO_LARGE",
     }
     assert headers["connection"] == "close"
+
+
+# -- the notify endpoint's lean path (server/handlers/internal.py, LeanNotify) --
+
+# Through our own proxy (a loopback peer forwarding a loopback caller): the
+# same caller, served by the full handler.
+PROXIED = {"X-Real-IP": "127.0.0.1"}
+
+
+def _notify_paths(server) -> dict[str, int]:
+    paths: dict[str, int] = server.stats()["notify_paths"]
+    return paths
+
+
+def _notify_both_ways(server, form: dict[str, str | bytes]) -> tuple[requests.Response, ...]:
+    """`form` posted to notify_tornado as a producer does (the lean path),
+    then through a proxy (the full handler)."""
+    url = f"{server.url}/api/internal/notify_tornado"
+    body = urllib.parse.urlencode(form).encode()
+    form_type = {"Content-Type": "application/x-www-form-urlencoded"}
+    before = _notify_paths(server)
+    lean = requests.post(url, data=body, headers=form_type, timeout=10)
+    full = requests.post(url, data=body, headers={**form_type, **PROXIED}, timeout=10)
+    after = _notify_paths(server)
+    assert (after["lean"] - before["lean"], after["full"] - before["full"]) == (1, 1)
+    return lean, full
+
+
+def _same_answer(lean: requests.Response, full: requests.Response) -> None:
+    assert lean.status_code == full.status_code
+    assert lean.reason == full.reason
+    assert lean.json() == full.json()
+    drop = {"Date"}
+    assert {k: v for k, v in lean.headers.items() if k not in drop} == {
+        k: v for k, v in full.headers.items() if k not in drop
+    }
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        pytest.param({"secret": SECRET, "data": "{}"}, id="a-bad-notice"),
+        pytest.param({"data": "{}"}, id="no-secret"),
+        pytest.param({"secret": "guess", "data": "{}"}, id="a-wrong-secret"),
+        pytest.param({"secret": SECRET}, id="no-data"),
+        pytest.param({"secret": SECRET, "data": b"\xff"}, id="not-utf-8"),
+        pytest.param({"other": "x"}, id="neither"),
+    ],
+)
+def test_a_lean_notice_is_refused_as_the_full_handler_refuses_it(server, form):
+    lean, full = _notify_both_ways(server, form)
+    assert lean.status_code >= 400
+    _same_answer(lean, full)
+
+
+def test_a_lean_notice_is_delivered_and_answered_as_the_full_handlers(server, api):
+    client = api()
+    queue_id = client.register()["queue_id"]
+    notice = json.dumps({"event": {"type": "test"}, "users": [client.user.user_id]})
+    lean, full = _notify_both_ways(server, {"secret": SECRET, "data": notice})
+    assert lean.json() == {"result": "success", "msg": "", "queues": 1}
+    _same_answer(lean, full)
+    assert client.events(queue_id, -1) == [{"type": "test", "id": 0}, {"type": "test", "id": 1}]
+
+
+def _notice_request(body: bytes, extra: bytes = b"") -> tuple[bytes, bytes]:
+    """A notify_tornado request's head and body."""
+    head = (
+        b"POST /api/internal/notify_tornado HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/x-www-form-urlencoded\r\n"
+        b"Content-Length: %d\r\n%s\r\n" % (len(body), extra)
+    )
+    return head, body
+
+
+def _read_answers(conn: socket.socket, count: int) -> list[tuple[int, bytes]]:
+    """`count` answers read from `conn`: (status, body)."""
+    data = b""
+    answers: list[tuple[int, bytes]] = []
+    while len(answers) < count:
+        while b"\r\n\r\n" in data:
+            head, _, rest = data.partition(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            if len(rest) < length:
+                break
+            answers.append((int(head.split()[1]), rest[:length]))
+            data = rest[length:]
+        if len(answers) < count:
+            chunk = conn.recv(65536)
+            assert chunk, f"closed after {len(answers)} answers"
+            data += chunk
+    return answers
+
+
+def test_pipelined_and_split_notices_are_each_delivered_once_in_order(server, api):
+    """Three notices in one write, then one whose body arrives after its
+    head, then one whose body arrives in two writes: every one answered, in
+    order, on the one connection, and delivered once."""
+    client = api()
+    queue_id = client.register()["queue_id"]
+    user_id = client.user.user_id
+
+    def body(number: int) -> bytes:
+        notice = json.dumps({"event": {"type": "test", "n": number}, "users": [user_id]})
+        return urllib.parse.urlencode({"secret": SECRET, "data": notice}).encode()
+
+    before = _notify_paths(server)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as conn:
+        conn.sendall(b"".join(b"".join(_notice_request(body(n))) for n in range(3)))
+        answers = _read_answers(conn, 3)
+        head, rest = _notice_request(body(3))
+        conn.sendall(head)
+        server.stats()  # a round trip: the server has had its turn to read that
+        conn.sendall(rest)
+        answers += _read_answers(conn, 1)
+        head, rest = _notice_request(body(4))
+        conn.sendall(head + rest[:10])
+        server.stats()  # a round trip: the server has had its turn to read that
+        conn.sendall(rest[10:])
+        answers += _read_answers(conn, 1)
+    assert [status for status, _ in answers] == [200] * 5
+    assert all(json.loads(answer)["queues"] == 1 for _, answer in answers)
+    assert _notify_paths(server)["lean"] - before["lean"] == 5
+    events = client.events(queue_id, -1)
+    assert [event["n"] for event in events] == [0, 1, 2, 3, 4]
