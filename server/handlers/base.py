@@ -3,6 +3,7 @@ authentication, and the server's count of requests in progress."""
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 import logging
@@ -31,7 +32,7 @@ from server.http.forward import (
     accel_redirect,
     forward,
 )
-from server.http.params import Params
+from server.http.params import Params, form_fields
 from server.http.responses import success_body
 from server.http.sessions import CSRF_HEADER, USER_HEADER, check_csrf, cookie_names
 from server.interface import HandlerApi
@@ -78,6 +79,13 @@ def is_internal(address: str, shard_map: ShardMap | None) -> bool:
     sharding config's internal networks."""
     if shard_map is not None:
         return shard_map.is_internal(address)
+    return _is_loopback(address)
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_loopback(address: str) -> bool:
+    # Remembered: a producer posts a notice per event from the same address,
+    # and reading an address costs more than the rest of the check.
     try:
         return ipaddress.ip_address(address).is_loopback
     except ValueError:
@@ -157,11 +165,18 @@ def request_params(
                 "UNSUPPORTED_MEDIA_TYPE",
                 415,
             )
-        body_args: dict[str, list[bytes]] = {}
-        try:
-            tornado.httputil.parse_body_arguments(content_type, body, body_args, {}, headers)
-        except tornado.httputil.HTTPInputError as exc:
-            raise ApiError(f"Malformed request body: {exc}") from None
+        body_args = (
+            form_fields(body)
+            if content_type.startswith(_FORM_TYPES[0])
+            and (headers is None or "Content-Encoding" not in headers)
+            else None
+        )
+        if body_args is None:
+            body_args = {}
+            try:
+                tornado.httputil.parse_body_arguments(content_type, body, body_args, {}, headers)
+            except tornado.httputil.HTTPInputError as exc:
+                raise ApiError(f"Malformed request body: {exc}") from None
         for name, values in body_args.items():
             raw.setdefault(name, []).extend(values)
     return Params(raw)

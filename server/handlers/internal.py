@@ -23,6 +23,8 @@ from generation.notice import parse_notice
 from server.errors import ApiError, missing_argument
 from server.handlers.base import (
     BaseHandler,
+    access_level,
+    access_log,
     internal_log,
     log_access,
     request_params,
@@ -139,7 +141,10 @@ class LeanNotify(tornado.httputil.HTTPMessageDelegate):
         date = http_date(self.started) if status == 200 else http_date()
         write_answer(self.conn, status, body, extra, date, any_origin=False)
         self.server.request_finished()
-        log_access(status, "POST", NOTIFY_PATH, remote_ip(self.conn), time.time() - self.started)
+        # Its arguments cost more than the check (answers are logged at DEBUG).
+        if access_log.isEnabledFor(access_level(status)):
+            secs = time.time() - self.started
+            log_access(status, "POST", NOTIFY_PATH, remote_ip(self.conn), secs)
 
 
 class StatsHandler(InternalHandler):
