@@ -38,12 +38,14 @@ SECRET = "test-shared-secret"
 API_KEY_SECRET = "test-api-key-secret"
 
 
-def rabbitmqctl(*args: str) -> None:
-    """Run rabbitmqctl (it needs root's Erlang cookie: through sudo otherwise)."""
+def rabbitmqctl(*args: str) -> str:
+    """Run rabbitmqctl (it needs root's Erlang cookie: through sudo
+    otherwise); what it printed."""
     command = ["rabbitmqctl", "--quiet", *args]
     if os.geteuid() != 0 and shutil.which("sudo"):
         command = ["sudo", "-n", *command]
-    subprocess.run(command, check=True, capture_output=True, timeout=60)
+    done = subprocess.run(command, check=True, capture_output=True, timeout=60)
+    return done.stdout.decode()
 
 
 def external_address() -> str | None:

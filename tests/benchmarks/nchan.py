@@ -647,7 +647,9 @@ class NchanStreamClient(asyncio.Protocol):
             self.transport.close()
 
 
-PublishParts = Callable[[int], Sequence[tuple[Sequence[int], bytes]]]
+# The parts of notice `seq` to the given users (None: every user): each
+# body and the users it goes to.
+PublishParts = Callable[[int, Sequence[int] | None], Sequence[tuple[Sequence[int], bytes]]]
 
 
 class NchanPublisher:
@@ -662,12 +664,12 @@ class NchanPublisher:
             f"Content-Type: application/json\r\nX-Bench-Secret: {secret}\r\nContent-Length: "
         ).encode()
 
-    def send(self, seq: int) -> asyncio.Future[int]:
-        """Write the notice `seq` now; the future gives how many subscribers
-        nchan says it reached."""
+    def send(self, seq: int, users: Sequence[int] | None = None) -> asyncio.Future[int]:
+        """Write the notice `seq` to `users` (None: every user) now; the
+        future gives how many subscribers nchan says it reached."""
         answers = []
-        for users, body in self.parts(seq):
-            path = ("/pub/" + ",".join(channel(user_id) for user_id in users)).encode()
+        for reached, body in self.parts(seq, users):
+            path = ("/pub/" + ",".join(channel(user_id) for user_id in reached)).encode()
             request = b"POST %s %s%d\r\n\r\n%s" % (path, self.head, len(body), body)
             answers.append(self.connection.send(request))
         return asyncio.ensure_future(self._reached(answers))
@@ -691,6 +693,8 @@ class NchanPeer:
     methods as fanout.py's eventq subject (see its `Subject`)."""
 
     name = "nchan"
+    # Its small events come through its publisher location only.
+    small_sources = ("endpoint",)
 
     def __init__(
         self,
@@ -793,6 +797,9 @@ class NchanPeer:
     async def publisher(self) -> NchanPublisher:
         connection: RequestConnection = await self._connect(RequestConnection)
         return NchanPublisher(connection, self.parts, self.nginx.secret)
+
+    async def amqp_publisher(self) -> NchanPublisher:
+        raise PeerError("nchan has no broker: its notices come through its publisher location")
 
     def close_all(self) -> None:
         for client in self.clients:

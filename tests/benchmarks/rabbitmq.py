@@ -86,6 +86,7 @@ from typing import Any
 
 import pika
 import psycopg
+from broker import BrokerError, Vhost, broker_pid, process_cpu_secs
 
 # Shared with the fan-out benchmark: the world (database, server process) and
 # the load generator (raw asyncio long-poll clients).
@@ -118,61 +119,6 @@ DEFAULT_AMQP_BASE = "amqp://guest:guest@127.0.0.1:5672"
 # walks every queue (QueueRegistry.held): about 1 ms of the server's CPU with
 # 1,000 queues, so polling costs the drain a few percent.
 STATS_POLL_SECS = 0.05
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def rabbitmqctl(*args: str) -> None:
-    """rabbitmqctl needs root's Erlang cookie: through sudo otherwise (as the tests do)."""
-    command = ["rabbitmqctl", "--quiet", *args]
-    if os.geteuid() != 0 and shutil.which("sudo"):
-        command = ["sudo", "-n", *command]
-    try:
-        subprocess.run(command, check=True, capture_output=True, timeout=120)
-    except FileNotFoundError:
-        raise BenchError("rabbitmqctl is not on PATH (it creates the benchmark's vhost)") from None
-    except subprocess.CalledProcessError as exc:
-        detail = (exc.stderr or exc.stdout or b"").decode(errors="replace").strip()
-        raise BenchError(f"rabbitmqctl {' '.join(args)} failed: {detail[-500:]}") from None
-
-
-class Vhost:
-    """A RabbitMQ vhost of this run's own; `delete` removes it and its queues."""
-
-    def __init__(self, base_url: str):
-        self.name = f"eventq_bench_{secrets.token_hex(4)}"
-        self.url = f"{base_url.rstrip('/')}/{self.name}"
-        self.created = False
-
-    def create(self) -> None:
-        rabbitmqctl("add_vhost", self.name)
-        self.created = True
-        rabbitmqctl("set_permissions", "-p", self.name, "guest", ".*", ".*", ".*")
-
-    def delete(self) -> None:
-        if self.created:
-            rabbitmqctl("delete_vhost", self.name)
-            self.created = False
-
-
-def broker_pid() -> int | None:
-    """The RabbitMQ node on this machine (the Erlang VM, beam.smp), for its CPU."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if (entry / "comm").read_text().strip() == "beam.smp":
-                    return int(entry.name)
-    return None
-
-
-def process_cpu_secs(pid: int | None) -> float | None:
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 class QueueProbe:
@@ -1308,7 +1254,7 @@ def remove_scratch(database: Database, vhost: Vhost, workdir: Path, *, keep: boo
         log(f"could not drop database {database.name}: {exc}")
     try:
         vhost.delete()
-    except BenchError as exc:
+    except BrokerError as exc:
         log(f"could not delete vhost {vhost.name}: {exc}")
     shutil.rmtree(workdir, ignore_errors=True)
 
@@ -1389,7 +1335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with asyncio.Runner(loop_factory=new_loop) as runner:
             runner.run(run(args, server, users, realm_id, vhost.url, results))
         status = 0
-    except BenchError as exc:
+    except (BenchError, BrokerError) as exc:
         log(f"FAILED: {exc}")
     except KeyboardInterrupt:
         log("interrupted")
