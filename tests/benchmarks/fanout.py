@@ -1344,7 +1344,9 @@ class EventqSubject(Bench):
         # The vhost the server consumes, for `amqp_publisher`.
         self.amqp_url = amqp_url
         # Where its small events come from (`measure_small_events`).
-        self.small_sources = [s for s in args.small_sources if s != "rabbitmq" or amqp_url]
+        self.small_sources = [
+            s for s in getattr(args, "small_sources", ()) if s != "rabbitmq" or amqp_url
+        ]
 
     def user_for(self, index: int) -> User:
         return self.users[index % len(self.users)]
