@@ -100,7 +100,7 @@ import nchan  # beside this script
 import orjson
 import pika
 import psycopg
-from broker import BrokerError, Vhost  # beside this script
+from broker import BrokerError, Vhost, broker_pid, process_cpu_secs  # beside this script
 from psycopg import conninfo
 
 from generation.accounts import HASH_HMAC, api_key_id, hash_api_key, new_api_key
@@ -1755,9 +1755,16 @@ async def measure_small_events(
     def targets(seq: int) -> Sequence[int] | None:
         return None if seq % SMALL_TO_ALL == 0 else (one,)
 
+    broker_cpu = None
     if source == "rabbitmq":
         publishers = [await subject.amqp_publisher()]
         pipeline = args.amqp_window
+        pid = broker_pid()
+        if pid is not None:
+
+            def broker_cpu() -> float:
+                return process_cpu_secs(pid) or 0.0
+
     else:
         publishers = [await subject.publisher() for _ in range(args.injectors)]
         pipeline = args.pipeline
@@ -1774,6 +1781,7 @@ async def measure_small_events(
         targets=targets,
         user_of=user_of,
         backlog=SMALL_BACKLOG_READS,
+        broker_cpu=broker_cpu,
         spy=spy,
         spy_output=args.py_spy,
     )
@@ -1789,6 +1797,7 @@ async def drive(
     targets: Callable[[int], Sequence[int] | None] | None = None,
     user_of: Callable[[Client], int] | None = None,
     backlog: int | None = None,
+    broker_cpu: Callable[[], float] | None = None,
     spy: Callable[[], subprocess.Popen[bytes]] | None = None,
     spy_output: Path | None = None,
 ) -> dict[str, Any]:
@@ -1797,7 +1806,8 @@ async def drive(
     client's user), while the clients have fewer than `backlog` reads
     still to make; then every client is waited for until it has read every
     notice for it. Events read by clients per second inside the window, the
-    server's CPU per event, latency; the delivery check. `spy` starts py-spy
+    server's CPU per event (and the broker's, from `broker_cpu`), latency;
+    the delivery check. `spy` starts py-spy
     on the server for the window, recording into `spy_output`; its summary
     is in "profile_top"."""
     published: list[int] = []
@@ -1834,6 +1844,7 @@ async def drive(
     profiler = spy() if spy is not None else None
     events0, responses0 = recorder.events, subject.responses
     cpu0, own0, started = subject.cpu_secs(), own_cpu_secs(), time.monotonic()
+    broker0 = broker_cpu() if broker_cpu is not None else 0.0
     recorder.samples = []
     tasks = [asyncio.create_task(pump(publisher)) for publisher in publishers]
     try:
@@ -1846,6 +1857,7 @@ async def drive(
                     raise BenchError(f"{subject.name}: a publisher stopped early")
             await asyncio.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
         cpu1, own1, ended = subject.cpu_secs(), own_cpu_secs(), time.monotonic()
+        broker = broker_cpu() - broker0 if broker_cpu is not None else None
         events = recorder.events - events0
         responses = subject.responses - responses0
         running = False
@@ -1903,6 +1915,7 @@ async def drive(
         "server_cpu_per_event_us": round(server_cpu / events * 1e6, 2) if events else None,
         "generator_cpu_share": round(own_cpu / elapsed, 3),
         "generator_cpu_per_event_us": round(own_cpu / events * 1e6, 2) if events else None,
+        "broker_cpu_share": None if broker is None else round(broker / elapsed, 3),
         "latency_ms": {
             "p50": round(percentile(samples, 0.5) * 1000, 2),
             "p99": round(percentile(samples, 0.99) * 1000, 2),
@@ -2449,6 +2462,8 @@ def render(results: dict[str, Any]) -> str:
                 f" latency p50 {latency['p50']:.1f} / p99 {latency['p99']:.1f} ms;"
                 f" {_fmt(window['events_per_response'], '', 2)} events per response\n"
             )
+            if window.get("broker_cpu_share") is not None:
+                out.write(f"    RabbitMQ's CPU share of a core: {window['broker_cpu_share']:.0%}\n")
             if window["generator_cpu_share"] > 0.9:
                 out.write("  WARNING: the load generator was saturated\n")
         lag = server.get("loop_lag_largest_fanout")
