@@ -345,6 +345,11 @@ class EventServer:
             "loop_lag": self.loop_lag.percentiles(),
             "poll_paths": dict(self.poll_paths),
             "notify_paths": dict(self.notify_paths),
+            "queue_gc": {
+                "sweeps": self.upkeep.gc_sweeps,
+                "last_ms": round(self.upkeep.gc_last_secs * 1000, 3),
+                "max_ms": round(self.upkeep.gc_max_secs * 1000, 3),
+            },
             "http": self.listener.stats(),
             "stream": self.eventlog.stats(),
             "checkpoint": self.saved.last_checkpoint,

@@ -83,6 +83,11 @@ class Upkeep:
         self.stopping = stopping
         self.notification_figures = notification_figures
         self._timers: list[PeriodicCallback] = []
+        # The idle-queue collector's sweeps: how many, the last one's and the
+        # longest one's duration (seconds), for the stats.
+        self.gc_sweeps = 0
+        self.gc_last_secs = 0.0
+        self.gc_max_secs = 0.0
         self._floor_said: tuple[int, float] = (-1, 0.0)
         self._background_task: asyncio.Task[bool] | None = None
 
@@ -140,6 +145,9 @@ class Upkeep:
             if limiter is not None:
                 limiter.forget_idle(self.clock())
         duration = time.monotonic() - started
+        self.gc_sweeps += 1
+        self.gc_last_secs = duration
+        self.gc_max_secs = max(self.gc_max_secs, duration)
         self.observers.gc_ran(len(collected), duration)
         if collected:
             log.info(

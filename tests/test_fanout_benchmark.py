@@ -43,7 +43,8 @@ def run_quick(database_url: str, transport: str = "poll") -> dict[str, Any]:
         env={"EVENTQ_DATABASE_URL": database_url},
         limit_secs=RUN_LIMIT_SECS,
         cleanup_secs=CLEANUP_SECS,
-        args=("--transport", transport),
+        # Clients from two loopback addresses, as the largest runs need.
+        args=("--transport", transport, "--source-addresses", "2"),
     )
 
 
@@ -81,6 +82,7 @@ def test_quick_mode_measures_both_servers_and_every_delivery_checks(
     config = results["config"]
     assert config["quick"]
     assert config["transport"] == transport
+    assert config["source_addresses"] == 2
 
     # Every figure, for both servers (nchan has no IO-loop lag), positive.
     figures = {row["key"]: row for row in results["figures"]}
@@ -89,7 +91,16 @@ def test_quick_mode_measures_both_servers_and_every_delivery_checks(
     # Many small events: the long poll's scenario only.
     sources = ["endpoint", "rabbitmq"] if transport == "poll" else []
     assert config["small_sources"] == sources
-    assert len(expected) == 4 * len(config["fanout_sizes"]) + 4 + 2 * len(sources)
+    assert len(expected) == 4 * len(config["fanout_sizes"]) + 6 + 2 * len(sources)
+    # The collectors' pauses, eventq's only: the idle-queue GC sweeps every
+    # second in a quick run (every 60 s in a full one), so some ran; a full
+    # Python collection may not have.
+    gc = results["servers"]["eventq"]["gc"]
+    assert gc["queue_gc_sweeps"] >= 5
+    assert figures.pop("queue_gc_max_ms")["eventq"] == gc["queue_gc_max_ms"] >= 0
+    python_full = figures.pop("python_full_gc_max_ms")
+    assert python_full["nchan"] is None
+    assert (python_full["eventq"] is None) == (gc["python_full_gc_count"] == 0)
     for key, row in figures.items():
         assert row["eventq"] is not None, key
         assert row["eventq"] > 0, row
@@ -119,8 +130,11 @@ def test_quick_mode_measures_both_servers_and_every_delivery_checks(
         )
 
     # The bars say met or MISSED from those ratios.
-    assert len(results["bars"]) == 2 * len(config["fanout_sizes"]) + 3 + len(sources)
+    assert len(results["bars"]) == 2 * len(config["fanout_sizes"]) + 4 + len(sources)
     for bar in results["bars"]:
+        if bar["value"] is None:  # a collector that never ran
+            assert bar["text"].endswith(": not measured"), bar
+            continue
         assert bar["met"] == (bar["value"] <= bar["limit"]), bar
         assert bar["text"].startswith("bar: ")
         assert (": met" in bar["text"]) == bar["met"], bar
@@ -180,6 +194,7 @@ def test_bars_are_met_or_missed_by_the_ratios(fanout, transport):
         {**row("small_rabbitmq_events_per_sec", 2.1), "ratio_of": "nchan/eventq"},
         row("loop_lag_p99_ms", None, eventq=51.0),
         row("memory_per_idle_client_kb", 0.9),
+        row("queue_gc_max_ms", None, eventq=3.0),
     ]
     # Issue 36's bars: stricter for Server-Sent Events than for long polls.
     if transport == "poll":
@@ -209,6 +224,7 @@ def test_bars_are_met_or_missed_by_the_ratios(fanout, transport):
         " eventq >= 0.5 of nchan's: nchan/eventq 2.10x <= 2x: MISSED",
         "bar: IO-loop lag p99 during the fan-out to 5,000: 51.0 ms <= 50 ms: MISSED",
         "bar: memory per idle parked client: eventq/nchan 0.90x <= 1x: met",
+        "bar: longest idle-queue GC sweep: 3.0 ms <= 50 ms: met",
     ]
 
 

@@ -129,6 +129,7 @@ BARS = {
 SMALL_EVENTS_BAR = 2.0  # with many small events, delivered events/s >= 1/2 of nchan's
 LOOP_LAG_BAR_MS = 50.0  # eventq's IO-loop lag p99 during the largest fan-out
 MEMORY_BAR = 1.0  # memory per idle parked client <= nchan's
+GC_SWEEP_BAR_MS = 50.0  # eventq's longest idle-queue GC sweep
 # How each source of small events is named in the figures.
 SMALL_SOURCES = {
     "endpoint": "through the internal endpoint",
@@ -789,6 +790,8 @@ class Bench:
         # Long polls, or event streams (--transport sse).
         transport = getattr(args, "transport", "poll")
         self.client_class: type[PollClient] = StreamClient if transport == "sse" else PollClient
+        # Client i connects from nchan.source_address(i, source_addresses).
+        self.source_addresses: int = getattr(args, "source_addresses", 1)
         self.clients: list[PollClient] = []
         self._closing: set[int] = set()
         self.controls: dict[int, RequestConnection] = {}
@@ -926,6 +929,7 @@ class Bench:
                 lambda: self.client_class(self, index, user.authorization, member),
                 HOST,
                 self.server.members[member].port,
+                local_addr=(nchan.source_address(index, self.source_addresses), 0),
             ),
             15,
         )
@@ -1142,6 +1146,11 @@ class Subject(Protocol):
     def rss_kb(self) -> int: ...
 
     async def loop_lag(self) -> dict[str, float] | None: ...
+
+    async def gc_pauses(self) -> dict[str, Any] | None:
+        """The longest idle-queue GC sweep and Python full collection over
+        the run (eventq's; nchan has neither)."""
+        ...
 
     def problems(self) -> dict[str, Any]:
         """Error responses, lost connections and such, over the run."""
@@ -1378,6 +1387,18 @@ class EventqSubject(Bench):
     async def loop_lag(self) -> dict[str, float]:
         lag: dict[str, float] = (await self.stats())["loop_lag"]
         return lag
+
+    async def gc_pauses(self) -> dict[str, Any]:
+        stats = await self.stats()
+        sweeps = stats["queue_gc"]
+        python = stats["python_gc"]["pauses"]
+        full = python["count"][-1]  # the oldest generation: a full collection
+        return {
+            "queue_gc_sweeps": sweeps["sweeps"],
+            "queue_gc_max_ms": sweeps["max_ms"] if sweeps["sweeps"] else None,
+            "python_full_gc_count": full,
+            "python_full_gc_max_ms": python["max_ms"][-1] if full else None,
+        }
 
     def problems(self) -> dict[str, Any]:
         found: dict[str, Any] = {
@@ -2001,6 +2022,9 @@ async def run_subject(
                 f"  {measured['events_per_sec']:,.0f} events/s,"
                 f" server {measured['server_cpu_per_event_us']} us CPU per event"
             )
+        gc_pauses = await subject.gc_pauses()
+        if gc_pauses is not None:
+            into["gc"] = gc_pauses
     finally:
         into["problems"] = subject.problems()
         subject.close_all()
@@ -2227,6 +2251,23 @@ def figures_of(config: dict[str, Any]) -> list[Figure]:
             ("loop_lag_largest_fanout", "p99_ms"),
             peer=False,
         ),
+        # Measured only when one ran (every 60 s; a full collection rarely).
+        Figure(
+            "queue_gc_max_ms",
+            "longest idle-queue GC sweep over the run",
+            " ms",
+            2,
+            ("gc", "queue_gc_max_ms"),
+            peer=False,
+        ),
+        Figure(
+            "python_full_gc_max_ms",
+            "longest Python full GC collection over the run",
+            " ms",
+            1,
+            ("gc", "python_full_gc_max_ms"),
+            peer=False,
+        ),
     ]
     return rows
 
@@ -2304,6 +2345,7 @@ def bars(config: dict[str, Any], compared: list[dict[str, Any]]) -> list[dict[st
             LOOP_LAG_BAR_MS,
         ),
         ("memory per idle parked client", "memory_per_idle_client_kb", "ratio", MEMORY_BAR),
+        ("longest idle-queue GC sweep", "queue_gc_max_ms", "value", GC_SWEEP_BAR_MS),
     ]
     out = []
     for text, key, kind, limit in wanted:
@@ -2584,6 +2626,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--pipeline", type=int, default=2, help="notices in flight on each")
     parser.add_argument("--batch", type=int, default=500, help="connections opened at once")
     parser.add_argument(
+        "--source-addresses",
+        type=int,
+        default=1,
+        metavar="K",
+        help="clients connect from 127.0.0.1..127.0.0.K (over some 25,000 clients: one"
+        " address has too few ephemeral ports)",
+    )
+    parser.add_argument(
         "--small-clients",
         type=int,
         default=100,
@@ -2680,6 +2730,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--small-clients must be 2..--users (one user each)")
     if args.amqp_window < 1:
         parser.error("--amqp-window must be positive")
+    if not 1 <= args.source_addresses <= 254:
+        parser.error("--source-addresses must be 1..254")
     return args
 
 
@@ -2697,8 +2749,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"FAILED: {exc}")
         return 2
     fd_limit = raise_fd_limit()
-    if max(args.clients, *args.fanout_sizes) + 200 > fd_limit:
-        log(f"warning: fd limit {fd_limit} is below the clients + 200")
+    needed = max(args.clients, *args.fanout_sizes) + 200
+    if needed > fd_limit:
+        # This process holds a socket per client, and each server one too.
+        log(
+            f"FAILED: {needed:,} file descriptors needed (the clients + 200); a process here may"
+            f" open {fd_limit:,} (RLIMIT_NOFILE's hard limit: `ulimit -Hn`, raised by root"
+            " with CAP_SYS_RESOURCE, or in /etc/security/limits.conf)"
+        )
+        return 2
     new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     loop_name = "asyncio"
     if not args.no_uvloop:
@@ -2737,6 +2796,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "small_sources": args.small_sources,
             "amqp_window": args.amqp_window,
             "py_spy_on": args.py_spy_on,
+            "source_addresses": args.source_addresses,
             "cpus": os.cpu_count(),
             "generator_loop": loop_name,
             "shards": args.shards,
@@ -2775,6 +2835,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ),
                 args.batch,
                 args.transport,
+                args.source_addresses,
             )
             try:
                 runner.run(
@@ -2784,6 +2845,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 results["servers"]["nchan"]["warnings"] = nginx.warnings()
                 nginx.stop()
             env = eventq_env(workdir, args.http_server)
+            if args.quick:  # its sweeps measured in a short run too
+                env["EVENTQ_GC_INTERVAL_SECS"] = "1"
             if "rabbitmq" in args.small_sources:
                 vhost = Vhost(args.amqp_base)
                 log(f"RabbitMQ vhost {vhost.name}: creating (eventq consumes its notify queue)")

@@ -135,6 +135,13 @@ def process_cpu_secs(pid: int) -> float:
     return total / 1e9
 
 
+def source_address(index: int, count: int) -> str:
+    """The loopback address client `index` connects from, of `count`: a
+    source address has some 28,000 ephemeral ports towards one server port,
+    fewer than the clients of the largest runs."""
+    return f"127.0.0.{1 + index % count}"
+
+
 def channel(user_id: int) -> str:
     return f"{CHANNEL_PREFIX}{user_id}"
 
@@ -704,8 +711,11 @@ class NchanPeer:
         parts: PublishParts,
         batch: int = 500,
         transport: str = "poll",
+        source_addresses: int = 1,
     ):
         self.nginx = nginx
+        # Client i connects from source_address(i, source_addresses).
+        self.source_addresses = source_addresses
         # "poll": NchanClient's long polls; "sse": NchanStreamClient.
         self.client_class = NchanStreamClient if transport == "sse" else NchanClient
         self.users = users  # (user id, Authorization value); client i is user i % len
@@ -741,10 +751,11 @@ class NchanPeer:
             found["last_error"] = self.last_error
         return found
 
-    async def _connect(self, factory: Callable[[], asyncio.Protocol]) -> Any:
+    async def _connect(self, factory: Callable[[], asyncio.Protocol], index: int = 0) -> Any:
         loop = asyncio.get_running_loop()
+        local = (source_address(index, self.source_addresses), 0)
         _, protocol = await asyncio.wait_for(
-            loop.create_connection(factory, HOST, self.nginx.port), 15
+            loop.create_connection(factory, HOST, self.nginx.port, local_addr=local), 15
         )
         return protocol
 
@@ -782,7 +793,7 @@ class NchanPeer:
                 self._next_index += 1
                 user_id, authorization = self.users[index % len(self.users)]
                 factory = functools.partial(self.client_class, self, index, user_id, authorization)
-                made.append(self._connect(factory))
+                made.append(self._connect(factory, index))
             self.clients.extend(await asyncio.gather(*made))
             await self.wait_parked(len(self.clients))
 
@@ -797,6 +808,9 @@ class NchanPeer:
     async def publisher(self) -> NchanPublisher:
         connection: RequestConnection = await self._connect(RequestConnection)
         return NchanPublisher(connection, self.parts, self.nginx.secret)
+
+    async def gc_pauses(self) -> None:
+        return None  # nginx has no garbage collector
 
     async def amqp_publisher(self) -> NchanPublisher:
         raise PeerError("nchan has no broker: its notices come through its publisher location")

@@ -70,6 +70,11 @@ def test_idle_queues_are_collected_and_then_unknown(start_server, world):
     assert response.json()["code"] == "BAD_EVENT_QUEUE_ID"
     assert "reason" not in response.json()
     assert "collected 1 idle queues" in server.settled_log()
+    # The stats tell the sweeps and how long they took.
+    sweeps = server.stats()["queue_gc"]
+    assert sweeps["sweeps"] >= 1
+    assert sweeps["max_ms"] >= sweeps["last_ms"] >= 0
+    wait_for(lambda: server.stats()["queue_gc"]["sweeps"] > sweeps["sweeps"], what="another sweep")
     client.close()
 
 
