@@ -921,19 +921,17 @@ class Bench:
     # -- connections ----------------------------------------------------------
 
     async def _connect(self, index: int) -> PollClient:
-        loop = asyncio.get_running_loop()
         user = self.user_for(index)
         member = self.server.member_of(user.user_id)
-        _, protocol = await asyncio.wait_for(
-            loop.create_connection(
+        protocol = await asyncio.wait_for(
+            nchan.connect_from(
                 lambda: self.client_class(self, index, user.authorization, member),
-                HOST,
                 self.server.members[member].port,
-                local_addr=(nchan.source_address(index, self.source_addresses), 0),
+                nchan.source_address(index, self.source_addresses),
             ),
             15,
         )
-        return protocol
+        return cast(PollClient, protocol)
 
     async def ramp_to(self, target: int) -> str | None:
         """Connect clients in batches until `target` are parked. Returns None,

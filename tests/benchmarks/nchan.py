@@ -142,6 +142,33 @@ def source_address(index: int, count: int) -> str:
     return f"127.0.0.{1 + index % count}"
 
 
+# Linux's IP_BIND_ADDRESS_NO_PORT (not in Python's socket module): a socket
+# bound to an address takes its port when it connects, as an unbound one
+# does, so that ports are shared among destinations (a port bound first is
+# the source address's for every destination: the run's 20,000 clients of
+# one server, then of the other, would not fit in the ephemeral range).
+IP_BIND_ADDRESS_NO_PORT = 24
+
+
+async def connect_from(
+    factory: Callable[[], asyncio.Protocol], port: int, source: str
+) -> asyncio.Protocol:
+    """A connection to HOST:`port` from the loopback address `source`."""
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        if source != HOST:
+            sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
+            sock.bind((source, 0))
+        await loop.sock_connect(sock, (HOST, port))
+        _, protocol = await loop.create_connection(factory, sock=sock)
+    except BaseException:
+        sock.close()
+        raise
+    return protocol
+
+
 def channel(user_id: int) -> str:
     return f"{CHANNEL_PREFIX}{user_id}"
 
@@ -752,12 +779,8 @@ class NchanPeer:
         return found
 
     async def _connect(self, factory: Callable[[], asyncio.Protocol], index: int = 0) -> Any:
-        loop = asyncio.get_running_loop()
-        local = (source_address(index, self.source_addresses), 0)
-        _, protocol = await asyncio.wait_for(
-            loop.create_connection(factory, HOST, self.nginx.port, local_addr=local), 15
-        )
-        return protocol
+        source = source_address(index, self.source_addresses)
+        return await asyncio.wait_for(connect_from(factory, self.nginx.port, source), 15)
 
     async def parked(self) -> int:
         """Subscribers nchan holds (its stub status)."""
