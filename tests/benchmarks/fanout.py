@@ -2582,6 +2582,9 @@ def eventq_env(workdir: Path, http_server: str | None = None) -> dict[str, str]:
         "EVENTQ_LOG_DIR": str(log_dir),
         "EVENTQ_RATE_LIMIT_REQUESTS": str(RATE_LIMIT),
         "EVENTQ_AUTH_FAILURE_LIMIT": "50",  # production's
+        # The idle-queue GC sweeps every 10 s (production: 60 s), so that a
+        # run sees some: a sweep costs what it collects, whatever the interval.
+        "EVENTQ_GC_INTERVAL_SECS": "10",
     }
     if http_server is not None:
         env["EVENTQ_HTTP_SERVER"] = http_server
