@@ -5,6 +5,7 @@ the browser's pages and static files (server/handlers/pages.py)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping
+from typing import TypeGuard
 
 import tornado.escape
 import tornado.http1connection
@@ -140,6 +141,23 @@ class Dispatcher(tornado.httputil.HTTPServerConnectionDelegate):
             return self.lean_notify(start_line, fields, conn)
         return None
 
+    def _plain(
+        self,
+        conn: tornado.httputil.HTTPConnection,
+        start_line: tornado.httputil.RequestStartLine,
+        fields: Mapping[str, str],
+    ) -> TypeGuard[Exchange | tornado.http1connection.HTTP1Connection]:
+        """What both lean paths ask of a request: HTTP/1.1 on a connection
+        they can answer, a plain Host, and a server not shutting down."""
+        host = fields.get("host")
+        return (
+            not self.server.stopping
+            and start_line.version == "HTTP/1.1"
+            and isinstance(conn, (Exchange, tornado.http1connection.HTTP1Connection))
+            and host is not None
+            and PLAIN_HOST.fullmatch(host) is not None
+        )
+
     def lean_notify(
         self,
         start_line: tornado.httputil.RequestStartLine,
@@ -150,20 +168,13 @@ class Dispatcher(tornado.httputil.HTTPServerConnectionDelegate):
         within the internal limit, by a caller of this machine (or the
         internal networks) with no proxy between; else None."""
         server = self.server
-        if (
-            server.stopping
-            or start_line.version != "HTTP/1.1"
-            or not isinstance(conn, (Exchange, tornado.http1connection.HTTP1Connection))
-        ):
+        if not self._plain(conn, start_line, fields):
             return None
-        host = fields.get("host")
         length = fields.get("content-length")
         if (
-            host is None
-            or length is None
+            length is None
             or not length.isdigit()
             or int(length) > server.settings.max_internal_request_bytes
-            or not PLAIN_HOST.fullmatch(host)
             or not fields.get("content-type", "").startswith(_FORM)
             or not _NOT_LEAN_NOTIFY.isdisjoint(fields)
         ):
@@ -183,21 +194,14 @@ class Dispatcher(tornado.httputil.HTTPServerConnectionDelegate):
         """A `LeanPoll` for a poll of an existing queue by a user whose
         credentials are cached, of this shard, without a body; else None.
         `fields`: the request's headers by lower-case name."""
-        if start_line.method != "GET" or not isinstance(
-            conn, (Exchange, tornado.http1connection.HTTP1Connection)
-        ):
-            return None
         path, _, query = start_line.path.partition("?")
         api = _POLL_PATHS.get(path)
-        server = self.server
-        if api is None or server.stopping or start_line.version != "HTTP/1.1":
+        if start_line.method != "GET" or api is None or not self._plain(conn, start_line, fields):
             return None
-        host = fields.get("host")
+        server = self.server
         authorization = fields.get("authorization")
         if (
-            host is None
-            or authorization is None
-            or not PLAIN_HOST.fullmatch(host)
+            authorization is None
             or query.count("&") > _MAX_QUERY_SEPARATORS
             or "content-length" in fields
             or "transfer-encoding" in fields
