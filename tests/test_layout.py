@@ -234,11 +234,11 @@ def test_the_rooms_test_finds_an_import_up_the_rooms(tmp_path):
 # (docs/architecture.md), unless it says here why not.
 MAX_MODULE_LINES = 650
 LONGER_BY_DESIGN = {
-    # HTTP1Protocol is one connection's state machine (about 400 lines):
-    # cutting the head, framing the answer and handing the connection to
-    # Tornado share one buffer and its state; apart, each would reach into
-    # the other's.
-    "server/http/http1.py": 800,
+    # HTTP1Protocol is one connection's state machine (about 420 lines):
+    # cutting the head, handing a body to its delegate, framing the answer
+    # and handing the connection to Tornado share one buffer and its state;
+    # apart, each would reach into the other's.
+    "server/http/http1.py": 830,
 }
 
 
