@@ -173,10 +173,12 @@ class Dispatcher(tornado.httputil.HTTPServerConnectionDelegate):
         length = fields.get("content-length")
         if (
             length is None
-            or not length.isdigit()
-            or int(length) > server.settings.max_internal_request_bytes
-            or not fields.get("content-type", "").startswith(_FORM)
             or not _NOT_LEAN_NOTIFY.isdisjoint(fields)
+            or not fields.get("content-type", "").startswith(_FORM)
+            # ASCII digits only ("²" is a digit to str.isdigit), as many as
+            # the full handler takes: anything else is its 400.
+            or not (length.isascii() and length.isdigit() and len(length) <= 18)
+            or int(length) > server.settings.max_internal_request_bytes
         ):
             return None
         context = getattr(conn, "context", None)

@@ -93,20 +93,24 @@ class LeanNotify(tornado.httputil.HTTPMessageDelegate):
     head and hands every other request to `NotifyHandler`, which answers
     the same way."""
 
-    __slots__ = ("chunks", "conn", "server", "started")
+    __slots__ = ("chunks", "conn", "counted", "server", "started")
 
     def __init__(self, server: InternalApi, conn: Connection):
         self.server = server
         self.conn = conn
         self.chunks: list[bytes] = []
         self.started = time.time()
+        # In flight from its head on, as the full handler's `prepare` counts
+        # it: a shutdown waits for a notice whose body is still coming
+        # before it saves the queues.
+        server.request_started()
+        self.counted = True
 
     def data_received(self, chunk: bytes) -> None:
         self.chunks.append(chunk)  # the Dispatcher took its length: within the limit
 
     def finish(self) -> None:
         server = self.server
-        server.request_started()
         server.notify_paths["lean"] += 1
         try:
             chunks = self.chunks
@@ -134,13 +138,18 @@ class LeanNotify(tornado.httputil.HTTPMessageDelegate):
 
     def on_connection_close(self) -> None:
         self.chunks = []  # still reading its body: nothing was done
+        if self.counted:
+            self.counted = False
+            self.server.request_finished()
 
     def _write(self, status: int, body: bytes, extra: dict[str, str] | None) -> None:
         # As a RequestHandler's: a success carries the time its request
         # arrived, an error the time it is answered.
         date = http_date(self.started) if status == 200 else http_date()
         write_answer(self.conn, status, body, extra, date, any_origin=False)
-        self.server.request_finished()
+        if self.counted:
+            self.counted = False
+            self.server.request_finished()
         # Its arguments cost more than the check (answers are logged at DEBUG).
         if access_log.isEnabledFor(access_level(status)):
             secs = time.time() - self.started

@@ -11,7 +11,7 @@ import urllib.parse
 import pytest
 import requests
 
-from tests.support import SECRET, external_address, wait_for
+from tests.support import SECRET, external_address, raw_exchange, wait_for
 
 ACCESS_DENIED = {"result": "error", "msg": "Access denied", "code": "BAD_REQUEST"}
 # EVENTQ_MAX_INTERNAL_REQUEST_BYTES' default; a body just under it is no 413.
@@ -332,3 +332,39 @@ def test_pipelined_and_split_notices_are_each_delivered_once_in_order(server, ap
     assert _notify_paths(server)["lean"] - before["lean"] == 5
     events = client.events(queue_id, -1)
     assert [event["n"] for event in events] == [0, 1, 2, 3, 4]
+
+
+def test_a_notice_whose_body_is_coming_is_in_flight_from_its_head(server, api):
+    """As the full handler counts it: a shutdown waits for it before it saves
+    the queues. (A stats request counts itself: one in flight is none.)"""
+    client = api()
+    queue_id = client.register()["queue_id"]
+    notice = json.dumps({"event": {"type": "test"}, "users": [client.user.user_id]})
+    form = urllib.parse.urlencode({"secret": SECRET, "data": notice}).encode()
+    head, body = _notice_request(form)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as conn:
+        conn.sendall(head + body[:10])
+        wait_for(lambda: server.stats()["in_flight"] == 2, what="the notice in flight")
+        conn.sendall(body[10:])
+        assert [status for status, _ in _read_answers(conn, 1)] == [200]
+    wait_for(lambda: server.stats()["in_flight"] == 1, what="the notice answered")
+    # A notice whose client left before its body came is no longer in flight.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as conn:
+        conn.sendall(head + body[:10])
+        wait_for(lambda: server.stats()["in_flight"] == 2, what="the notice in flight")
+    wait_for(lambda: server.stats()["in_flight"] == 1, what="the notice let go")
+    assert client.events(queue_id, -1) == [{"type": "test", "id": 0}]
+
+
+@pytest.mark.parametrize("length", [b"\xb2", b"1" * 30, b"-1", b" 5x"])
+def test_a_notice_of_an_odd_content_length_gets_the_full_handlers_400(server, length):
+    """A head eventq's parser leaves to Tornado (not ASCII), or one llhttp
+    refuses: never the lean path, always an answer."""
+    head = (
+        b"POST /api/internal/notify_tornado HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/x-www-form-urlencoded\r\n"
+        b"Content-Length: %s\r\n\r\n" % length
+    )
+    status, _, body = raw_exchange(server.port, head)
+    assert status == 400
+    assert json.loads(body)["result"] == "error"
