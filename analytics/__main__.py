@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise BadArguments("--since must be before --until")
         started = time.monotonic()
         planned = job.plan(options)  # a wrong --logs fails before the JVM starts
-        spark = session.build_session(args.master)
+        spark = session.build_session(args.master, input_bytes=planned.input_bytes())
         try:
             result = job.run(spark, options, planned, Progress(sys.stderr))
         finally:

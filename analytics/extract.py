@@ -68,7 +68,9 @@ def list_partitions(logs_dir: Path) -> dict[Hour, FileSizes]:
     if not base.is_dir():
         return found
     for date_dir in sorted(base.glob("date=*")):
-        for hour_dir in sorted(date_dir.glob("hour=*")):
+        # The server's names only (logfiles.py: hour=00..23), as read_records
+        # names them again.
+        for hour_dir in sorted(date_dir.glob("hour=[0-2][0-9]")):
             files = {
                 entry.name: entry.stat().st_size
                 for entry in os.scandir(hour_dir)
@@ -111,8 +113,12 @@ def uri(path: Path) -> str:
     """`path` as a file:// URI for Spark. The job lists, renames and deletes
     files itself, so its directories are local (or a shared mount at the same
     path on every host); a plain path would be resolved against the cluster's
-    default filesystem, HDFS on most YARN clusters."""
-    return path.absolute().as_uri()
+    default filesystem, HDFS on most YARN clusters.
+
+    Not percent-encoded: Hadoop's Path takes the string as it is and encodes
+    it itself, so `%3D` would name a directory other than `date=...`, and
+    `%20` one other than a space."""
+    return f"file://{path.absolute()}"
 
 
 def read_records(
@@ -125,10 +131,15 @@ def read_records(
     default the ones the jobs use).
 
     Files are read with the declared v1 schema (never inferred), `date` as a
-    string and `hour` as an int from the directory names.
+    string and `hour` as an int from the directory names. Spark lists only
+    the directories of `hours`: an hourly run over a log of months does not
+    list the months.
     """
+    hours = sorted(set(hours))
     base = uri(logs_dir / DELIVERIES)
-    records = spark.read.schema(schema.LOG_SCHEMA).option("basePath", base).parquet(base)
+    directories = [uri(logs_dir / DELIVERIES / h.key) for h in hours]
+    reader = spark.read.schema(schema.LOG_SCHEMA).option("basePath", base)
+    records = reader.parquet(*directories) if directories else reader.parquet(base)
     return accepted_versions(select_hours(records, hours)).select(*columns)
 
 

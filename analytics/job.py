@@ -76,6 +76,14 @@ class Plan:
     selected: list[extract.Hour]
     done: dict[str, extract.FileSizes]
 
+    def todo(self) -> list[extract.Hour]:
+        """The selected hours to (re)process: new ones, or ones whose files changed."""
+        return [h for h in self.selected if self.done.get(h.key) != self.partitions[h]]
+
+    def input_bytes(self) -> int:
+        """The Parquet bytes the run will read."""
+        return sum(sum(self.partitions[h].values()) for h in self.todo())
+
 
 def plan(options: Options) -> Plan:
     """List the log and read the state, without Spark: the CLI calls it before
@@ -129,7 +137,7 @@ def run(
     planned = planned or plan(options)
     partitions, selected, done = planned.partitions, planned.selected, planned.done
     load.clear_scratch(out)
-    todo = [h for h in selected if done.get(h.key) != partitions[h]]
+    todo = planned.todo()
     scope = todo if options.incremental else None
     bound = histogram.upper_bounds(spark)
     timings = dict.fromkeys(("read and pre-aggregate", "hourly tables"), 0.0)

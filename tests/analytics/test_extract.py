@@ -50,6 +50,15 @@ def test_listing_skips_hidden_files_and_empty_hours(tmp_path):
     assert extract.list_partitions(tmp_path / "missing") == {}
 
 
+def test_read_records_from_a_directory_whose_name_needs_quoting(spark, tmp_path):
+    logs = tmp_path / "logs of a=b %20 #1"
+    for hour in (3, 4):
+        t = logdata.at(DATE, hour, 60)
+        logdata.write_partition(logs, DATE, hour, [logdata.delivery(t, 0.1, event_id=hour)])
+    frame = extract.read_records(spark, logs, [Hour(DATE, 3), Hour(DATE, 4)])
+    assert sorted(row["hour"] for row in frame.collect()) == [3, 4]
+
+
 def test_read_records_prunes_other_hours_and_versions(spark, tmp_path, capsys):
     for hour in (3, 4, 5):
         t = logdata.at(DATE, hour, 60)
