@@ -124,6 +124,15 @@ def chunks(
     return cut
 
 
+def write_overall_tables(out: Path, top: int, bound: histogram.Bound) -> None:
+    """The overall tables of `out`, from all its stored base hourly tables."""
+    merged = {name: tables.merge_parts(name, load.hourly_parts(out, name)) for name in tables.BASE}
+    for name in tables.OVERALL_BASE:
+        load.write_overall(merged[name], out, name)
+    for name, table in tables.DERIVED.items():
+        load.write_overall(table.derive(merged[table.source], top, bound), out, name)
+
+
 def run(
     spark: SparkSession,
     options: Options,
@@ -191,16 +200,12 @@ def run(
     for stage in stages.values():
         stage.commit(scope)
 
-    merged = {name: tables.merge_parts(name, load.hourly_parts(out, name)) for name in tables.BASE}
-    for name in tables.OVERALL_BASE:
-        load.write_overall(merged[name], out, name)
-    for name, table in tables.DERIVED.items():
-        load.write_overall(table.derive(merged[table.source], options.top, bound), out, name)
+    write_overall_tables(out, options.top, bound)
     lap("overall tables")
 
     processed = dict(done)
     processed.update(extract.partition_files({h: partitions[h] for h in todo}))
     state.save_state(out, processed)
-    summary = report.write_report(out)
+    summary = report.write_report(out, bound)
     lap("report")
     return Result(processed=todo, selected=selected, summary=summary, timings=timings)

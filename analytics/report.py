@@ -11,6 +11,7 @@ the run, so the same tables give the same bytes.
 from __future__ import annotations
 
 import html
+import math
 import shutil
 import uuid
 from collections.abc import Sequence
@@ -18,12 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter, ScalarFormatter
 
-from analytics import load, schema
+from analytics import histogram, load, schema, windows
 
 REPORT_DIR = "report"
 ENQUEUED = "enqueued_latency"
@@ -99,11 +102,6 @@ def collect(out: Path) -> dict[str, list[Row]]:
 
     wanted = (ENQUEUED, PUBLISHED, "queue_depth", "queue_lifetime")
     latency = [r for r in overall("latency") if r["measure"] in wanted]
-    overall_enqueued = (pc.field("dimension") == "all") & (pc.field("measure") == ENQUEUED)
-    hourly_latency = [
-        {"date": r["date"], "hour": r["hour"], "p50": r["p50"], "p95": r["p95"], "p99": r["p99"]}
-        for r in load.read_hourly(out, "latency", overall_enqueued).to_pylist()
-    ]
     return {
         "polls": overall("poll_outcomes"),
         "lifecycle": overall("queue_lifecycle"),
@@ -117,9 +115,14 @@ def collect(out: Path) -> dict[str, list[Row]]:
         "users": _sorted(overall("busiest_users"), "rank"),
         "queues": _sorted(overall("busiest_queues"), "rank"),
         "hourly_shards": _sorted(hourly("shard_load"), "date", "hour", "shard"),
-        "hourly_latency": _sorted(hourly_latency, "date", "hour"),
         "hourly_notifications": _sorted(hourly("notifications"), "date", "hour"),
     }
+
+
+def hourly_latency(out: Path) -> pa.Table:
+    """The stored hourly histograms of the delivery latency over all deliveries."""
+    overall_enqueued = (pc.field("dimension") == "all") & (pc.field("measure") == ENQUEUED)
+    return load.read_hourly(out, "histograms", overall_enqueued)
 
 
 def summarize(data: dict[str, list[Row]]) -> Summary:
@@ -177,6 +180,10 @@ def summarize(data: dict[str, list[Row]]) -> Summary:
     return summary
 
 
+# A chart's pixels are its figure's inches at this resolution.
+DPI = 80
+
+
 def _figure(width: float) -> tuple[Figure, Axes]:
     """A figure on the Agg canvas (files only, no display, no pyplot state)."""
     figure = Figure(figsize=(width, 4))
@@ -184,10 +191,16 @@ def _figure(width: float) -> tuple[Figure, Axes]:
     return figure, figure.subplots()
 
 
-def _save(figure: Figure, path: Path) -> None:
-    figure.tight_layout()
+def _save(figure: Figure, path: Path, *, fitted: bool = True) -> None:
+    """Write `figure` as a PNG; `fitted`: its margins fitted to its labels
+    (else the fixed ones of a time chart, whose labels are of known width:
+    fitting them took half of such a chart's time)."""
+    if fitted:
+        figure.tight_layout()
+    else:
+        figure.subplots_adjust(left=0.08, right=0.98, top=0.92, bottom=0.24)
     # No "Software" key: the bytes do not depend on the matplotlib release.
-    figure.savefig(path, format="png", dpi=80, metadata={"Software": None})
+    figure.savefig(path, format="png", dpi=DPI, metadata={"Software": None})
 
 
 def _legend(axes: Axes) -> None:
@@ -205,57 +218,87 @@ def _bar(path: Path, title: str, labels: Sequence[str], values: Sequence[float],
     _save(figure, path)
 
 
-def _stacked_per_hour(
+# At most this many labels on a time axis (every n-th slot is labelled).
+MOST_LABELS = 40
+
+
+def _time_axis(axes: Axes, labels: Sequence[str]) -> None:
+    step = max(1, math.ceil(len(labels) / MOST_LABELS))
+    ticks = range(0, len(labels), step)
+    axes.set_xticks(list(ticks), [labels[i] for i in ticks], rotation=60, fontsize=7)
+    axes.set_xlim(-0.6, len(labels) - 0.4)
+
+
+def _stacked(
     path: Path, title: str, labels: Sequence[str], series: Sequence[tuple[str, list[float]]]
 ) -> None:
-    """Bars per hour (`labels`), each stacking the series' heights in order."""
+    """Bars per slot (`labels`), each stacking the series' heights in order."""
     figure, axes = _figure(10)
     bottom = [0.0] * len(labels)
     for label, heights in series:
         axes.bar(range(len(labels)), heights, bottom=bottom, label=label)
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    axes.set_xticks(range(len(labels)), labels, rotation=60, fontsize=7)
+    _time_axis(axes, labels)
+    # Counts: whole numbers from zero, and an axis of 0 to 1 when all are zero.
+    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_ylim(0, max(1.0, max(bottom, default=0.0) * 1.05))
     axes.set_title(title)
     _legend(axes)
-    _save(figure, path)
+    _save(figure, path, fitted=False)
 
 
-def charts(data: dict[str, list[Row]], directory: Path) -> list[tuple[str, str]]:
-    """Render the PNG charts into `directory`; returns (file name, caption)."""
-    made: list[tuple[str, str]] = []
-
-    hours = sorted({(r["date"], r["hour"]) for r in data["hourly_shards"]})
-    labels = [f"{d[5:]} {h:02d}h" for d, h in hours]
-    shards = sorted({r["shard"] for r in data["hourly_shards"]})
-    index = {hour: i for i, hour in enumerate(hours)}
-    by_shard: list[tuple[str, list[float]]] = []
-    for shard in shards:
-        heights = [0.0] * len(hours)
-        for r in data["hourly_shards"]:
-            if r["shard"] == shard:
-                heights[index[(r["date"], r["hour"])]] = float(r["deliveries"])
-        by_shard.append((shard, heights))
-    _stacked_per_hour(
-        directory / "deliveries_per_hour.png", "Deliveries per hour, by shard", labels, by_shard
-    )
-    made.append(("deliveries_per_hour.png", "Deliveries per hour, by shard"))
-
-    rows = data["hourly_latency"]
+def _latency(path: Path, title: str, labels: Sequence[str], rows: Sequence[Row]) -> None:
+    """p50/p95/p99 per slot, in ms; a slot without deliveries has no point."""
     figure, axes = _figure(10)
     for name in ("p50", "p95", "p99"):
-        axes.plot(range(len(rows)), [r[name] * 1000 for r in rows], marker=".", label=name)
-    axes.set_xticks(
-        range(len(rows)),
-        [f"{r['date'][5:]} {r['hour']:02d}h" for r in rows],
-        rotation=60,
-        fontsize=7,
-    )
-    axes.set_yscale("log")
+        values = [math.nan] * len(labels)
+        for r in rows:
+            values[r["slot"]] = r[name] * 1000
+        axes.plot(range(len(labels)), values, marker=".", label=name)
+    _time_axis(axes, labels)
+    if any(r["p99"] > 0 for r in rows):
+        axes.set_yscale("log")
+        axes.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axes.yaxis.set_major_formatter(ScalarFormatter())
+        axes.yaxis.set_minor_formatter(NullFormatter())
     axes.set_ylabel("ms")
-    axes.set_title("Delivery latency (enqueued to delivered) per hour")
+    axes.set_title(title)
     _legend(axes)
-    _save(figure, directory / "latency_per_hour.png")
-    made.append(("latency_per_hour.png", "Delivery latency per hour, p50/p95/p99"))
+    _save(figure, path, fitted=False)
+
+
+Chart = tuple[str, str]  # file name, caption
+
+
+def window_charts(
+    data: dict[str, list[Row]], latency: pa.Table, bound: histogram.Bound, directory: Path
+) -> list[tuple[windows.Window, list[Chart]]]:
+    """Per window, its charts rendered into `directory`: deliveries by shard,
+    delivery latency, notifications by path."""
+    hours = {(r["date"], r["hour"]) for r in data["hourly_shards"]}
+    made: list[tuple[windows.Window, list[Chart]]] = []
+    for window in windows.windows(hours):
+        unit, labels, charts_made = window.name, window.labels, []
+        caption = f"Deliveries per {unit}, by shard"
+        by_shard = windows.sums(window, data["hourly_shards"], "shard", ["deliveries"])
+        _stacked(directory / f"deliveries_by_{unit}.png", caption, labels, by_shard)
+        charts_made.append((f"deliveries_by_{unit}.png", caption))
+        caption = f"Delivery latency (enqueued to delivered) per {unit}, p50/p95/p99"
+        rows = windows.percentiles(window, latency, bound)
+        _latency(directory / f"latency_by_{unit}.png", caption, labels, rows)
+        charts_made.append((f"latency_by_{unit}.png", caption))
+        caption = f"Notifications enqueued per {unit}, by path"
+        paths = windows.sums(window, data["hourly_notifications"], "", schema.NOTIFICATION_PATHS)
+        _stacked(directory / f"notifications_by_{unit}.png", caption, labels, paths)
+        charts_made.append((f"notifications_by_{unit}.png", caption))
+        made.append((window, charts_made))
+    return made
+
+
+def charts(data: dict[str, list[Row]], directory: Path) -> list[Chart]:
+    """Render the charts of the whole log into `directory`; returns (file
+    name, caption)."""
+    made: list[Chart] = []
 
     by_type = [
         r for r in data["latency"] if r["measure"] == ENQUEUED and r["dimension"] == "event_type"
@@ -297,22 +340,6 @@ def charts(data: dict[str, list[Row]], directory: Path) -> list[tuple[str, str]]
     )
     made.append(("queue_ends.png", "Queue ends by reason"))
 
-    rows = data["hourly_notifications"]
-    by_path: list[tuple[str, list[float]]] = []
-    for path in schema.NOTIFICATION_PATHS:
-        heights = [0.0] * len(hours)
-        for r in rows:
-            if (r["date"], r["hour"]) in index:
-                heights[index[(r["date"], r["hour"])]] = float(r[path])
-        by_path.append((path, heights))
-    _stacked_per_hour(
-        directory / "notifications_per_hour.png",
-        "Notifications enqueued per hour, by path",
-        labels,
-        by_path,
-    )
-    made.append(("notifications_per_hour.png", "Notifications enqueued per hour, by path"))
-
     _bar(
         directory / "shard_load.png",
         "Deliveries per shard",
@@ -342,39 +369,83 @@ QUEUE_COLUMNS = [
 ]  # fmt: skip
 
 
-def render(data: dict[str, list[Row]], summary: Summary, images: list[tuple[str, str]]) -> str:
-    """The report as one HTML document referring to the PNGs beside it."""
+def _png_size(path: Path) -> tuple[int, int]:
+    """A PNG's width and height, from its header (IHDR)."""
+    header = path.read_bytes()[:24]
+    return int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
+
+
+def _images(charts_made: Sequence[Chart], directory: Path) -> list[str]:
+    """The charts as <figure>s shown at their own size."""
+    parts = []
+    for name, caption in charts_made:
+        width, height = _png_size(directory / name)
+        parts.append(
+            f"<figure><img src='{name}' alt='{html.escape(caption)}' width='{width}' "
+            f"height='{height}'><figcaption>{html.escape(caption)}</figcaption></figure>"
+        )
+    return parts
+
+
+def _columns(rows: list[Row]) -> list[str]:
+    return list(rows[0]) if rows else []
+
+
+def render(
+    data: dict[str, list[Row]],
+    summary: Summary,
+    windowed: Sequence[tuple[windows.Window, Sequence[Chart]]],
+    images: Sequence[Chart],
+    directory: Path,
+) -> str:
+    """The report as one HTML document referring to the PNGs in `directory`."""
     latency_columns = ["measure", "dimension", "key", "count", "mean", "p50", "p95", "p99", "max"]
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         "<title>eventq delivery report</title>",
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;"
-        "margin:1em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}</style>",
+        "margin:1em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
+        "figure{margin:1em 0}img{max-width:none}</style>",
         "</head><body><h1>eventq delivery report</h1>",
         "<h2>Summary</h2><pre id='summary'>",
         html.escape("\n".join(summary.lines)),
         "</pre>",
         "<p>Percentiles come from log-bucketed histograms: each is the upper bound of "
         "its bucket, at most 4.7 % above the exact value. Latency and lifetime in "
-        "seconds, queue depth in events.</p>",
+        "seconds, queue depth in events. The time windows end with the last hour of "
+        "the log.</p>",
     ]
-    parts += [f"<h3>{html.escape(caption)}</h3><img src='{name}' alt='{html.escape(caption)}'>"
-              for name, caption in images]  # fmt: skip
+    for window, charts_made in windowed:
+        parts.append(f"<section id='window-{window.name}'><h2>{html.escape(window.title)}</h2>")
+        parts += _images(charts_made, directory)
+        parts.append("</section>")
+    parts.append("<section id='whole-log'><h2>The whole log</h2>")
+    parts += _images(images, directory)
+    parts.append("</section>")
+    days = next((w for w, _ in windowed if w.name == "day"), None)
+    per_day: list[Row] = []
+    if days is not None:
+        counts = dict(windows.sums(days, data["hourly_notifications"], "", NOTIFICATION_COLUMNS))
+        per_day = [
+            {"day": label, **{c: int(counts[c][slot]) for c in NOTIFICATION_COLUMNS}}
+            for slot, label in enumerate(days.labels)
+        ]
     parts += [
         "<h2>Latency and distributions</h2>",
         _table(data["latency"], latency_columns),
         "<h2>Long-poll outcomes</h2>",
-        _table(data["polls"], list(data["polls"][0]) if data["polls"] else []),
+        _table(data["polls"], _columns(data["polls"])),
         "<h2>Queue lifecycle</h2>",
-        _table(data["lifecycle"], list(data["lifecycle"][0]) if data["lifecycle"] else []),
+        _table(data["lifecycle"], _columns(data["lifecycle"])),
         "<h2>Notifications enqueued</h2>",
         "<p>By the servers, for users found away: at delivery, or when their last queue"
-        " expired holding the message (gc); by kind, one asking for both counts twice.</p>",
-        _table(data["hourly_notifications"], ["date", "hour", *NOTIFICATION_COLUMNS]),
+        " expired holding the message (gc); by kind, one asking for both counts twice."
+        " Per day over the last 30 days, then over the whole log.</p>",
+        _table(per_day, ["day", *NOTIFICATION_COLUMNS]),
         _table(data["notifications"], NOTIFICATION_COLUMNS),
         "<h2>Load per shard</h2>",
-        _table(data["shards"], list(data["shards"][0]) if data["shards"] else []),
-        _table(data["imbalance"], list(data["imbalance"][0]) if data["imbalance"] else []),
+        _table(data["shards"], _columns(data["shards"])),
+        _table(data["imbalance"], _columns(data["imbalance"])),
         "<h2>Volumes</h2>",
         _table(data["volumes"], ["dimension", "key", "deliveries"]),
         "<h2>Busiest users</h2>",
@@ -386,14 +457,16 @@ def render(data: dict[str, list[Row]], summary: Summary, images: list[tuple[str,
     return "".join(parts)
 
 
-def write_report(out: Path) -> Summary:
-    """Render `<out>/report/` from the stored tables; returns the summary."""
+def write_report(out: Path, bound: histogram.Bound) -> Summary:
+    """Render `<out>/report/` from the stored tables; returns the summary.
+    `bound`: a histogram bucket's value (histogram.upper_bounds)."""
     data = collect(out)
     summary = summarize(data)
     scratch = out / load.TMP / f"report-{uuid.uuid4().hex}"
     scratch.mkdir(parents=True)
+    windowed = window_charts(data, hourly_latency(out), bound, scratch)
     images = charts(data, scratch)
-    (scratch / "report.html").write_text(render(data, summary, images))
+    (scratch / "report.html").write_text(render(data, summary, windowed, images, scratch))
     (scratch / "summary.txt").write_text("\n".join(summary.lines) + "\n")
     target = out / REPORT_DIR
     trash = out / f".{REPORT_DIR}.old-{uuid.uuid4().hex}"

@@ -421,8 +421,9 @@ def test_real_traffic_through_the_job_and_report(start_server, api, world, tmp_p
     page = (report / "report.html").read_text()
     assert f"<pre id='summary'>{html.escape(chr(10).join(expected_lines))}</pre>" in page
     assert f"<td>{SHARD}</td>" in page
-    for image in ("deliveries_per_hour", "latency_per_hour", "latency_by_event_type",
-                  "poll_outcomes", "queue_ends", "notifications_per_hour",
+    for image in (*(f"{chart}_by_{unit}" for chart in ("deliveries", "latency", "notifications")
+                    for unit in ("hour", "day", "week")),
+                  "latency_by_event_type", "poll_outcomes", "queue_ends",
                   "shard_load"):  # fmt: skip
         assert f"src='{image}.png'" in page
         assert (report / f"{image}.png").read_bytes().startswith(b"\x89PNG\r\n")

@@ -140,8 +140,9 @@ def test_incremental_full_and_cli_runs_agree_byte_for_byte(spark, tmp_path):
     report = (cli / "report" / "report.html").read_text()
     assert "hours: 3  records: 47  deliveries: 20  polls: 20" in report
     assert notified in report
-    for image in ("deliveries_per_hour", "latency_per_hour", "latency_by_event_type",
-                  "poll_outcomes", "queue_ends", "notifications_per_hour",
+    for image in (*(f"{chart}_by_{unit}" for chart in ("deliveries", "latency", "notifications")
+                    for unit in ("hour", "day", "week")),
+                  "latency_by_event_type", "poll_outcomes", "queue_ends",
                   "shard_load"):  # fmt: skip
         assert f"src='{image}.png'" in report
         assert (cli / "report" / f"{image}.png").read_bytes().startswith(b"\x89PNG\r\n")

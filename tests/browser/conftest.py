@@ -20,8 +20,10 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.chrome.webdriver import WebDriver
 
 from generation.send import close_for_thread, send_event
-from tests.support import ServerProcess, run_eventq
+from tests.support import REPO, ServerProcess, run_eventq
 
+# Screenshots the browser tests keep.
+ARTIFACTS = REPO / "var" / "test-artifacts" / "browser"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 # Every demo user is subscribed to it before a page opens.

@@ -27,10 +27,9 @@ from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from tests.browser.conftest import CHANNEL, DemoSite, free_port
-from tests.support import REPO, external_address, wait_for
+from tests.browser.conftest import ARTIFACTS, CHANNEL, DemoSite, free_port
+from tests.support import external_address, wait_for
 
-ARTIFACTS = REPO / "var" / "test-artifacts" / "browser"
 Browser = Callable[[], WebDriver]
 StartSite = Callable[..., DemoSite]
 
