@@ -1,9 +1,12 @@
 """`python -m analytics run --logs DIR --out DIR [--since ISO] [--until ISO] [--master URL]
-[--incremental] [--top N]` (also `eventq analytics run ...`).
+[--incremental] [--top N] [--max-p99-ms MS] [--max-dead-letters-per-hour N]
+[--max-overflowed-per-hour N] [--fail-on-threshold]` (also `eventq analytics run ...`).
 
 Prints the console summary on stdout, and on stderr a progress line per
-chunk of hours when the run has more than one (progress.py); exits 1 with a
-message on stderr when there is nothing to read or the arguments are wrong.
+chunk of hours when the run has more than one (progress.py). Exits 1 with a
+message on stderr when there is nothing to read or --since is not before
+--until, 2 on arguments the parser refuses, and with --fail-on-threshold 3
+when an hour of the last 24 is over a limit (thresholds.py).
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ import argparse
 import datetime as dt
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-from analytics import job, session
+from analytics import job, session, thresholds
 from analytics.errors import AnalyticsError, BadArguments
 from analytics.progress import Progress
 
@@ -36,6 +40,19 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
     return value
+
+
+def _at_least_zero(kind: Callable[[str], float]) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+        return value
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,12 +79,56 @@ def build_parser() -> argparse.ArgumentParser:
         help="process only hours not processed before (state in --out/state.json)",
     )
     run.add_argument("--top", type=_positive, default=20, help="busiest users and queues kept (20)")
+    limits = run.add_argument_group(
+        "limits",
+        "checked hour by hour over the last 24 hours of the log, flagged on the report and in "
+        "the summary; each defaults to its environment variable, else is not checked",
+    )
+    limits.add_argument(
+        "--max-p99-ms",
+        type=_at_least_zero(float),
+        help=f"delivery latency p99 of an hour, in ms ({thresholds.ENV_P99_MS})",
+    )
+    limits.add_argument(
+        "--max-dead-letters-per-hour",
+        type=_at_least_zero(int),
+        help=f"notices dead-lettered in an hour ({thresholds.ENV_DEAD_LETTERS})",
+    )
+    limits.add_argument(
+        "--max-overflowed-per-hour",
+        type=_at_least_zero(int),
+        help=f"queues ended by overflow in an hour ({thresholds.ENV_OVERFLOWED})",
+    )
+    limits.add_argument(
+        "--fail-on-threshold",
+        action="store_true",
+        help=f"exit {thresholds.EXIT_OVER} when an hour is over a limit (for a timer unit)",
+    )
     return parser
 
 
+def _limits(args: argparse.Namespace, parser: argparse.ArgumentParser) -> thresholds.Limits:
+    """The options' limits, else the environment's."""
+    try:
+        env = thresholds.Limits.from_environment()
+    except ValueError as exc:
+        parser.error(str(exc))
+
+    def given(option: Any, default: Any) -> Any:
+        return default if option is None else option
+
+    return thresholds.Limits(
+        p99_ms=given(args.max_p99_ms, env.p99_ms),
+        dead_letters_per_hour=given(args.max_dead_letters_per_hour, env.dead_letters_per_hour),
+        overflowed_per_hour=given(args.max_overflowed_per_hour, env.overflowed_per_hour),
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     options = job.Options(
+        limits=_limits(args, parser),
         logs=args.logs,
         out=args.out,
         since=args.since,
@@ -93,6 +154,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"in {time.monotonic() - started:.1f} s; tables and report in {options.out}"
     )
     print("\n".join(result.summary.lines))
+    if args.fail_on_threshold and result.summary.over:
+        print("analytics: an hour is over a limit (--fail-on-threshold)", file=sys.stderr)
+        return thresholds.EXIT_OVER
     return 0
 
 

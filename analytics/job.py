@@ -30,7 +30,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from analytics import extract, histogram, load, report, state, tables, transforms
+from analytics import extract, histogram, load, report, state, tables, thresholds, transforms
 from analytics.errors import NoDeliveryLogs
 from analytics.progress import Progress
 
@@ -53,6 +53,8 @@ class Options:
     top: int = 20
     # Parquet bytes per chunk of hours (tests set it low to run in chunks).
     chunk_bytes: int = CHUNK_BYTES
+    # checked over the last 24 hours, on the report and in the summary (None: none)
+    limits: thresholds.Limits | None = None
 
 
 @dataclass(frozen=True)
@@ -206,6 +208,6 @@ def run(
     processed = dict(done)
     processed.update(extract.partition_files({h: partitions[h] for h in todo}))
     state.save_state(out, processed)
-    summary = report.write_report(out, bound)
+    summary = report.write_report(out, bound, options.limits)
     lap("report")
     return Result(processed=todo, selected=selected, summary=summary, timings=timings)

@@ -26,7 +26,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter, ScalarFormatter
 
-from analytics import histogram, load, schema, windows
+from analytics import histogram, load, schema, thresholds, windows
 
 REPORT_DIR = "report"
 ENQUEUED = "enqueued_latency"
@@ -58,6 +58,13 @@ class Summary:
     # "enqueued", then by path (delivery, gc) and by kind (email, push)
     notifications: dict[str, int] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)
+    # the limits set, checked over the last 24 hours (thresholds.py)
+    checks: list[thresholds.Check] = field(default_factory=list)
+
+    @property
+    def over(self) -> bool:
+        """Whether an hour was over a limit."""
+        return any(check.over for check in self.checks)
 
 
 def _one(rows: list[Row]) -> Row:
@@ -116,6 +123,7 @@ def collect(out: Path) -> dict[str, list[Row]]:
         "queues": _sorted(overall("busiest_queues"), "rank"),
         "hourly_shards": _sorted(hourly("shard_load"), "date", "hour", "shard"),
         "hourly_notifications": _sorted(hourly("notifications"), "date", "hour"),
+        "hourly_lifecycle": _sorted(hourly("queue_lifecycle"), "date", "hour"),
     }
 
 
@@ -271,13 +279,16 @@ Chart = tuple[str, str]  # file name, caption
 
 
 def window_charts(
-    data: dict[str, list[Row]], latency: pa.Table, bound: histogram.Bound, directory: Path
+    data: dict[str, list[Row]],
+    shown: Sequence[windows.Window],
+    latency: pa.Table,
+    bound: histogram.Bound,
+    directory: Path,
 ) -> list[tuple[windows.Window, list[Chart]]]:
     """Per window, its charts rendered into `directory`: deliveries by shard,
     delivery latency, notifications by path."""
-    hours = {(r["date"], r["hour"]) for r in data["hourly_shards"]}
     made: list[tuple[windows.Window, list[Chart]]] = []
-    for window in windows.windows(hours):
+    for window in shown:
         unit, labels, charts_made = window.name, window.labels, []
         caption = f"Deliveries per {unit}, by shard"
         by_shard = windows.sums(window, data["hourly_shards"], "shard", ["deliveries"])
@@ -405,7 +416,7 @@ def render(
         "<title>eventq delivery report</title>",
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;"
         "margin:1em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
-        "figure{margin:1em 0}img{max-width:none}</style>",
+        "figure{margin:1em 0}img{max-width:none}li.over{color:#b00;font-weight:bold}</style>",
         "</head><body><h1>eventq delivery report</h1>",
         "<h2>Summary</h2><pre id='summary'>",
         html.escape("\n".join(summary.lines)),
@@ -415,6 +426,13 @@ def render(
         "seconds, queue depth in events. The time windows end with the last hour of "
         "the log.</p>",
     ]
+    if summary.checks:
+        parts.append("<section id='limits'><h2>Limits, over the last 24 hours</h2><ul>")
+        for check in summary.checks:
+            hours = f": {', '.join(check.over)}" if check.over else ""
+            state = "over" if check.over else "ok"
+            parts.append(f"<li class='{state}'>{html.escape(check.line() + hours)}</li>")
+        parts.append("</ul></section>")
     for window, charts_made in windowed:
         parts.append(f"<section id='window-{window.name}'><h2>{html.escape(window.title)}</h2>")
         parts += _images(charts_made, directory)
@@ -457,14 +475,25 @@ def render(
     return "".join(parts)
 
 
-def write_report(out: Path, bound: histogram.Bound) -> Summary:
+def write_report(
+    out: Path, bound: histogram.Bound, limits: thresholds.Limits | None = None
+) -> Summary:
     """Render `<out>/report/` from the stored tables; returns the summary.
-    `bound`: a histogram bucket's value (histogram.upper_bounds)."""
+    `bound`: a histogram bucket's value (histogram.upper_bounds); `limits`:
+    those to check over the last 24 hours."""
     data = collect(out)
     summary = summarize(data)
+    shown = windows.windows({(r["date"], r["hour"]) for r in data["hourly_shards"]})
+    latency = hourly_latency(out)
+    if limits is not None:
+        last_day = next((w for w in shown if w.name == "hour"), None)
+        summary.checks.extend(
+            thresholds.check(limits, last_day, latency, data["hourly_lifecycle"], bound)
+        )
+        summary.lines.extend(check.line() for check in summary.checks)
     scratch = out / load.TMP / f"report-{uuid.uuid4().hex}"
     scratch.mkdir(parents=True)
-    windowed = window_charts(data, hourly_latency(out), bound, scratch)
+    windowed = window_charts(data, shown, latency, bound, scratch)
     images = charts(data, scratch)
     (scratch / "report.html").write_text(render(data, summary, windowed, images, scratch))
     (scratch / "summary.txt").write_text("\n".join(summary.lines) + "\n")

@@ -254,3 +254,41 @@ def test_a_log_without_polls_or_readable_records_still_gives_tables_and_a_report
         "shards": 0, "deliveries": None, "max_deliveries": None, "mean_deliveries": None,
         "imbalance": None, "busiest_shard": None,
     }  # fmt: skip
+
+
+def test_limits_flag_the_hours_over_them_and_fail_the_run(tmp_path):
+    logs, out = tmp_path / "logs", tmp_path / "out"
+    for hour in (3, 4, 5):
+        write_hour(logs, hour)
+    base = [sys.executable, "-m", "analytics", "run", "--logs", str(logs), "--out", str(out)]
+    command = [*base, "--max-p99-ms", "300", "--max-dead-letters-per-hour", "0",
+               "--fail-on-threshold"]  # fmt: skip
+    completed = subprocess.run(
+        command,
+        cwd=REPO,
+        env={**os.environ, **JVM_ENV, "EVENTQ_ANALYTICS_MAX_OVERFLOWED_PER_HOUR": "0"},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=170,
+    )
+    assert completed.returncode == 3, completed.stderr[-3000:]
+    assert "analytics: an hour is over a limit (--fail-on-threshold)" in completed.stderr
+    # hour 04's deliveries took 0.5 s: its p99 is the bucket's upper bound
+    worst = f"{10 ** (math.ceil(50 * math.log10(0.5)) / 50) * 1000:g}"
+    expected = [
+        f"delivery latency p99 <= 300 ms: worst hour {worst} ms, OVER in 1 of the last 24 hours",
+        "dead-lettered notices per hour <= 0: worst hour 0, ok",
+        "queues ended by overflow per hour <= 0: worst hour 1, OVER in 1 of the last 24 hours",
+    ]
+    assert completed.stdout.splitlines()[-3:] == expected
+    page = (out / "report" / "report.html").read_text()
+    assert f"<li class='over'>{expected[0].replace('<', '&lt;')}: 11-20 04h</li>" in page
+    assert f"<li class='ok'>{expected[1].replace('<', '&lt;')}</li>" in page
+    assert f"<li class='over'>{expected[2].replace('<', '&lt;')}: 11-20 05h</li>" in page
+
+    bad = subprocess.run(
+        [*base, "--max-p99-ms", "-1"], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert bad.returncode == 2
+    assert "--max-p99-ms: must be 0 or more, got -1" in bad.stderr
