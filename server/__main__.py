@@ -2,6 +2,6 @@
 
 import sys
 
-from server.admin.cli import main
+from server.admin.entry import main
 
 sys.exit(main())

@@ -10,13 +10,24 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from server.config import Settings
+if TYPE_CHECKING:
+    from server.config import Settings
 
 
 def cmd_analytics(settings: Settings, args: argparse.Namespace) -> int:
+    """`eventq analytics ...` reached through the full parser (entry.py
+    takes the common case without it)."""
+    return run_analytics(args.rest)
+
+
+def run_analytics(rest: Sequence[str]) -> int:
     """The jobs run in a process of their own (`python -m analytics`): Spark
     starts a JVM, and the analytics package imports nothing of the server.
+    This module imports nothing of it either, so that entry.py starts them
+    without the server's imports.
 
     What they need beyond the server's dependencies is checked first, so that
     an installation without it gets one line saying what to install rather
@@ -37,7 +48,7 @@ def cmd_analytics(settings: Settings, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    command = [sys.executable, "-m", "analytics", *args.rest]
+    command = [sys.executable, "-m", "analytics", *rest]
     return subprocess.run(command, check=False).returncode
 
 

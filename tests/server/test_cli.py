@@ -139,3 +139,22 @@ def test_analytics_without_java_says_what_to_install(tmp_path):
         " (Debian: apt install openjdk-17-jre-headless) or set JAVA_HOME"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_eventq_analytics_starts_the_jobs_without_the_servers_imports():
+    # `eventq analytics` runs `python -m analytics` in a process of its own:
+    # the server's database driver and Tornado are not worth importing first.
+    probe = (
+        "import sys\n"
+        "from server.admin import entry\n"
+        "status = entry.main(['analytics', 'run', '--help'])\n"
+        "print(sorted(m for m in ('tornado', 'psycopg', 'pika', 'server.admin.cli')"
+        " if m in sys.modules), status)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "usage: python -m analytics run" in done.stdout
+    assert done.stdout.splitlines()[-1] == "[] 0"
