@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from analytics import job, session, thresholds
+from analytics import history, job, session, thresholds
 from analytics.errors import AnalyticsError, BadArguments
 from analytics.progress import Progress
 
@@ -127,8 +127,13 @@ def _limits(args: argparse.Namespace, parser: argparse.ArgumentParser) -> thresh
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        keep_reports = history.keep_from_environment()
+    except ValueError as exc:
+        parser.error(str(exc))
     options = job.Options(
         limits=_limits(args, parser),
+        keep_reports=keep_reports,
         logs=args.logs,
         out=args.out,
         since=args.since,

@@ -30,7 +30,17 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from analytics import extract, histogram, load, report, state, tables, thresholds, transforms
+from analytics import (
+    extract,
+    histogram,
+    history,
+    load,
+    report,
+    state,
+    tables,
+    thresholds,
+    transforms,
+)
 from analytics.errors import NoDeliveryLogs
 from analytics.progress import Progress
 
@@ -55,6 +65,8 @@ class Options:
     chunk_bytes: int = CHUNK_BYTES
     # checked over the last 24 hours, on the report and in the summary (None: none)
     limits: thresholds.Limits | None = None
+    # dated reports kept under <out>/reports (history.py)
+    keep_reports: int = history.KEEP_REPORTS
 
 
 @dataclass(frozen=True)
@@ -209,5 +221,8 @@ def run(
     processed.update(extract.partition_files({h: partitions[h] for h in todo}))
     state.save_state(out, processed)
     summary = report.write_report(out, bound, options.limits)
+    figures = {"hours": summary.hours, "records": summary.records,
+               "deliveries": summary.deliveries, "over": summary.over}  # fmt: skip
+    history.record(out, figures, dt.datetime.now(dt.UTC), options.keep_reports)
     lap("report")
     return Result(processed=todo, selected=selected, summary=summary, timings=timings)

@@ -70,11 +70,12 @@ def percentile_ms(values: list[float], permille: int) -> str:
 
 
 def files(out: Path) -> dict[str, bytes]:
-    """Every table and report file under `out`, by relative path (not the state)."""
+    """Every table and report file under `out`, by relative path (not the
+    state, nor the dated reports: their names are the times of the runs)."""
     return {
         p.relative_to(out).as_posix(): p.read_bytes()
         for p in sorted(out.rglob("*"))
-        if p.is_file() and p.name != "state.json"
+        if p.is_file() and p.name != "state.json" and p.relative_to(out).parts[0] != "reports"
     }
 
 
@@ -109,6 +110,18 @@ def test_incremental_full_and_cli_runs_agree_byte_for_byte(spark, tmp_path):
 
     job.run(spark, job.Options(logs=logs, out=full))
     assert files(incremental) == files(full)
+    # each run's report kept, dated, the index listing them newest first
+    dated = sorted(p.name for p in (incremental / "reports").iterdir() if p.is_dir())
+    assert len(dated) == 2
+    assert (incremental / "reports" / dated[0] / "report.html").read_bytes() != (
+        incremental / "report" / "report.html"
+    ).read_bytes()  # the first run's, of two hours
+    assert (incremental / "reports" / dated[1] / "report.html").read_bytes() == (
+        incremental / "report" / "report.html"
+    ).read_bytes()
+    index = (incremental / "reports" / "index.html").read_text()
+    assert index.index(f"href='{dated[1]}/report.html'") < index.index(f"href='{dated[0]}/")
+    assert f"<iframe title='latest report' src='{dated[1]}/report.html'>" in index
 
     completed = subprocess.run(
         [sys.executable, "-m", "analytics", "run", "--logs", str(logs), "--out", str(cli)],
