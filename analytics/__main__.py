@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from analytics import history, job, session, thresholds
+from analytics import history, job, rollup, session, thresholds
 from analytics.errors import AnalyticsError, BadArguments
 from analytics.progress import Progress
 
@@ -129,11 +129,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         keep_reports = history.keep_from_environment()
+        keep_hourly_days = rollup.keep_from_environment()
     except ValueError as exc:
         parser.error(str(exc))
     options = job.Options(
         limits=_limits(args, parser),
         keep_reports=keep_reports,
+        keep_hourly_days=keep_hourly_days,
         logs=args.logs,
         out=args.out,
         since=args.since,
@@ -146,6 +148,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise BadArguments("--since must be before --until")
         started = time.monotonic()
         planned = job.plan(options)  # a wrong --logs fails before the JVM starts
+        for hour in planned.left_out():
+            print(
+                f"analytics: {hour.key} changed, but hours of its day that were processed before"
+                " are gone from the log: its day's tables (rolled up) are kept as they are",
+                file=sys.stderr,
+            )
         spark = session.build_session(args.master, input_bytes=planned.input_bytes())
         try:
             result = job.run(spark, options, planned, Progress(sys.stderr))

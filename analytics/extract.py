@@ -36,6 +36,12 @@ class Hour(NamedTuple):
         return f"date={self.date}/hour={self.hour:02d}"
 
     @classmethod
+    def from_key(cls, key: str) -> Hour:
+        """The hour of a `key` (`date=YYYY-MM-DD/hour=HH`)."""
+        date, hour = key.split("/")
+        return cls(date.removeprefix("date="), int(hour.removeprefix("hour=")))
+
+    @classmethod
     def of(cls, moment: dt.datetime) -> Hour:
         """The hour `moment` (aware, or naive meaning UTC) falls in."""
         utc = moment.astimezone(dt.UTC) if moment.tzinfo else moment

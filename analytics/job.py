@@ -1,8 +1,8 @@
 """One analytics run: extract the selected hours, pre-aggregate, build the
 tables, load, report.
 
-Order of work (the overall tables are always computed from the stored
-hourly ones, so a full run and an incremental one agree row for row):
+Order of work (daily, weekly and overall tables are always merged from the
+stored hourly ones, so a full run and an incremental one agree row for row):
 
 1. the hours to process, in chunks of whole hours (CHUNK_BYTES of Parquet
    each): per chunk, one Spark query reads the chunk's records once and
@@ -10,8 +10,11 @@ hourly ones, so a full run and an incremental one agree row for row):
    (Arrow) and builds the chunk's hourly tables, base and derived
    (tables.py), staged under `--out/.tmp`;
 2. the staged hours moved into place;
-3. overall tables from all stored base hourly tables (merge, then derive);
-4. the state file, the report and the console summary.
+3. the daily tables of the days touched, the weekly tables of their weeks,
+   the overall tables from the weekly ones, and hourly tables older than
+   EVENTQ_ANALYTICS_KEEP_HOURLY_DAYS removed (rollup.py);
+4. the state file, the report (and a dated copy, history.py) and the
+   console summary.
 
 Spark runs one query per chunk and nothing else: every table is written
 from the driver (load.py). Each Spark job costs a start-up of its own (in a
@@ -36,6 +39,7 @@ from analytics import (
     history,
     load,
     report,
+    rollup,
     state,
     tables,
     thresholds,
@@ -67,6 +71,8 @@ class Options:
     limits: thresholds.Limits | None = None
     # dated reports kept under <out>/reports (history.py)
     keep_reports: int = history.KEEP_REPORTS
+    # days of hourly tables kept before they are rolled up (rollup.py)
+    keep_hourly_days: int = rollup.KEEP_HOURLY_DAYS
 
 
 @dataclass(frozen=True)
@@ -89,10 +95,44 @@ class Plan:
     partitions: dict[extract.Hour, extract.FileSizes]
     selected: list[extract.Hour]
     done: dict[str, extract.FileSizes]
+    keep_hourly_days: int = rollup.KEEP_HOURLY_DAYS
+
+    def _changed(self) -> list[extract.Hour]:
+        return [h for h in self.selected if self.done.get(h.key) != self.partitions[h]]
+
+    def _rolled_up(self, changed: list[extract.Hour]) -> dict[str, list[extract.Hour]]:
+        """Days of `changed` whose hourly tables are gone (rollup.py) -> the
+        hours earlier runs stored for them."""
+        stored = [extract.Hour.from_key(key) for key in self.done]
+        newest = max([*stored, *changed], default=None)
+        if newest is None:
+            return {}
+        first = rollup.first_kept_day(newest.date, self.keep_hourly_days)
+        days: dict[str, list[extract.Hour]] = {h.date: [] for h in changed if h.date < first}
+        for hour in stored:
+            if hour.date in days:
+                days[hour.date].append(hour)
+        return days
 
     def todo(self) -> list[extract.Hour]:
-        """The selected hours to (re)process: new ones, or ones whose files changed."""
-        return [h for h in self.selected if self.done.get(h.key) != self.partitions[h]]
+        """The selected hours to (re)process: new ones, or ones whose files
+        changed; for a changed hour of a day whose hourly tables are rolled
+        up, every hour of that day, so that its daily tables are rebuilt
+        whole. A day some of whose stored hours are gone from the log cannot
+        be: its changed hours are left out (`left_out`)."""
+        changed = self._changed()
+        hours = set(changed)
+        for day, stored in self._rolled_up(changed).items():
+            if all(hour in self.partitions for hour in stored):
+                hours |= {h for h in self.partitions if h.date == day}
+            else:
+                hours -= {h for h in changed if h.date == day}
+        return sorted(hours)
+
+    def left_out(self) -> list[extract.Hour]:
+        """Changed hours not processed (see `todo`)."""
+        todo = set(self.todo())
+        return [h for h in self._changed() if h not in todo]
 
     def input_bytes(self) -> int:
         """The Parquet bytes the run will read."""
@@ -116,7 +156,7 @@ def plan(options: Options) -> Plan:
             + (" in the selected hours" if since or until else "")
         )
     done = state.load_state(options.out) if options.incremental else {}
-    return Plan(partitions, selected, done)
+    return Plan(partitions, selected, done, options.keep_hourly_days)
 
 
 def chunks(
@@ -136,15 +176,6 @@ def chunks(
         cut[-1].append(hour)
         size += hour_size
     return cut
-
-
-def write_overall_tables(out: Path, top: int, bound: histogram.Bound) -> None:
-    """The overall tables of `out`, from all its stored base hourly tables."""
-    merged = {name: tables.merge_parts(name, load.hourly_parts(out, name)) for name in tables.BASE}
-    for name in tables.OVERALL_BASE:
-        load.write_overall(merged[name], out, name)
-    for name, table in tables.DERIVED.items():
-        load.write_overall(table.derive(merged[table.source], top, bound), out, name)
 
 
 def run(
@@ -214,7 +245,8 @@ def run(
     for stage in stages.values():
         stage.commit(scope)
 
-    write_overall_tables(out, options.top, bound)
+    touched = None if scope is None else {h.date for h in todo}
+    rollup.roll_up(out, touched, options.top, bound, options.keep_hourly_days)
     lap("overall tables")
 
     processed = dict(done)

@@ -1,8 +1,11 @@
 """Writing and reading back the output tables under --out, from the driver.
 
-Layout: `<out>/hourly/<table>/date=YYYY-MM-DD/hour=H/part-00000.parquet` and
-`<out>/overall/<table>/part-00000.parquet` (zstd), the layout Spark's
-partitioned writes left before the tables were written from the driver.
+Layout: `<out>/hourly/<table>/date=YYYY-MM-DD/hour=H/part-00000.parquet`,
+`<out>/daily/<table>/date=YYYY-MM-DD/part-00000.parquet`,
+`<out>/weekly/<table>/date=YYYY-MM-DD/part-00000.parquet` (the week's Monday)
+and `<out>/overall/<table>/part-00000.parquet` (zstd), the hourly and overall
+ones as Spark's partitioned writes left them before the tables were written
+from the driver.
 Each file's rows are sorted by the table's keys (tables.SHAPES) and files
 have fixed names, so the same input gives the same bytes. Tables are written
 under `<out>/.tmp/` first; only complete output is moved into place by
@@ -26,6 +29,8 @@ from analytics.extract import Hour
 from analytics.tables import HOUR, HOUR_FIELDS, SHAPES, Table
 
 HOURLY = "hourly"
+DAILY = "daily"
+WEEKLY = "weekly"
 OVERALL = "overall"
 TMP = ".tmp"
 PART = "part-00000.parquet"
@@ -138,6 +143,59 @@ def hourly_parts(out: Path, name: str) -> Iterator[Table]:
         # cast: files an earlier (Spark) version of the job wrote declare
         # some columns not null.
         yield pq.read_table(part, columns=target.names).cast(target)
+
+
+def stored_days(out: Path, tier: str, names: Iterable[str]) -> set[str]:
+    """The days (`YYYY-MM-DD`) with a partition in `tier` of any table of `names`."""
+    return {
+        path.name.removeprefix("date=")
+        for name in names
+        for path in (out / tier / name).glob("date=*")
+        if path.is_dir()
+    }
+
+
+def day_parts(out: Path, tier: str, name: str, days: Iterable[str]) -> Iterator[Table]:
+    """The stored parts of table `name` in `tier` (HOURLY, DAILY, WEEKLY) of
+    `days`, one table per part, in its columns (without `date`, `hour`)."""
+    target = SHAPES[name].schema([])
+    pattern = f"hour=*/{PART}" if tier == HOURLY else PART
+    for day in sorted(set(days)):
+        for part in sorted((out / tier / name / f"date={day}").glob(pattern)):
+            yield pq.read_table(part, columns=target.names).cast(target)
+
+
+def write_day(table: Table | None, out: Path, tier: str, name: str, day: str) -> None:
+    """Replace the partition of `day` of table `name` in `tier` (DAILY or
+    WEEKLY) with `table` (no `date` column); None or no row: remove it."""
+    target = out / tier / name / f"date={day}"
+    if table is None or table.num_rows == 0:
+        _replace(target, None)
+        return
+    scratch = _scratch(out, f"{tier}-{name}")
+    _write(table, scratch / PART)
+    _replace(target, scratch)
+    _clean(out)
+
+
+def drop_days(out: Path, tier: str, names: Iterable[str], days: Iterable[str]) -> None:
+    """Remove the partitions of `days` of the tables `names` in `tier`."""
+    for day in days:
+        for name in names:
+            _replace(out / tier / name / f"date={day}", None)
+
+
+def read_days(out: Path, tier: str, name: str, where: Any = None) -> Table:
+    """Every stored partition of table `name` in `tier` (DAILY or WEEKLY):
+    `date`, then its columns; rows in no particular order."""
+    date_field = HOUR_FIELDS[0]
+    full = pa.schema([date_field, *SHAPES[name].schema([])])
+    path = out / tier / name
+    if not any(path.rglob("*.parquet")):
+        return full.empty_table()
+    partitioning = ds.partitioning(pa.schema([date_field]), flavor="hive")
+    dataset = ds.dataset(path, schema=full, format="parquet", partitioning=partitioning)
+    return dataset.to_table(columns=full.names, filter=where)
 
 
 def read_overall(out: Path, name: str) -> Table:

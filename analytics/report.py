@@ -96,6 +96,13 @@ def _sorted(rows: list[Row], *keys: str, descending: Sequence[str] = ()) -> list
     return sorted(rows, key=key)
 
 
+# The daily and weekly tables the report reads: key, table, sort keys.
+BY_DAY: tuple[tuple[str, str, list[str]], ...] = (
+    ("shards", "shard_load", ["shard"]),
+    ("notifications", "notifications", []),
+)
+
+
 def collect(out: Path) -> dict[str, list[Row]]:
     """The rows the report shows, sorted (they are small: per key or per hour)."""
 
@@ -105,6 +112,10 @@ def collect(out: Path) -> dict[str, list[Row]]:
 
     def hourly(table: str) -> list[Row]:
         rows: list[Row] = load.read_hourly(out, table).to_pylist()
+        return rows
+
+    def by_day(tier: str, table: str) -> list[Row]:
+        rows: list[Row] = load.read_days(out, tier, table).to_pylist()
         return rows
 
     wanted = (ENQUEUED, PUBLISHED, "queue_depth", "queue_lifetime")
@@ -124,13 +135,22 @@ def collect(out: Path) -> dict[str, list[Row]]:
         "hourly_shards": _sorted(hourly("shard_load"), "date", "hour", "shard"),
         "hourly_notifications": _sorted(hourly("notifications"), "date", "hour"),
         "hourly_lifecycle": _sorted(hourly("queue_lifecycle"), "date", "hour"),
+        **{
+            f"{tier}_{key}": _sorted(by_day(tier, table), "date", *order)
+            for tier in (load.DAILY, load.WEEKLY)
+            for key, table, order in BY_DAY
+        },
+        "coverage": overall("coverage"),
     }
 
 
-def hourly_latency(out: Path) -> pa.Table:
-    """The stored hourly histograms of the delivery latency over all deliveries."""
+def latency_histograms(out: Path, tier: str) -> pa.Table:
+    """The stored histograms of `tier` (load.HOURLY, DAILY, WEEKLY) of the
+    delivery latency over all deliveries."""
     overall_enqueued = (pc.field("dimension") == "all") & (pc.field("measure") == ENQUEUED)
-    return load.read_hourly(out, "histograms", overall_enqueued)
+    if tier == load.HOURLY:
+        return load.read_hourly(out, "histograms", overall_enqueued)
+    return load.read_days(out, tier, "histograms", overall_enqueued)
 
 
 def summarize(data: dict[str, list[Row]]) -> Summary:
@@ -146,9 +166,8 @@ def summarize(data: dict[str, list[Row]]) -> Summary:
         for r in data["latency"]
         if r["dimension"] == "all" and r["measure"] in (ENQUEUED, PUBLISHED)
     }
-    hours = {(r["date"], r["hour"]) for r in data["hourly_shards"]}
     summary = Summary(
-        hours=len(hours),
+        hours=int(_one(data["coverage"]).get("hours") or 0),
         records=sum(r["records"] for r in data["shards"]),
         deliveries=sum(r["deliveries"] for r in data["shards"]),
         polls=int(polls.get("polls") or 0),
@@ -278,28 +297,34 @@ def _latency(path: Path, title: str, labels: Sequence[str], rows: Sequence[Row])
 Chart = tuple[str, str]  # file name, caption
 
 
+# The tables a window's slots are summed from.
+TIER_OF = {"hour": load.HOURLY, "day": load.DAILY, "week": load.WEEKLY}
+
+
 def window_charts(
     data: dict[str, list[Row]],
     shown: Sequence[windows.Window],
-    latency: pa.Table,
+    latency: dict[str, pa.Table],
     bound: histogram.Bound,
     directory: Path,
 ) -> list[tuple[windows.Window, list[Chart]]]:
     """Per window, its charts rendered into `directory`: deliveries by shard,
-    delivery latency, notifications by path."""
+    delivery latency, notifications by path; from the hourly, daily or
+    weekly tables (`latency`: each tier's latency histograms)."""
     made: list[tuple[windows.Window, list[Chart]]] = []
     for window in shown:
         unit, labels, charts_made = window.name, window.labels, []
+        tier = TIER_OF[unit]
         caption = f"Deliveries per {unit}, by shard"
-        by_shard = windows.sums(window, data["hourly_shards"], "shard", ["deliveries"])
+        by_shard = windows.sums(window, data[f"{tier}_shards"], "shard", ["deliveries"])
         _stacked(directory / f"deliveries_by_{unit}.png", caption, labels, by_shard)
         charts_made.append((f"deliveries_by_{unit}.png", caption))
         caption = f"Delivery latency (enqueued to delivered) per {unit}, p50/p95/p99"
-        rows = windows.percentiles(window, latency, bound)
+        rows = windows.percentiles(window, latency[tier], bound)
         _latency(directory / f"latency_by_{unit}.png", caption, labels, rows)
         charts_made.append((f"latency_by_{unit}.png", caption))
         caption = f"Notifications enqueued per {unit}, by path"
-        paths = windows.sums(window, data["hourly_notifications"], "", schema.NOTIFICATION_PATHS)
+        paths = windows.sums(window, data[f"{tier}_notifications"], "", schema.NOTIFICATION_PATHS)
         _stacked(directory / f"notifications_by_{unit}.png", caption, labels, paths)
         charts_made.append((f"notifications_by_{unit}.png", caption))
         made.append((window, charts_made))
@@ -443,7 +468,7 @@ def render(
     days = next((w for w, _ in windowed if w.name == "day"), None)
     per_day: list[Row] = []
     if days is not None:
-        counts = dict(windows.sums(days, data["hourly_notifications"], "", NOTIFICATION_COLUMNS))
+        counts = dict(windows.sums(days, data["daily_notifications"], "", NOTIFICATION_COLUMNS))
         per_day = [
             {"day": label, **{c: int(counts[c][slot]) for c in NOTIFICATION_COLUMNS}}
             for slot, label in enumerate(days.labels)
@@ -483,12 +508,17 @@ def write_report(
     those to check over the last 24 hours."""
     data = collect(out)
     summary = summarize(data)
-    shown = windows.windows({(r["date"], r["hour"]) for r in data["hourly_shards"]})
-    latency = hourly_latency(out)
+    shown = windows.windows(
+        {(r["date"], r["hour"]) for r in data["hourly_shards"]},
+        {r["date"] for r in data["weekly_shards"]},
+    )
+    latency = {tier: latency_histograms(out, tier) for tier in TIER_OF.values()}
     if limits is not None:
         last_day = next((w for w in shown if w.name == "hour"), None)
         summary.checks.extend(
-            thresholds.check(limits, last_day, latency, data["hourly_lifecycle"], bound)
+            thresholds.check(
+                limits, last_day, latency[load.HOURLY], data["hourly_lifecycle"], bound
+            )
         )
         summary.lines.extend(check.line() for check in summary.checks)
     scratch = out / load.TMP / f"report-{uuid.uuid4().hex}"

@@ -105,6 +105,7 @@ SHAPES = {
     "queue_lifecycle": Shape.of(_typed(LIFECYCLE_COUNTS, "long")),
     "notifications": Shape.of(_typed(NOTIFICATION_COUNTS, "long")),
     "shard_load": Shape.of(f"shard string, {_typed(SHARD_COUNTS, 'long')}", ["shard"]),
+    "coverage": Shape.of("hours long"),
     "latency": Shape.of(
         "measure string, dimension string, key string, count long, mean double, max double, "
         "p50 double, p95 double, p99 double",
@@ -429,6 +430,14 @@ def shard_load(pieces: Table) -> Table:
 
 
 # The hourly base tables, each built from the pre-aggregate of some hours.
+def coverage(pieces: Table) -> Table:
+    """Per hour with any record read: `hours` 1. Summed, the hours a day, a
+    week or the whole log covers, once their hourly tables are rolled up."""
+    counts = _piece(pieces, COUNT)
+    hours = sorted({(r["date"], r["hour"]) for r in counts.select(HOUR).to_pylist()})
+    return _rows([{"date": d, "hour": h, "hours": 1} for d, h in hours], "coverage", HOUR)
+
+
 BASE = {
     "histograms": histograms,
     "volumes": volumes,
@@ -438,6 +447,7 @@ BASE = {
     "queue_lifecycle": queue_lifecycle,
     "notifications": notifications,
     "shard_load": shard_load,
+    "coverage": coverage,
 }
 
 
@@ -447,6 +457,7 @@ ONE_ROW = {
     "poll_outcomes": POLL_COUNTS,
     "queue_lifecycle": LIFECYCLE_COUNTS,
     "notifications": NOTIFICATION_COUNTS,
+    "coverage": ["hours"],
 }
 
 
@@ -649,4 +660,6 @@ DERIVED = {
 # The merged base tables stored under overall/ too; the histograms and
 # activity tables are stored per hour only, their overall form is what the
 # derived tables (latency, busiest_*) show.
-OVERALL_BASE = ("volumes", "poll_outcomes", "queue_lifecycle", "notifications", "shard_load")
+OVERALL_BASE = (
+    "volumes", "poll_outcomes", "queue_lifecycle", "notifications", "shard_load", "coverage"
+)  # fmt: skip

@@ -61,16 +61,19 @@ def _window(name: str, title: str, starts: list[dt.datetime], label: str) -> Win
     )
 
 
-def windows(hours: Iterable[tuple[str, int]]) -> list[Window]:
-    """The three windows over the hours the tables hold (none if no hour)."""
+def windows(hours: Iterable[tuple[str, int]], weeks: Iterable[str] = ()) -> list[Window]:
+    """The three windows over the hours of the hourly tables (none if no
+    hour) and the weeks (their Mondays) of the weekly ones: the hourly tables
+    hold the newest hour, the weekly ones go back furthest."""
     moments = sorted(dt.datetime.fromisoformat(d).replace(hour=h) for d, h in hours)
     if not moments:
         return []
-    first, last = moments[0], moments[-1]
+    first = min([moments[0], *(dt.datetime.fromisoformat(monday) for monday in weeks)])
+    last = moments[-1]
     last_day = last.replace(hour=0)
     first_week = first.replace(hour=0) - dt.timedelta(days=first.weekday())
     last_week = last_day - dt.timedelta(days=last_day.weekday())
-    weeks = (last_week - first_week).days // 7 + 1
+    week_count = (last_week - first_week).days // 7 + 1
     return [
         _window(
             "hour",
@@ -87,7 +90,7 @@ def windows(hours: Iterable[tuple[str, int]]) -> list[Window]:
         _window(
             "week",
             "All of history, by week (weeks from Monday)",
-            [first_week + dt.timedelta(weeks=n) for n in range(weeks)],
+            [first_week + dt.timedelta(weeks=n) for n in range(week_count)],
             "%Y-%m-%d",
         ),
     ]
@@ -99,14 +102,14 @@ def sums(
     """Per value of `series` (a column of `rows`; "" to use `columns` as the
     series), each column summed into the window's slots.
 
-    `rows` are hourly rows (`date`, `hour`, ...). With `series` "", one
+    `rows` are hourly, daily or weekly rows (`date`, `hour` if hourly, ...). With `series` "", one
     series per column; otherwise one per distinct value of `series`, of the
     single column in `columns`.
     """
     names = list(columns) if not series else sorted({str(r[series]) for r in rows})
     heights = {name: [0.0] * len(window.labels) for name in names}
     for row in rows:
-        slot = window.slot_of(row["date"], row["hour"])
+        slot = window.slot_of(row["date"], row.get("hour", 0))
         if slot is None:
             continue
         if series:
@@ -118,14 +121,17 @@ def sums(
 
 
 def percentiles(window: Window, histograms: pa.Table, bound: histogram.Bound) -> list[Row]:
-    """p50, p95, p99 (and count) per slot of `window`, from hourly histogram
-    rows of one measure, dimension and key (`date`, `hour`, `measure`,
+    """p50, p95, p99 (and count) per slot of `window`, from hourly, daily or
+    weekly histogram rows of one measure, dimension and key (`date`, `hour`
+    if hourly, `measure`,
     `dimension`, `key`, `bucket`, `count`, `sum_micro`, `max_value`): one
     row per slot that has a value, `slot` its index."""
-    dates, hours = (histograms.column(c).to_pylist() for c in ("date", "hour"))
+    dates = histograms.column("date").to_pylist()
+    scope = [c for c in ("date", "hour") if c in histograms.column_names]
+    hours = histograms.column("hour").to_pylist() if "hour" in scope else [0] * len(dates)
     slots = [window.slot_of(d, h) for d, h in zip(dates, hours, strict=True)]
     inside = pa.array([s is not None for s in slots], pa.bool_())
-    labelled = histograms.drop_columns(["date", "hour"]).append_column(
+    labelled = histograms.drop_columns(scope).append_column(
         "date", pa.array([f"{s:06d}" if s is not None else "" for s in slots], pa.string())
     )
     per_slot = tables.distributions(labelled.filter(inside), bound)

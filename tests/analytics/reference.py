@@ -366,6 +366,16 @@ def merge_notifications(hourly: DataFrame) -> DataFrame:
     )
 
 
+def coverage(records: DataFrame) -> DataFrame:
+    """Per hour with any record: 1."""
+    return records.groupBy(*HOUR).agg(F.lit(1).cast("long").alias("hours"))
+
+
+def merge_coverage(hourly: DataFrame) -> DataFrame:
+    """The hours covered."""
+    return hourly.agg(F.sum("hours").cast("long").alias("hours"))
+
+
 SHARD_COUNTS = ["records", "deliveries", "polls", "response_bytes", "registers"]
 
 

@@ -126,6 +126,7 @@ HOURLY_REFERENCE = {
     "queue_lifecycle": reference.queue_lifecycle,
     "notifications": reference.notifications,
     "shard_load": reference.shard_load,
+    "coverage": reference.coverage,
 }
 MERGE_REFERENCE = {
     "histograms": reference.merge_histograms,
@@ -136,6 +137,7 @@ MERGE_REFERENCE = {
     "queue_lifecycle": reference.merge_queue_lifecycle,
     "notifications": reference.merge_notifications,
     "shard_load": reference.merge_shard_load,
+    "coverage": reference.merge_coverage,
 }
 TOP = 3
 DERIVED_REFERENCE = {

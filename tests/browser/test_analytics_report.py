@@ -5,7 +5,7 @@ the age. Screenshots of the whole pages are kept as artifacts
 (var/test-artifacts/browser/analytics-report-*.png).
 
 The tables are written as a run of the job stores them (load.HourlyStage,
-then the job's overall tables), from hourly rows made here: a year of a
+then rollup.py's daily, weekly and overall ones), from hourly rows made here: a year of a
 real log would take Spark minutes to read, and the report reads only the
 stored tables.
 """
@@ -21,7 +21,7 @@ import pyarrow as pa
 import pytest
 from selenium.webdriver.chrome.webdriver import WebDriver
 
-from analytics import histogram, job, load, report, tables
+from analytics import histogram, load, report, rollup, tables
 from tests.browser.conftest import ARTIFACTS
 
 LAST = dt.datetime(2026, 11, 25, 23)
@@ -47,10 +47,11 @@ def write_site(out: Path, days: int) -> int:
     """Stored tables of a site `days` old; returns the hours written."""
     hours = site_hours(days)
     rows: dict[str, list[dict[str, Any]]] = {"shard_load": [], "notifications": [],
-                                             "histograms": []}  # fmt: skip
+                                             "histograms": [], "coverage": []}  # fmt: skip
     for index, moment in enumerate(hours):
         at = {"date": moment.date().isoformat(), "hour": moment.hour}
         busy = 100 + 40 * (index % 7)
+        rows["coverage"].append(at | {"hours": 1})
         for number, shard in enumerate(SHARDS):
             rows["shard_load"].append(
                 at | {"shard": shard, "records": busy * 2, "deliveries": busy + number * 10,
@@ -72,7 +73,7 @@ def write_site(out: Path, days: int) -> int:
         stage = load.HourlyStage(out, name)
         stage.add(tables.sort(table, [*tables.HOUR, *shape.order]))
         stage.commit(None)
-    job.write_overall_tables(out, 20, bound)
+    rollup.roll_up(out, None, 20, bound, rollup.KEEP_HOURLY_DAYS)
     report.write_report(out, bound)
     return len(hours)
 

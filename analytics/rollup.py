@@ -1,0 +1,120 @@
+"""Daily and weekly tables from the hourly ones, and hourly tables rolled up.
+
+After the hourly tables of a run are in place:
+
+1. each day the run touched (or that has hourly tables but no daily ones:
+   an output of an earlier version) gets its daily tables, the merge of its
+   hourly ones; each week of such a day gets its weekly tables, the merge of
+   its daily ones (`date` = the week's Monday);
+2. the overall tables are the merge of the weekly ones;
+3. hourly tables of days before the last KEEP_HOURLY_DAYS days of the
+   stored hours are removed: their days are in the daily tables.
+
+Merges are exact (integer sums and maxima, histograms), so a day's tables
+are the same whether merged from hours or found in one pass, and a full run
+and incremental ones give the same tables. An incremental run that meets a
+changed hour of a rolled-up day processes the whole day again from the log
+(job.Plan), so that the day's daily tables are rebuilt from all its hours.
+Derived tables (latency, busiest_*, shard_imbalance) are stored per day and
+per week too.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from analytics import histogram, load, tables
+
+KEEP_HOURLY_DAYS = 14
+# The report's last 24 hours span two days.
+MIN_KEEP_HOURLY_DAYS = 2
+ENV_KEEP_HOURLY_DAYS = "EVENTQ_ANALYTICS_KEEP_HOURLY_DAYS"
+
+
+def keep_from_environment(environ: Mapping[str, str] = os.environ) -> int:
+    """EVENTQ_ANALYTICS_KEEP_HOURLY_DAYS, else KEEP_HOURLY_DAYS; ValueError
+    naming the variable for anything but a whole number of at least 2."""
+    text = environ.get(ENV_KEEP_HOURLY_DAYS, "").strip()
+    if not text:
+        return KEEP_HOURLY_DAYS
+    if not text.isdecimal() or int(text) < MIN_KEEP_HOURLY_DAYS:
+        raise ValueError(
+            f"{ENV_KEEP_HOURLY_DAYS}={text!r} is not a whole number of "
+            f"{MIN_KEEP_HOURLY_DAYS} or more"
+        )
+    return int(text)
+
+
+def first_kept_day(newest_day: str, keep_days: int) -> str:
+    """The first day whose hourly tables are kept when the newest stored hour
+    is of `newest_day`."""
+    newest = dt.date.fromisoformat(newest_day)
+    return (newest - dt.timedelta(days=keep_days - 1)).isoformat()
+
+
+def week_of(day: str) -> str:
+    """The Monday of `day`'s week."""
+    date = dt.date.fromisoformat(day)
+    return (date - dt.timedelta(days=date.weekday())).isoformat()
+
+
+def _write(out: Path, tier: str, day: str, days: Iterable[str], source: str, top: int,
+           bound: histogram.Bound) -> dict[str, tables.Table]:  # fmt: skip
+    """`tier`'s tables of `day`, merged from `source`'s parts of `days`."""
+    merged = {
+        name: tables.merge_parts(name, load.day_parts(out, source, name, days))
+        for name in tables.BASE
+    }
+    for name, table in merged.items():
+        load.write_day(table, out, tier, name, day)
+    for name, derived in tables.DERIVED.items():
+        load.write_day(derived.derive(merged[derived.source], top, bound), out, tier, name, day)
+    return merged
+
+
+def roll_up(
+    out: Path, touched: Iterable[str] | None, top: int, bound: histogram.Bound, keep_days: int
+) -> None:
+    """Daily, weekly and overall tables after a run whose hourly tables are
+    in place; `touched`: the days whose hours it (re)wrote, None for a full
+    run (every tier is then rebuilt from the hourly tables, and days and
+    weeks no longer in them removed). Then the old hourly tables go."""
+    names = [*tables.BASE, *tables.DERIVED]
+    hourly_days = load.stored_days(out, load.HOURLY, tables.BASE)
+    daily_before = load.stored_days(out, load.DAILY, tables.BASE)
+    if touched is None:
+        days = set(hourly_days)
+        load.drop_days(out, load.DAILY, names, daily_before - hourly_days)
+    else:
+        days = (set(touched) | (hourly_days - daily_before)) & hourly_days
+    for day in sorted(days):
+        _write(out, load.DAILY, day, [day], load.HOURLY, top, bound)
+
+    daily_days = load.stored_days(out, load.DAILY, tables.BASE)
+    weeks = {week_of(day) for day in (daily_days if touched is None else days)}
+    # and weeks of daily tables without weekly ones (a run that stopped between)
+    weeks |= {week_of(day) for day in daily_days} - load.stored_days(out, load.WEEKLY, tables.BASE)
+    if touched is None:
+        stale = load.stored_days(out, load.WEEKLY, tables.BASE) - weeks
+        load.drop_days(out, load.WEEKLY, names, stale)
+    for week in sorted(weeks):
+        in_week = [day for day in daily_days if week_of(day) == week]
+        _write(out, load.WEEKLY, week, in_week, load.DAILY, top, bound)
+
+    all_weeks = load.stored_days(out, load.WEEKLY, tables.BASE)
+    merged = {
+        name: tables.merge_parts(name, load.day_parts(out, load.WEEKLY, name, all_weeks))
+        for name in tables.BASE
+    }
+    for name in tables.OVERALL_BASE:
+        load.write_overall(merged[name], out, name)
+    for name, derived in tables.DERIVED.items():
+        load.write_overall(derived.derive(merged[derived.source], top, bound), out, name)
+
+    if hourly_days:
+        first = first_kept_day(max(hourly_days), keep_days)
+        old = {day for day in hourly_days if day < first}
+        load.drop_days(out, load.HOURLY, names, old)

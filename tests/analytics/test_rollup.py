@@ -1,0 +1,114 @@
+"""Daily, weekly and overall tables rolled up from the hourly ones, and the
+hourly tables of old days removed (analytics/rollup.py): the same tables
+however the hours came, and a late change to a rolled-up day rebuilds it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from analytics import job, rollup
+from tests.analytics import logdata
+from tests.analytics.logdata import at, delivery, end, poll
+
+# Thursday 11-19 to Tuesday 11-24: two weeks (from Monday 11-16, 11-23).
+HOURS = [("2026-11-19", 7), ("2026-11-20", 3), ("2026-11-20", 9), ("2026-11-22", 23),
+         ("2026-11-23", 0), ("2026-11-24", 5)]  # fmt: skip
+
+
+def rows(date: str, hour: int, extra: int = 0) -> list[dict]:
+    made = [delivery(at(date, hour, 60 + i), 0.01 * (i + 1), user_id=10 + i % 2,
+                     event_id=i, shard=("s1", "s2")[i % 2]) for i in range(3 + extra)]  # fmt: skip
+    made += [poll(at(date, hour, 200), "events"), end(at(date, hour, 900), "overflow", 5.0)]
+    return made
+
+
+def write(logs: Path, date: str, hour: int, extra: int = 0, name: str = "s1-0") -> None:
+    logdata.write_partition(logs, date, hour, rows(date, hour, extra), name=name)
+
+
+def tables_of(out: Path) -> dict[str, list[dict]]:
+    """Every stored table file under hourly/, daily/, weekly/, overall/, as rows."""
+    return {
+        p.relative_to(out).as_posix(): pq.read_table(p).to_pylist()
+        for tier in ("hourly", "daily", "weekly", "overall")
+        for p in sorted((out / tier).rglob("*.parquet"))
+    }
+
+
+def days(out: Path, tier: str) -> list[str]:
+    return sorted({p.name.removeprefix("date=") for p in (out / tier).glob("*/date=*")})
+
+
+def test_old_hours_roll_up_into_days_and_weeks(spark, tmp_path):
+    logs = tmp_path / "logs"
+    for date, hour in HOURS:
+        write(logs, date, hour)
+    kept = tmp_path / "kept"
+    job.run(spark, job.Options(logs=logs, out=kept, keep_hourly_days=30))
+    rolled = tmp_path / "rolled"
+    result = job.run(spark, job.Options(logs=logs, out=rolled, keep_hourly_days=2))
+    assert result.summary.lines[0].startswith("hours: 6  ")
+
+    # hourly tables of the last two days only; every day and week kept
+    assert days(rolled, "hourly") == ["2026-11-23", "2026-11-24"]
+    assert days(kept, "hourly") == ["2026-11-19", "2026-11-20", "2026-11-22", "2026-11-23",
+                                    "2026-11-24"]  # fmt: skip
+    assert days(rolled, "daily") == days(kept, "hourly")
+    assert days(rolled, "weekly") == ["2026-11-16", "2026-11-23"]
+    # the rest is the same tables
+    everything, recent = tables_of(kept), tables_of(rolled)
+    assert {k: v for k, v in everything.items() if k in recent} == recent
+    gone = {k for k in everything if k not in recent}
+    assert gone
+    assert all(re.match(r"hourly/\w+/date=2026-11-(19|20|22)/", k) for k in gone), gone
+    # a day's tables are its hours' merge: 11-20 had two hours of 3 deliveries
+    [day] = pq.read_table(rolled / "daily" / "coverage" / "date=2026-11-20").to_pylist()
+    assert day == {"hours": 2}
+    shards = pq.read_table(rolled / "daily" / "shard_load" / "date=2026-11-20").to_pylist()
+    # (polls and ends are logged by shard "default" here)
+    assert [(r["shard"], r["deliveries"]) for r in shards] == [("default", 0), ("s1", 4), ("s2", 2)]
+    [week] = pq.read_table(rolled / "weekly" / "queue_lifecycle" / "date=2026-11-16").to_pylist()
+    assert week["overflow"] == 4
+    # the report's day and week windows read them
+    page = (rolled / "report" / "report.html").read_text()
+    assert "src='deliveries_by_week.png'" in page
+
+
+def test_incremental_runs_and_a_late_change_to_a_rolled_up_day(spark, tmp_path, capsys):
+    logs, out, full = tmp_path / "logs", tmp_path / "out", tmp_path / "full"
+    options = job.Options(logs=logs, out=out, incremental=True, keep_hourly_days=2)
+    for date, hour in HOURS[:3]:
+        write(logs, date, hour)
+    job.run(spark, options)
+    assert days(out, "hourly") == ["2026-11-19", "2026-11-20"]
+    for date, hour in HOURS[3:]:
+        write(logs, date, hour)
+    second = job.run(spark, options)
+    assert [h.key for h in second.processed] == [f"date={d}/hour={h:02d}" for d, h in HOURS[3:]]
+    assert days(out, "hourly") == ["2026-11-23", "2026-11-24"]
+
+    # A late shard's file for 11-20 09h: the whole of 11-20 is read again.
+    write(logs, "2026-11-20", 9, extra=4, name="s2-0")
+    planned = job.plan(options)
+    assert [h.key for h in planned.todo()] == ["date=2026-11-20/hour=03", "date=2026-11-20/hour=09"]
+    third = job.run(spark, options, planned)
+    assert len(third.processed) == 2
+    assert days(out, "hourly") == ["2026-11-23", "2026-11-24"]  # rolled up again
+
+    job.run(spark, job.Options(logs=logs, out=full, keep_hourly_days=2))
+    assert tables_of(out) == tables_of(full)
+    shards = pq.read_table(out / "daily" / "shard_load" / "date=2026-11-20").to_pylist()
+    assert sum(r["deliveries"] for r in shards) == 3 + 3 + 7
+
+    # An hour of a rolled-up day changes while another hour of that day,
+    # processed before, is gone from the log: the day cannot be rebuilt.
+    (logs / "deliveries" / "date=2026-11-20" / "hour=03" / "s1-0.parquet").unlink()
+    (logs / "deliveries" / "date=2026-11-20" / "hour=03").rmdir()
+    write(logs, "2026-11-20", 9, extra=5, name="s3-0")
+    planned = job.plan(options)
+    assert [h.key for h in planned.left_out()] == ["date=2026-11-20/hour=09"]
+    assert planned.todo() == []
+    assert rollup.first_kept_day("2026-11-24", 2) == "2026-11-23"
