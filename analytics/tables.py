@@ -9,8 +9,9 @@ Two layers (this is what makes `--incremental` exact):
   tables (percentiles, rankings, shares, imbalance), computed alike from an
   hourly table (per hour) or a merged one (overall).
 
-A full run and an incremental one both compute the overall tables from the
-stored hourly ones, so they agree row for row. Sums are of integers, so
+A full run and an incremental one both compute the daily, weekly and
+overall tables from the stored hourly ones (rollup.py), so they agree row
+for row. Sums are of integers, so
 they do not depend on the order rows come in; doubles are only divided,
 once, the way Spark divides them (IEEE double division, as Python's `/`).
 
@@ -31,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analytics import histogram, schema
+from analytics import histogram, percentiles, schema
 from analytics.transforms import (
     ACTIVITY,
     COUNT,
@@ -506,77 +507,20 @@ def merge_parts(name: str, parts: Iterable[Table], fold_rows: int = FOLD_ROWS) -
     return merge(name, pa.concat_tables(rest) if rest else SHAPES[name].schema([]).empty_table())
 
 
-def _runs(table: Table, keys: Sequence[str]) -> Any:
-    """Per row of `table` (sorted by `keys`), the index of its run of equal
-    keys (null equal to null): 0, 0, 1, 2, 2, ..."""
-    if table.num_rows == 0:
-        return pa.array([], pa.int64())
-    changed = pa.array([False] * table.num_rows)
-    for key in keys:
-        column = table.column(key).combine_chunks()
-        before, after = column.slice(0, len(column) - 1), column.slice(1)
-        differs = pc.or_(
-            pc.not_equal(pc.is_valid(before), pc.is_valid(after)),
-            pc.fill_null(pc.not_equal(before, after), False),
-        )
-        shifted = pa.concat_arrays([pa.array([False]), differs])
-        changed = pc.or_(changed, shifted)
-    return pc.cumulative_sum(changed.cast(pa.int64()))
-
-
 def distributions(histograms: Table, bound: Bound) -> Table:
     """Count, mean, max, p50/p95/p99 per (scope, measure, dimension, key) of
     an hourly or merged histogram table (scope `date`, `hour` or none).
 
     A percentile is the upper bound (`bound(bucket)`, see
     histogram.upper_bounds) of the first bucket whose running count reaches
-    its nearest rank, ceil(q * count). Computed column-wise: a month of
-    hours is hundreds of thousands of bucket rows.
+    its nearest rank, ceil(q * count) (percentiles.py).
     """
     scope = _scope(histograms)
     group = [*scope, "measure", "dimension", "key"]
     rows = sort(histograms, [*group, "bucket"])
     if rows.num_rows == 0:
         return _rows([], "latency", scope)
-    runs = _runs(rows, group)
-    counts = rows.column("count").combine_chunks().cast(pa.int64())
-    index = pa.array(range(rows.num_rows), pa.int64())
-    columns = {"run": runs, "count": counts, "sum_micro": rows.column("sum_micro"),
-               "max_value": rows.column("max_value"), "index": index}  # fmt: skip
-    sums = [("count", "sum"), ("sum_micro", "sum"), ("max_value", "max"), ("index", "min")]
-    per_run = pa.table(columns).group_by("run", use_threads=False).aggregate(sums).sort_by("run")
-    totals = per_run.column("count_sum").combine_chunks()
-    firsts = per_run.column("index_min").combine_chunks()
-    # The running count within a run: the running count of all rows, less
-    # what came before the run's first row.
-    running = pc.cumulative_sum(counts)
-    before = pc.subtract(pc.take(running, firsts), pc.take(counts, firsts))
-    running = pc.subtract(running, pc.take(before, runs))
-    buckets = rows.column("bucket").combine_chunks()
-    result = rows.select(group).take(firsts)
-    # as sum(sum_micro) / MICRO / count in Python: the same doubles
-    micros = per_run.column("sum_micro_sum").cast(pa.float64())
-    mean = pc.divide(pc.divide(micros, float(histogram.MICRO)), totals.cast(pa.float64()))
-    result = (
-        result.append_column("count", totals)
-        .append_column("mean", mean)
-        .append_column("max", per_run.column("max_value_max"))
-    )
-    for name, q in histogram.QUANTILES_PERMILLE.items():
-        # Integer arithmetic for the ranks (Spark's floor((n * q + 999) / 1000)
-        # in doubles is the same for any count below 2^43).
-        ranks = pc.divide(pc.add(pc.multiply(totals, q), 999), 1000)
-        reached = pc.greater_equal(running, pc.take(ranks, runs))
-        first = (
-            pa.table({"run": runs, "index": pc.if_else(reached, index, None)})
-            .group_by("run", use_threads=False)
-            .aggregate([("index", "min")])
-            .sort_by("run")
-            .column("index_min")
-        )
-        found = pc.take(buckets, first).to_pylist()
-        result = result.append_column(name, pa.array([bound(b) for b in found], pa.float64()))
-    return _shaped(result, "latency", scope)
+    return _shaped(percentiles.of_runs(rows, group, bound), "latency", scope)
 
 
 def busiest(activity: Table, keys: Sequence[str], top: int, name: str) -> Table:
