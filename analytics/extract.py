@@ -12,6 +12,7 @@ import datetime as dt
 import functools
 import operator
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -61,6 +62,9 @@ class Hour(NamedTuple):
 FileSizes = dict[str, int]
 
 
+_HOUR_NAME = re.compile(r"hour=(?:[01][0-9]|2[0-3])")
+
+
 def list_partitions(logs_dir: Path) -> dict[Hour, FileSizes]:
     """The hours present under `<logs_dir>/deliveries` with their visible Parquet files.
 
@@ -76,7 +80,9 @@ def list_partitions(logs_dir: Path) -> dict[Hour, FileSizes]:
     for date_dir in sorted(base.glob("date=*")):
         # The server's names only (logfiles.py: hour=00..23), as read_records
         # names them again.
-        for hour_dir in sorted(date_dir.glob("hour=[0-2][0-9]")):
+        for hour_dir in sorted(date_dir.glob("hour=*")):
+            if not _HOUR_NAME.fullmatch(hour_dir.name):
+                continue
             files = {
                 entry.name: entry.stat().st_size
                 for entry in os.scandir(hour_dir)
@@ -143,9 +149,15 @@ def read_records(
     """
     hours = sorted(set(hours))
     base = uri(logs_dir / DELIVERIES)
-    directories = [uri(logs_dir / DELIVERIES / h.key) for h in hours]
+    # An hour the server's log retention removed since the run was planned
+    # is read as an hour without records.
+    present = [h for h in hours if (logs_dir / DELIVERIES / h.key).is_dir()]
+    directories = [uri(logs_dir / DELIVERIES / h.key) for h in present]
     reader = spark.read.schema(schema.LOG_SCHEMA).option("basePath", base)
-    records = reader.parquet(*directories) if directories else reader.parquet(base)
+    if directories:
+        records = reader.parquet(*directories)
+    else:
+        records = spark.createDataFrame([], schema.LOG_SCHEMA)
     return accepted_versions(select_hours(records, hours)).select(*columns)
 
 

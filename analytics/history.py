@@ -62,12 +62,15 @@ def record(out: Path, run: Mapping[str, Any], when: dt.datetime, keep: int) -> P
             shutil.rmtree(left)
         else:
             left.unlink()
-    name = when.astimezone(dt.UTC).strftime(STAMP)
-    taken = {p.name for p in reports.iterdir()}
-    suffix = 1
-    while (name if suffix == 1 else f"{name}-{suffix}") in taken:
-        suffix += 1
-    target = reports / (name if suffix == 1 else f"{name}-{suffix}")
+    moment = when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+    name = moment.astimezone(dt.UTC).strftime(STAMP)
+    # Runs of the same second: -002, -003, ... after the highest taken (a
+    # name freed by pruning is not taken again: it would sort as the oldest).
+    same = [p.name.removeprefix(name) for p in reports.iterdir() if p.name.startswith(name)]
+    if same:
+        suffixes = [int(rest[1:]) for rest in same if rest[1:].isdecimal()]
+        name = f"{name}-{max([1, *suffixes]) + 1:03d}"
+    target = reports / name
     # Copied aside, then renamed: a crash leaves no half report in the list.
     scratch = reports / f".{target.name}-{uuid.uuid4().hex}"
     shutil.copytree(out / "report", scratch)
@@ -85,12 +88,17 @@ def write_index(reports: Path) -> None:
     dated = list(reversed(_dated(reports)))
     rows = []
     for directory in dated:
-        run = json.loads((directory / RUN_FILE).read_text())
+        try:
+            run = json.loads((directory / RUN_FILE).read_text())
+        except (OSError, ValueError):
+            run = {}
+        if not isinstance(run, dict):
+            run = {}
         state = "over a limit" if run.get("over") else ""
         rows.append(
             "<tr>"
             f"<td><a href='{html.escape(directory.name)}/report.html'>"
-            f"{html.escape(str(run['run_at']))}</a></td>"
+            f"{html.escape(str(run.get('run_at', directory.name)))}</a></td>"
             + "".join(
                 f"<td>{html.escape(str(run.get(key, '')))}</td>"
                 for key in ("hours", "records", "deliveries")

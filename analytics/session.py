@@ -75,6 +75,19 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+def session_config(embedded: bool, input_bytes: int | None = None) -> dict[str, str]:
+    """The settings of a session: COMMON_CONFIG, and for an `embedded` one
+    (local[*], not under spark-submit) LOCAL_CONFIG, with the short job's JVM
+    options when `input_bytes` is at most SHORT_JOB_BYTES."""
+    config = dict(COMMON_CONFIG)
+    if embedded:
+        config.update(LOCAL_CONFIG)
+        if input_bytes is not None and input_bytes <= SHORT_JOB_BYTES:
+            java_options = config["spark.driver.extraJavaOptions"]
+            config["spark.driver.extraJavaOptions"] = f"{java_options} {SHORT_JOB_JAVA_OPTIONS}"
+    return config
+
+
 def build_session(
     master: str | None = None, *, log_level: str = "ERROR", input_bytes: int | None = None
 ) -> SparkSession:
@@ -88,16 +101,13 @@ def build_session(
     will read if known, makes an embedded session of a short job (at most
     SHORT_JOB_BYTES) a short job's JVM.
     """
+    embedded = master is None and not under_spark_submit()
     builder = SparkSession.builder.appName(APP_NAME)
-    config = dict(COMMON_CONFIG)
     if master is not None:
         builder = builder.master(master)
-    elif not under_spark_submit():
+    elif embedded:
         builder = builder.master("local[*]")
-        config.update(LOCAL_CONFIG)
-        if input_bytes is not None and input_bytes <= SHORT_JOB_BYTES:
-            java_options = config["spark.driver.extraJavaOptions"]
-            config["spark.driver.extraJavaOptions"] = f"{java_options} {SHORT_JOB_JAVA_OPTIONS}"
+    config = session_config(embedded, input_bytes)
     for key, value in config.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -125,3 +125,17 @@ def test_the_readme_queries_the_log_as_the_benchmark_does(spark_job):
         for query in spark_job.REFERENCE_QUERIES.values()
     ]
     assert _statements(sql) == [" ".join(query.split()) for query in expected]
+
+
+def test_a_cluster_run_is_printed_beside_the_local_one_with_the_ratio(spark_job):
+    # --cluster's figures as cluster_runs() adds them to a size (the run itself
+    # starts a cluster: tests/deploy/test_spark_cluster.py runs one).
+    progress = "analytics: 3/3 hours, 20,000 records in 9.1 s (2,198 records/s)"
+    size: dict[str, Any] = {"cluster_run_secs": 21.31, "cluster_over_local": 1.77}
+    size["cluster_run_progress"] = [progress]
+    assert spark_job.cluster_lines(size) == [
+        "operator's run on the cluster (2 executors of one core, spark-submit-analytics.sh):"
+        "   21.31 s  (1.77x the local[*] run)",
+        f"  {progress}",
+    ]
+    assert spark_job.cluster_lines({"operator_run_secs": 12.0}) == []

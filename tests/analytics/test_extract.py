@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 from pyspark.testing import assertDataFrameEqual
 
@@ -80,3 +81,28 @@ def test_read_records_prunes_other_hours_and_versions(spark, tmp_path, capsys):
     # the hour condition is a partition filter: the other directories are not read
     assert "PartitionFilters: [" in plan
     assert "hour" in plan.split("PartitionFilters: [", 1)[1].split("]", 1)[0]
+
+
+def test_only_the_servers_hour_names_are_listed(tmp_path):
+    for name in ("hour=00", "hour=23", "hour=24", "hour=29", "hour=7", "hour=x"):
+        directory = tmp_path / "deliveries" / f"date={DATE}" / name
+        directory.mkdir(parents=True)
+        (directory / "s1.parquet").write_bytes(b"x")
+    assert sorted(extract.list_partitions(tmp_path)) == [Hour(DATE, 0), Hour(DATE, 23)]
+
+
+def test_spark_reads_the_hours_asked_and_an_hour_gone_is_empty(spark, tmp_path):
+    for hour in (3, 4, 5):
+        t = logdata.at(DATE, hour, 60)
+        logdata.write_partition(tmp_path, DATE, hour, [logdata.delivery(t, 0.1, event_id=hour)])
+    frame = extract.read_records(spark, tmp_path, [Hour(DATE, 4), Hour(DATE, 5)])
+    # the files of hours 04 and 05 only are listed, not the whole log
+    read = sorted(Path(f.removeprefix("file://")).parent.name for f in frame.inputFiles())
+    assert read == ["hour=04", "hour=05"]
+    gone = tmp_path / "deliveries" / f"date={DATE}" / "hour=05"
+    for file in gone.iterdir():
+        file.unlink()
+    gone.rmdir()  # the server's log retention, between the plan and the read
+    frame = extract.read_records(spark, tmp_path, [Hour(DATE, 4), Hour(DATE, 5)])
+    assert [row["hour"] for row in frame.collect()] == [4]
+    assert extract.read_records(spark, tmp_path, [Hour(DATE, 5)]).count() == 0

@@ -25,8 +25,8 @@ def test_each_run_is_kept_dated_and_the_oldest_beyond_keep_go(tmp_path):
         made.append(history.record(out, figures, when, keep=3))
     reports = out / "reports"
     assert [p.name for p in made] == [
-        "2026-11-28T10-00-05Z", "2026-11-28T10-00-05Z-2", "2026-11-28T11-00-05Z",
-        "2026-11-28T11-00-05Z-2"]  # fmt: skip
+        "2026-11-28T10-00-05Z", "2026-11-28T10-00-05Z-002", "2026-11-28T11-00-05Z",
+        "2026-11-28T11-00-05Z-002"]  # fmt: skip
     kept = sorted(p.name for p in reports.iterdir() if p.is_dir())
     assert kept == [p.name for p in made[1:]]
     last = made[-1]
@@ -63,3 +63,23 @@ def test_keep_from_the_environment():
     for bad in ("0", "-1", "two"):
         with pytest.raises(ValueError, match=history.ENV_KEEP):
             history.keep_from_environment({history.ENV_KEEP: bad})
+
+
+def test_many_runs_in_one_second_keep_the_newest(tmp_path):
+    out = tmp_path / "out"
+    (out / "report").mkdir(parents=True)
+    (out / "report" / "report.html").write_text("r")
+    made = [history.record(out, {"hours": n}, START, keep=3) for n in range(12)]
+    kept = sorted(p.name for p in (out / "reports").iterdir() if p.is_dir())
+    assert kept == [p.name for p in made[-3:]]
+    assert made[-1].name == "2026-11-28T10-00-05Z-012"
+    index = (out / "reports" / "index.html").read_text()
+    assert f"src='{made[-1].name}/report.html'" in index
+    # a naive time is taken as UTC; an unreadable run.json does not stop the index
+    (made[-1] / "run.json").write_text("{")
+    naive = history.record(out, {}, dt.datetime(2026, 11, 28, 12), keep=3)
+    assert naive.name == "2026-11-28T12-00-00Z"
+    assert (
+        "href='2026-11-28T10-00-05Z-012/report.html'"
+        in (out / "reports" / "index.html").read_text()
+    )

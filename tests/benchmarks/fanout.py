@@ -2071,7 +2071,7 @@ def _is_ours(frame: str) -> bool:
     """A frame of our code other than the entry point (in every sample)."""
     where = frame.partition(" (")[2]
     return where.startswith(OUR_PACKAGES) and not where.startswith(
-        ("server/admin/cli.py", "server/__")
+        ("server/admin/cli.py", "server/admin/entry.py", "server/__")
     )
 
 

@@ -836,10 +836,10 @@ def _path_step(frames: list[str]) -> str:
         return "pika, outside _on_message (socket reads, frame decoding)"
     if any(where.startswith("tornado/") for where in wheres):
         return "tornado, outside our handlers (HTTP parsing, connections)"
-    # The entry point (server/admin/cli.py) is in every stack: not "our code".
+    # The entry point (server/admin/entry.py, cli.py) is in every stack: not "our code".
     if any(
         where.startswith(OUR_PACKAGES)
-        and not where.startswith(("server/admin/cli.py", "server/__"))
+        and not where.startswith(("server/admin/cli.py", "server/admin/entry.py", "server/__"))
         for where in wheres
     ):
         return "other eventq code"
