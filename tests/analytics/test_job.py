@@ -304,4 +304,4 @@ def test_limits_flag_the_hours_over_them_and_fail_the_run(tmp_path):
         [*base, "--max-p99-ms", "-1"], cwd=REPO, capture_output=True, text=True, check=False
     )
     assert bad.returncode == 2
-    assert "--max-p99-ms: must be 0 or more, got -1" in bad.stderr
+    assert "--max-p99-ms: must be a number of 0 or more, got -1" in bad.stderr
