@@ -41,11 +41,13 @@
 #   status is the job's: 0 done, 1 nothing to read or a problem found before submitting,
 #   2 wrong arguments; anything else is spark-submit's own failure.
 #
-# --logs and --out: the driver lists and renames files there itself, so both must be on a
+# --logs: the driver lists it and the executors read its files by path, so it must be on a
 # filesystem mounted at the same path on this host and on every executor host (NFS or the
-# like); the job hands them to Spark as file:// URIs, whatever the cluster's default
-# filesystem. The driver's memory is spark-submit's --driver-memory (the embedded run's 4g
-# does not apply).
+# like); the job hands Spark file:// URIs, whatever the cluster's default filesystem.
+# --out: only the driver writes there (every table, with pyarrow; executors write nothing),
+# so it must be writable here and need not be shared. docs/analytics.md, "Running on a
+# cluster", says what else the executors must reach. The driver's memory is spark-submit's
+# --driver-memory (the embedded run's 4g does not apply).
 set -euo pipefail
 
 PROG="spark-submit-analytics"
