@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from analytics import (
@@ -129,6 +130,13 @@ class Plan:
                 hours -= {h for h in changed if h.date == day}
         return sorted(hours)
 
+    def first_kept_day(self) -> str | None:
+        """The first day whose hours keep hourly tables once the run is over
+        (rollup.py); None for a run of no hour."""
+        stored = [extract.Hour.from_key(key) for key in self.done]
+        newest = max([*stored, *self.todo()], default=None)
+        return None if newest is None else rollup.first_kept_day(newest.date, self.keep_hourly_days)
+
     def left_out(self) -> list[extract.Hour]:
         """Changed hours not processed (see `todo`)."""
         todo = set(self.todo())
@@ -206,6 +214,10 @@ def run(
     hourly = [*tables.BASE, *tables.DERIVED]
     stages = {name: load.HourlyStage(out, name) for name in hourly} if todo else {}
     pending = chunks(todo, partitions, options.chunk_bytes)
+    first_kept = planned.first_kept_day()
+    # days older than first_kept: base tables of their hours read so far
+    old_days: dict[str, dict[str, list[tables.Table]]] = {}
+    written: set[str] = set()
     if progress is not None:
         progress.started(len(todo), len(pending))
 
@@ -228,6 +240,22 @@ def run(
                 )
                 lap("read and pre-aggregate")
                 base = {name: build(pieces) for name, build in tables.BASE.items()}
+                if first_kept is not None:
+                    # Days whose hourly tables would be removed at the end go
+                    # to their daily tables straight from memory.
+                    for name, table in base.items():
+                        old = pc.less(table.column("date"), first_kept)
+                        for day in sorted(set(table.filter(old).column("date").to_pylist())):
+                            rows = table.filter(pc.equal(table.column("date"), day))
+                            old_days.setdefault(day, {}).setdefault(name, []).append(
+                                rows.drop_columns(tables.HOUR)
+                            )
+                        base[name] = table.filter(pc.invert(old))
+                    following = pending[index + 1][0].date if index + 1 < len(pending) else None
+                    for day in [d for d in sorted(old_days) if following is None or d < following]:
+                        rollup.write_tier(out, load.DAILY, day, old_days.pop(day), options.top,
+                                          bound)  # fmt: skip
+                        written.add(day)
                 derived = {
                     name: table.derive(base[table.source], options.top, bound)
                     for name, table in tables.DERIVED.items()
@@ -246,7 +274,7 @@ def run(
         stage.commit(scope)
 
     touched = None if scope is None else {h.date for h in todo}
-    rollup.roll_up(out, touched, options.top, bound, options.keep_hourly_days)
+    rollup.roll_up(out, touched, options.top, bound, options.keep_hourly_days, written)
     lap("overall tables")
 
     processed = dict(done)

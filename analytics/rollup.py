@@ -61,37 +61,54 @@ def week_of(day: str) -> str:
     return (date - dt.timedelta(days=date.weekday())).isoformat()
 
 
-def _write(out: Path, tier: str, day: str, days: Iterable[str], source: str, top: int,
-           bound: histogram.Bound) -> dict[str, tables.Table]:  # fmt: skip
-    """`tier`'s tables of `day`, merged from `source`'s parts of `days`."""
-    merged = {
-        name: tables.merge_parts(name, load.day_parts(out, source, name, days))
-        for name in tables.BASE
-    }
+def write_tier(
+    out: Path,
+    tier: str,
+    day: str,
+    parts: Mapping[str, Iterable[tables.Table]],
+    top: int,
+    bound: histogram.Bound,
+) -> None:
+    """`tier`'s tables of `day`: the merge of each base table's `parts`
+    (without `date`, `hour`), and the derived tables of the merges."""
+    merged = {name: tables.merge_parts(name, parts.get(name, ())) for name in tables.BASE}
     for name, table in merged.items():
         load.write_day(table, out, tier, name, day)
     for name, derived in tables.DERIVED.items():
         load.write_day(derived.derive(merged[derived.source], top, bound), out, tier, name, day)
-    return merged
+
+
+def _from(out: Path, source: str, days: Iterable[str]) -> dict[str, Iterable[tables.Table]]:
+    listed = list(days)
+    return {name: load.day_parts(out, source, name, listed) for name in tables.BASE}
 
 
 def roll_up(
-    out: Path, touched: Iterable[str] | None, top: int, bound: histogram.Bound, keep_days: int
+    out: Path,
+    touched: Iterable[str] | None,
+    top: int,
+    bound: histogram.Bound,
+    keep_days: int,
+    written: Iterable[str] = (),
 ) -> None:
     """Daily, weekly and overall tables after a run whose hourly tables are
     in place; `touched`: the days whose hours it (re)wrote, None for a full
     run (every tier is then rebuilt from the hourly tables, and days and
-    weeks no longer in them removed). Then the old hourly tables go."""
+    weeks no longer in them removed); `written`: days older than the kept
+    hours whose daily tables the run wrote itself, from its hours in memory
+    (job.py). Then the old hourly tables go."""
     names = [*tables.BASE, *tables.DERIVED]
+    direct = set(written)
     hourly_days = load.stored_days(out, load.HOURLY, tables.BASE)
     daily_before = load.stored_days(out, load.DAILY, tables.BASE)
     if touched is None:
-        days = set(hourly_days)
-        load.drop_days(out, load.DAILY, names, daily_before - hourly_days)
+        days = set(hourly_days) - direct
+        load.drop_days(out, load.DAILY, names, daily_before - hourly_days - direct)
     else:
-        days = (set(touched) | (hourly_days - daily_before)) & hourly_days
+        days = ((set(touched) | (hourly_days - daily_before)) & hourly_days) - direct
     for day in sorted(days):
-        _write(out, load.DAILY, day, [day], load.HOURLY, top, bound)
+        write_tier(out, load.DAILY, day, _from(out, load.HOURLY, [day]), top, bound)
+    days |= direct
 
     daily_days = load.stored_days(out, load.DAILY, tables.BASE)
     weeks = {week_of(day) for day in (daily_days if touched is None else days)}
@@ -102,7 +119,7 @@ def roll_up(
         load.drop_days(out, load.WEEKLY, names, stale)
     for week in sorted(weeks):
         in_week = [day for day in daily_days if week_of(day) == week]
-        _write(out, load.WEEKLY, week, in_week, load.DAILY, top, bound)
+        write_tier(out, load.WEEKLY, week, _from(out, load.DAILY, in_week), top, bound)
 
     all_weeks = load.stored_days(out, load.WEEKLY, tables.BASE)
     merged = {

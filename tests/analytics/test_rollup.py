@@ -51,6 +51,11 @@ def test_old_hours_roll_up_into_days_and_weeks(spark, tmp_path):
     rolled = tmp_path / "rolled"
     result = job.run(spark, job.Options(logs=logs, out=rolled, keep_hourly_days=2))
     assert result.summary.lines[0].startswith("hours: 6  ")
+    # A chunk per hour: days older than the kept hours are merged in memory
+    # across chunks, and come out the same.
+    chunked = tmp_path / "chunked"
+    job.run(spark, job.Options(logs=logs, out=chunked, keep_hourly_days=2, chunk_bytes=1))
+    assert tables_of(chunked) == tables_of(rolled)
 
     # hourly tables of the last two days only; every day and week kept
     assert days(rolled, "hourly") == ["2026-11-23", "2026-11-24"]
