@@ -100,8 +100,11 @@ def test_bars_are_met_or_missed_by_the_figures(spark_job):
             "duckdb_reference": {"q": duck},
         }
 
-    assert spark_job.bars([size(1_000_000, 29.5, 3.0, 0.3), size(10_000_000, 45.5, 4.4, 1.1)]) == [
-        "bar: operator's run over 1,000,000 records 29.5 s <= 30 s: met",
+    sizes = [size(5_000, 12.5, 1, 1), size(1_000_000, 19.5, 3.0, 0.3),
+             size(10_000_000, 45.5, 4.4, 1.1)]  # fmt: skip
+    assert spark_job.bars(sizes) == [
+        "bar: operator's run over 5,000 records 12.5 s <= 12 s: MISSED",
+        "bar: operator's run over 1,000,000 records 19.5 s <= 20 s: met",
         "bar: operator's run over 10,000,000 records 45.5 s <= 45 s: MISSED",
         "bar: plain queries over 10,000,000 records, Spark/DuckDB 4.0x <= 4x: met",
     ]

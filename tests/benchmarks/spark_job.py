@@ -1,11 +1,12 @@
-"""Analytics benchmark: the Spark job over synthetic delivery logs of 1 and 10
-million records in the server's format, its session start and its queries
-timed apart, against five plain operator queries in the same Spark session
-and, when DuckDB is installed, in DuckDB (the single-machine floor).
+"""Analytics benchmark: the Spark job over synthetic delivery logs of a small
+site (5,000 records), 1 and 10 million records in the server's format, its
+session start and its queries timed apart, against five plain operator
+queries in the same Spark session and, when DuckDB is installed, in DuckDB
+(the single-machine floor).
 
 Run from the repository root:
 
-    .venv/bin/python tests/benchmarks/spark_job.py [--records 1000000,10000000]
+    .venv/bin/python tests/benchmarks/spark_job.py [--records 5000,1000000,10000000]
         [--hours 24] [--roll-secs 3600] [--data DIR] [--master URL] [--no-reference]
         [--cluster] [--json] [--quick]
 
@@ -123,7 +124,9 @@ QUICK_ROUNDS = 1
 # The bars the analytics job is held to, on the 2-core machine kind: the operator's cold run
 # (seconds, by records) and Spark's plain queries against DuckDB's (ratio,
 # warm, at 10 million records).
-COLD_RUN_BARS = {1_000_000: 30.0, 10_000_000: 45.0}
+# Issue 37's for a small site (under 10,000 records) and 1 million, issue
+# 13's for 10 million.
+COLD_RUN_BARS = {5_000: 12.0, 1_000_000: 20.0, 10_000_000: 45.0}
 PLAIN_QUERY_BAR = (10_000_000, 4.0)
 # --quick: every step on a small log, to check the script (a test runs it).
 QUICK = (20_000, 3)
@@ -540,7 +543,7 @@ def main() -> int:
     # SIGTERM as Ctrl-C: the cluster's processes and the temporary logs go.
     signal.signal(signal.SIGTERM, _interrupt)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", default="1000000,10000000", help="sizes, comma-separated")
+    parser.add_argument("--records", default="5000,1000000,10000000", help="sizes, comma-separated")
     parser.add_argument("--hours", type=int, default=24)
     parser.add_argument(
         "--roll-secs",
