@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from analytics import environment
+
 REPORTS_DIR = "reports"
 INDEX = "index.html"
 RUN_FILE = "run.json"
@@ -32,12 +34,8 @@ STAMP = "%Y-%m-%dT%H-%M-%SZ"
 def keep_from_environment(environ: Mapping[str, str] = os.environ) -> int:
     """EVENTQ_ANALYTICS_KEEP_REPORTS, else KEEP_REPORTS; ValueError naming the
     variable for anything but a whole number of 1 or more."""
-    text = environ.get(ENV_KEEP, "").strip()
-    if not text:
-        return KEEP_REPORTS
-    if not text.isdecimal() or int(text) < 1:
-        raise ValueError(f"{ENV_KEEP}={text!r} is not a whole number of 1 or more")
-    return int(text)
+    keep = environment.number(environ, ENV_KEEP, int, 1)
+    return KEEP_REPORTS if keep is None else keep
 
 
 def _dated(reports: Path) -> list[Path]:

@@ -26,7 +26,7 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from analytics import histogram, load, tables
+from analytics import environment, histogram, load, tables
 
 KEEP_HOURLY_DAYS = 14
 # The report's last 24 hours span two days.
@@ -37,15 +37,8 @@ ENV_KEEP_HOURLY_DAYS = "EVENTQ_ANALYTICS_KEEP_HOURLY_DAYS"
 def keep_from_environment(environ: Mapping[str, str] = os.environ) -> int:
     """EVENTQ_ANALYTICS_KEEP_HOURLY_DAYS, else KEEP_HOURLY_DAYS; ValueError
     naming the variable for anything but a whole number of at least 2."""
-    text = environ.get(ENV_KEEP_HOURLY_DAYS, "").strip()
-    if not text:
-        return KEEP_HOURLY_DAYS
-    if not text.isdecimal() or int(text) < MIN_KEEP_HOURLY_DAYS:
-        raise ValueError(
-            f"{ENV_KEEP_HOURLY_DAYS}={text!r} is not a whole number of "
-            f"{MIN_KEEP_HOURLY_DAYS} or more"
-        )
-    return int(text)
+    keep = environment.number(environ, ENV_KEEP_HOURLY_DAYS, int, MIN_KEEP_HOURLY_DAYS)
+    return KEEP_HOURLY_DAYS if keep is None else keep
 
 
 def first_kept_day(newest_day: str, keep_days: int) -> str:

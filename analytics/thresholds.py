@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from analytics import histogram, windows
+from analytics import environment, histogram, windows
 
 # The exit status of a run that found an hour over a limit with
 # --fail-on-threshold (1 is an error, 2 wrong arguments).
@@ -43,24 +43,10 @@ class Limits:
         """The limits of the environment's variables; ValueError naming the
         variable for a value that is not a number of 0 or more."""
 
-        def number(name: str, kind: type[float] | type[int]) -> Any:
-            text = environ.get(name, "").strip()
-            if not text:
-                return None
-            try:
-                value = kind(text)
-            except ValueError:
-                raise ValueError(f"{name}={text!r} is not a number") from None
-            if not math.isfinite(value):
-                raise ValueError(f"{name}={text!r} is not a finite number")
-            if value < 0:
-                raise ValueError(f"{name}={text!r} is below 0")
-            return value
-
         return cls(
-            p99_ms=number(ENV_P99_MS, float),
-            dead_letters_per_hour=number(ENV_DEAD_LETTERS, int),
-            overflowed_per_hour=number(ENV_OVERFLOWED, int),
+            p99_ms=environment.number(environ, ENV_P99_MS, float, 0.0),
+            dead_letters_per_hour=environment.number(environ, ENV_DEAD_LETTERS, int, 0),
+            overflowed_per_hour=environment.number(environ, ENV_OVERFLOWED, int, 0),
         )
 
 

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from analytics import job, rollup
 from tests.analytics import logdata
@@ -117,3 +118,11 @@ def test_incremental_runs_and_a_late_change_to_a_rolled_up_day(spark, tmp_path, 
     assert [h.key for h in planned.left_out()] == ["date=2026-11-20/hour=09"]
     assert planned.todo() == []
     assert rollup.first_kept_day("2026-11-24", 2) == "2026-11-23"
+
+
+def test_days_of_hourly_tables_kept_from_the_environment():
+    assert rollup.keep_from_environment({}) == rollup.KEEP_HOURLY_DAYS
+    assert rollup.keep_from_environment({rollup.ENV_KEEP_HOURLY_DAYS: " 30 "}) == 30
+    for bad, why in (("1", "is below 2"), ("x", "is not a number"), ("2.5", "is not a number")):
+        with pytest.raises(ValueError, match=f"{rollup.ENV_KEEP_HOURLY_DAYS}=.* {why}"):
+            rollup.keep_from_environment({rollup.ENV_KEEP_HOURLY_DAYS: bad})
