@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="aggregate the logs into tables, a report and a summary",
         description="Times are UTC unless they carry an offset; the job works in whole hours.",
+        epilog=f"Environment: {rollup.ENV_KEEP_HOURLY_DAYS} (days of hourly tables kept,"
+        f" {rollup.KEEP_HOURLY_DAYS}), {history.ENV_KEEP} (dated reports kept,"
+        f" {history.KEEP_REPORTS}), and the limits' variables above. docs/analytics.md"
+        " says what --out holds.",
     )
     run.add_argument("--logs", type=Path, required=True, help="EVENTQ_LOG_DIR of the shards")
     run.add_argument("--out", type=Path, required=True, help="directory for tables and report")
