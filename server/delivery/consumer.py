@@ -41,6 +41,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+import orjson
 import pika
 import pika.exceptions
 from pika.adapters.asyncio_connection import AsyncioConnection
@@ -82,6 +83,20 @@ class Process(Protocol):
     `BadNotice` dead-letters it at once, anything else retries it."""
 
     def __call__(self, body: bytes, published_at: float | None, *, will_retry: bool) -> object: ...
+
+
+def realm_of(body: bytes) -> int | None:
+    """The realm a notice's body names (generation/notice.py's wire form),
+    or None when it names none or cannot be read: what a dead letter is
+    counted under in the delivery log."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    realm_id = data.get("realm_id") if isinstance(data, dict) else None
+    if isinstance(realm_id, int) and not isinstance(realm_id, bool):
+        return realm_id
+    return None
 
 
 def failures_of(headers: Mapping[str, object]) -> int:
@@ -372,9 +387,10 @@ class NoticeConsumer:
             )
         else:
             self.dead_lettered += 1
+            realm_id = realm_of(body)
             for observer in self._observers:
                 observer.notice_dead_lettered(
-                    notice_id, failure.failures, failure.error, time.time()
+                    notice_id, failure.failures, failure.error, time.time(), realm_id
                 )
             log.error(
                 "notice %s failed %d times (%s); moved to %s for inspection",

@@ -438,10 +438,15 @@ class DeliveryLog(Observer):
         self._add((record,))
 
     def notice_dead_lettered(
-        self, notice_id: str | None, failures: int, error: str, now: float
+        self, notice_id: str | None, failures: int, error: str, now: float, realm_id: int | None
     ) -> None:
         record = self._record(
-            "dead_letter", now, notice_id=notice_id, failures=failures, error=error
+            "dead_letter",
+            now,
+            realm_id=realm_id,
+            notice_id=notice_id,
+            failures=failures,
+            error=error,
         )
         self._add((record,))
 

@@ -74,9 +74,10 @@ class Observer:
         """A notice failed and was republished for another try."""
 
     def notice_dead_lettered(
-        self, notice_id: str | None, failures: int, error: str, now: float
+        self, notice_id: str | None, failures: int, error: str, now: float, realm_id: int | None
     ) -> None:
-        """A notice failed for the last time and went to the dead-letter queue."""
+        """A notice failed for the last time and went to the dead-letter queue
+        (`realm_id`: the realm its body names, if it can be read)."""
 
     def gc_ran(self, collected: int, duration_secs: float) -> None:
         """An idle-queue sweep ran."""
@@ -153,10 +154,10 @@ class Observers(Observer):
             observer.notice_retried(notice_id, failures, error)
 
     def notice_dead_lettered(
-        self, notice_id: str | None, failures: int, error: str, now: float
+        self, notice_id: str | None, failures: int, error: str, now: float, realm_id: int | None
     ) -> None:
         for observer in self._members:
-            observer.notice_dead_lettered(notice_id, failures, error, now)
+            observer.notice_dead_lettered(notice_id, failures, error, now, realm_id)
 
     def gc_ran(self, collected: int, duration_secs: float) -> None:
         for observer in self._members:

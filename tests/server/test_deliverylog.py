@@ -121,7 +121,7 @@ def test_every_kind_of_record_reads_back_from_parquet(tmp_path):
     log.poll_failed(7, 3, None, "BAD_REQUEST", BEFORE_HOUR + 0.3)
     log.poll_failed(7, 3, "gone", "BAD_EVENT_QUEUE_ID", BEFORE_HOUR + 0.3)
     log.queue_ended(client, "expired", 600.5, BEFORE_HOUR + 0.4)
-    log.notice_dead_lettered(None, 4, "BadNotice: no type", AFTER_HOUR)
+    log.notice_dead_lettered(None, 4, "BadNotice: no type", AFTER_HOUR, None)
     stop(log)
 
     assert (log.written, log.dropped, log.pending) == (9, 0, 0)
@@ -458,7 +458,7 @@ def test_a_log_dir_that_is_a_file_drops_and_stops_cleanly(tmp_path, caplog):
     log = DeliveryLog(not_a_dir, "s", flush_secs=0.01)
     with caplog.at_level(logging.WARNING, logger="eventq.deliverylog"):
         log.start()
-        log.notice_dead_lettered("n", 4, "boom", time.time())
+        log.notice_dead_lettered("n", 4, "boom", time.time(), 5)
         wait_for(lambda: log.dropped == 1, what="the drop")
         stop(log)
     assert log.written == 0

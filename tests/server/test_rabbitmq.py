@@ -11,6 +11,7 @@ import urllib.parse
 
 import pika
 import psycopg
+import pyarrow.dataset as ds
 import pytest
 
 from generation import eventlog
@@ -25,6 +26,7 @@ from generation.send import (
     send_event_on_commit,
     transaction,
 )
+from server.delivery.consumer import realm_of
 from tests.support import REPO, Api, ServerProcess, rabbitmqctl, wait_for
 
 
@@ -176,15 +178,21 @@ MALFORMED = [
     (b'{"event": "x", "users": [1]}', "event is not an object"),
     (b'{"event": {"kind": "x"}, "users": [1]}', "event has no string 'type'"),
     (b'{"event": {"type": "x"}, "users": [true]}', "users[0] is neither a user id"),
+    (b'{"event": {"type": "x"}, "users": [true], "realm_id": 7}', "users[0] is neither"),
     (b'{"event": {"type": "x", "id": 3}, "users": [1]}', "must not carry an 'id'"),
     # Larger than EVENTQ_MAX_INTERNAL_REQUEST_BYTES (set to 20,000 below).
     (b'{"event": {"type": "x", "pad": "' + b"p" * 30_000 + b'"}, "users": [1]}', "30"),
 ]
 
 
-def test_malformed_notices_are_dead_lettered_at_once_and_others_flow(start_server, world):
+def test_malformed_notices_are_dead_lettered_at_once_and_others_flow(start_server, world, tmp_path):
+    logs = tmp_path / "logs"
     server, client, queue_id = _a_registered_queue(
-        start_server, world, EVENTQ_MAX_INTERNAL_REQUEST_BYTES="20000"
+        start_server,
+        world,
+        EVENTQ_MAX_INTERNAL_REQUEST_BYTES="20000",
+        EVENTQ_LOG_DIR=str(logs),
+        EVENTQ_LOG_FLUSH_SECS="0.05",
     )
     user = client.user
     with pika.BlockingConnection(pika.URLParameters(server.amqp_url)) as connection:
@@ -214,6 +222,37 @@ def test_malformed_notices_are_dead_lettered_at_once_and_others_flow(start_serve
     assert server.stats()["consumer"]["retried"] == 0
     assert "moved to" in server.settled_log()
     client.close()
+    assert server.stop() == 0
+    # The delivery log has a dead letter for each, under the realm its body
+    # names where it names one (the analytics count them per realm).
+    table = ds.dataset(logs / "deliveries", format="parquet", partitioning="hive").to_table()
+    dead = sorted(
+        (row for row in table.to_pylist() if row["kind"] == "dead_letter"),
+        key=lambda row: row["time"],
+    )
+    assert [row["notice_id"] for row in dead] == [f"malformed-{i}" for i in range(len(MALFORMED))]
+    assert [row["realm_id"] for row in dead] == [
+        7 if b'"realm_id": 7' in body else None for body, _ in MALFORMED
+    ]
+    assert all(row["failures"] == 1 and row["error"].startswith("BadNotice") for row in dead)
+
+
+@pytest.mark.parametrize(
+    ("body", "realm_id"),
+    [
+        (b'{"event": {"type": "x"}, "users": [1], "realm_id": 12}', 12),
+        (b'{"realm_id": -3}', -3),
+        (b'{"realm_id": true}', None),
+        (b'{"realm_id": "12"}', None),
+        (b'{"realm_id": 1.5}', None),
+        (b'{"event": {"type": "x"}, "users": [1]}', None),
+        (b'[{"realm_id": 12}]', None),
+        (b"\xff\xfe", None),
+        (b"", None),
+    ],
+)
+def test_a_dead_letter_is_counted_under_the_realm_its_body_names(body, realm_id):
+    assert realm_of(body) == realm_id
 
 
 def test_send_event_on_commit_sends_only_what_committed(api, server, database_url):
