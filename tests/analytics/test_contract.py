@@ -184,9 +184,9 @@ def write_every_kind(log_dir: Path) -> list[dict[str, Any]]:
         )  # fmt: skip
 
     # Dead letters, with and without a notice id.
-    log.notice_dead_lettered("notice-1", 4, "BadNotice: users is not a list", H00 + 10)
-    log.notice_dead_lettered(None, 4, 'KeyError: "é\n"', H00 + 11)
-    row("dead_letter", H00 + 10, notice_id="notice-1", failures=4,
+    log.notice_dead_lettered("notice-1", 4, "BadNotice: users is not a list", H00 + 10, 3)
+    log.notice_dead_lettered(None, 4, 'KeyError: "é\n"', H00 + 11, None)
+    row("dead_letter", H00 + 10, realm_id=3, notice_id="notice-1", failures=4,
         error="BadNotice: users is not a list")  # fmt: skip
     row("dead_letter", H00 + 11, failures=4, error='KeyError: "é\n"')
 
