@@ -26,7 +26,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter, ScalarFormatter
 
-from analytics import histogram, load, schema, thresholds, windows
+from analytics import histogram, load, realms, schema, thresholds, windows
 
 REPORT_DIR = "report"
 ENQUEUED = "enqueued_latency"
@@ -120,13 +120,22 @@ def collect(out: Path) -> dict[str, list[Row]]:
 
     wanted = (ENQUEUED, PUBLISHED, "queue_depth", "queue_lifetime")
     latency = [r for r in overall("latency") if r["measure"] in wanted]
+    # Per realm, the top realms' only: a site may have thousands.
+    per_realm = [r for r in latency if r["dimension"] == realms.DIMENSION]
+    top_realms = overall("top_realms")
     return {
         "polls": overall("poll_outcomes"),
         "lifecycle": overall("queue_lifecycle"),
         "notifications": overall("notifications"),
         "imbalance": overall("shard_imbalance"),
         "shards": _sorted(overall("shard_load"), "shard"),
-        "latency": _sorted(latency, "measure", "dimension", "key"),
+        "latency": _sorted(
+            [r for r in latency if r["dimension"] != realms.DIMENSION],
+            "measure",
+            "dimension",
+            "key",
+        ),
+        "realms": realms.report_rows(top_realms, per_realm),
         "volumes": _sorted(
             overall("volumes"), "dimension", "deliveries", "key", descending=["deliveries"]
         ),
@@ -491,6 +500,7 @@ def render(
         _table(data["imbalance"], _columns(data["imbalance"])),
         "<h2>Volumes</h2>",
         _table(data["volumes"], ["dimension", "key", "deliveries"]),
+        realms.section(data["realms"]),
         "<h2>Busiest users</h2>",
         _table(data["users"], ["rank", "realm_id", "user_id", "deliveries", "polls", "registers"]),
         "<h2>Busiest queues</h2>",

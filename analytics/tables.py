@@ -32,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from analytics import histogram, percentiles, schema
+from analytics import histogram, percentiles, realms, schema
 from analytics.transforms import (
     ACTIVITY,
     COUNT,
@@ -40,6 +40,7 @@ from analytics.transforms import (
     LIFETIME,
     MEASURES,
     NONE_KEY,
+    REALM_LATENCY,
 )
 
 Table = Any  # pyarrow.Table (pyarrow ships no type information)
@@ -107,6 +108,7 @@ SHAPES = {
     "notifications": Shape.of(_typed(NOTIFICATION_COUNTS, "long")),
     "shard_load": Shape.of(f"shard string, {_typed(SHARD_COUNTS, 'long')}", ["shard"]),
     "coverage": Shape.of("hours long"),
+    "realm_load": Shape.of(f"realm_id long, {_typed(realms.REALM_COUNTS, 'long')}", ["realm_id"]),
     "latency": Shape.of(
         "measure string, dimension string, key string, count long, mean double, max double, "
         "p50 double, p95 double, p99 double",
@@ -119,6 +121,9 @@ SHAPES = {
         f"rank int, queue_id string, realm_id long, user_id long, client string, "
         f"{ACTIVITY_COUNTS}, max_depth int",
         ["rank"],
+    ),
+    "top_realms": Shape.of(
+        f"rank int, realm_id long, {_typed(realms.REALM_COUNTS, 'long')}", ["rank"]
     ),
     "shard_imbalance": Shape.of(
         "shards int, deliveries long, max_deliveries long, mean_deliveries double, "
@@ -188,6 +193,7 @@ NAMES = {
     HISTOGRAM: {"s1": "event_type", "s2": "client", "s3": "shard"},
     ACTIVITY: {"s1": "queue_id", "s2": "client", "l1": "realm_id", "l2": "user_id"},
     COUNT: {"s1": "kind", "s2": "shard", "s3": "detail", "s4": "client_or_code", "l1": "realm_id"},
+    REALM_LATENCY: {"l1": "realm_id"},
 }
 
 
@@ -225,15 +231,21 @@ DELIVERY_DIMENSIONS: dict[str, str | None] = {
 END_DIMENSIONS: dict[str, str | None] = {"all": None, "reason": "reason", "client": "client"}
 
 
+def _measures(rows: Table) -> Table:
+    """`rows` with `measure` as its name (MEASURES) instead of its index."""
+    code = rows.column("measure")
+    index = rows.column_names.index("measure")
+    return rows.set_column(index, "measure", pc.take(pa.array(MEASURES), code))
+
+
 def histograms(pieces: Table) -> Table:
     """Per hour, bucket counts of each measure by dimension and key: the
     delivery measures by all / event_type / client / shard, the queue
-    lifetime by all / reason / client."""
+    lifetime by all / reason / client, and `enqueued_latency` by realm too
+    (realm_id as text)."""
     rows = _piece(pieces, HISTOGRAM)
     code = rows.column("measure")
-    rows = rows.set_column(
-        rows.column_names.index("measure"), "measure", pc.take(pa.array(MEASURES), code)
-    )
+    rows = _measures(rows)
     keep = [*HOUR, "measure", "bucket", "records", "sum_micro", "max_value"]
     lifetime = pc.equal(code, MEASURES.index(LIFETIME))
     # The lifetime rows' first key is the end reason.
@@ -244,6 +256,7 @@ def histograms(pieces: Table) -> Table:
         [
             _fan_out(rows.filter(pc.invert(lifetime)), DELIVERY_DIMENSIONS, keep),
             _fan_out(ends, END_DIMENSIONS, keep),
+            _fan_out(_measures(_piece(pieces, REALM_LATENCY)), {"realm": "realm_id"}, keep),
         ]
     )
     folded = _group(
@@ -439,6 +452,13 @@ def coverage(pieces: Table) -> Table:
     return _rows([{"date": d, "hour": h, "hours": 1} for d, h in hours], "coverage", HOUR)
 
 
+def realm_load(pieces: Table) -> Table:
+    """Per hour and realm: deliveries, dead letters, queues ended by reason,
+    the events they held (realms.load)."""
+    counts = _counts(pieces, schema.DELIVERY, schema.END, schema.DEAD_LETTER)
+    return _shaped(realms.load(counts), "realm_load", HOUR)
+
+
 BASE = {
     "histograms": histograms,
     "volumes": volumes,
@@ -449,6 +469,7 @@ BASE = {
     "notifications": notifications,
     "shard_load": shard_load,
     "coverage": coverage,
+    "realm_load": realm_load,
 }
 
 
@@ -523,15 +544,21 @@ def distributions(histograms: Table, bound: Bound) -> Table:
     return _shaped(percentiles.of_runs(rows, group, bound), "latency", scope)
 
 
-def busiest(activity: Table, keys: Sequence[str], top: int, name: str) -> Table:
-    """The `top` rows of user or queue activity by deliveries, then polls
-    (per hour if `activity` is hourly), as stored table `name`.
+def busiest(
+    activity: Table,
+    keys: Sequence[str],
+    top: int,
+    name: str,
+    by: Sequence[str] = ("deliveries", "polls"),
+) -> Table:
+    """The `top` rows of user, queue or realm activity by the counts `by`,
+    each descending (per hour if `activity` is hourly), as stored table `name`.
 
     Ties are broken by `keys` ascending, so the ranking is total; `rank` 1 is
     the busiest.
     """
     scope = _scope(activity)
-    ordered = sort(activity, [*scope, "deliveries", "polls", *keys], ("deliveries", "polls"))
+    ordered = sort(activity, [*scope, *by, *keys], by)
     if not scope:  # overall: the first `top` rows
         top_rows = ordered.slice(0, top)
         first = pa.array(range(1, top_rows.num_rows + 1), pa.int32())
@@ -599,11 +626,16 @@ DERIVED = {
         lambda table, top, _bound: busiest(table, QUEUE_KEYS, top, "busiest_queues"),
     ),
     "shard_imbalance": Derived("shard_load", lambda table, _top, _bound: shard_imbalance(table)),
+    "top_realms": Derived(
+        "realm_load",
+        lambda table, top, _bound: busiest(table, ["realm_id"], top, "top_realms", realms.RANK_BY),
+    ),
 }
 
 # The merged base tables stored under overall/ too; the histograms and
 # activity tables are stored per hour only, their overall form is what the
 # derived tables (latency, busiest_*) show.
 OVERALL_BASE = (
-    "volumes", "poll_outcomes", "queue_lifecycle", "notifications", "shard_load", "coverage"
+    "volumes", "poll_outcomes", "queue_lifecycle", "notifications", "shard_load", "coverage",
+    "realm_load",
 )  # fmt: skip

@@ -1,7 +1,7 @@
 """The one pass over the log: records -> the pre-aggregate every table is built from.
 
 This is the only transform that reads records, so a run reads each hour of
-the log once. Every record becomes up to five rows, each of one *piece*, and
+the log once. Every record becomes up to six rows, each of one *piece*, and
 one aggregation folds them all, per hour and piece and the piece's keys:
 
 - HISTOGRAM, one row per measure of a delivery (`enqueued_latency` = time -
@@ -20,8 +20,12 @@ one aggregation folds them all, per hour and piece and the piece's keys:
   delivery's), outcome (a poll's), reason (an end's) or path (a
   notification's `reason`), s4 the client (a delivery's), error code (a
   poll's) or kinds (a notification's `outcome`), l1 realm_id (a
-  delivery's). Sums: `records`, and `amount`: the response bytes of polls,
-  the backlog of ended queues.
+  delivery's, an end's, a dead letter's). Sums: `records`, and `amount`:
+  the response bytes of polls, the backlog of ended queues.
+- REALM_LATENCY, one row per delivery with an `enqueued_latency`: the
+  histogram of that measure per realm (l1 realm_id), kept apart from the
+  HISTOGRAM rows so that those are not multiplied by the realms (its rows
+  follow realms x buckets).
 
 Keys are generic columns (s1..s4 strings, l1, l2 longs) shared by the
 pieces rather than one column per name: a narrower grouping key is a
@@ -44,7 +48,7 @@ from analytics import histogram, schema
 HOUR = ["date", "hour"]
 
 # Pieces (column `piece`).
-HISTOGRAM, ACTIVITY, COUNT = 0, 1, 2
+HISTOGRAM, ACTIVITY, COUNT, REALM_LATENCY = 0, 1, 2, 3
 
 # Measures (column `measure` of histogram rows is the index here).
 DELIVERY_MEASURES = ("enqueued_latency", "published_latency", "queue_depth")
@@ -73,6 +77,7 @@ def _inputs(records: DataFrame) -> DataFrame:
     kind = F.col("kind")
     is_delivery, is_poll, is_end = (kind == k for k in (schema.DELIVERY, schema.POLL, schema.END))
     is_notification = kind == schema.NOTIFICATION
+    per_realm = is_delivery | is_end | (kind == schema.DEAD_LETTER)
     # A refused poll names whatever queue id the client sent, often one that
     # no longer exists: it counts for its user, never for a queue.
     answered = is_poll & ~F.coalesce(F.col("outcome") == "error", F.lit(False))
@@ -115,7 +120,7 @@ def _inputs(records: DataFrame) -> DataFrame:
         .when(is_poll, F.col("code"))
         .when(is_notification, F.col("outcome"))
         .alias("count_s4"),
-        F.when(is_delivery, F.col("realm_id")).alias("count_l1"),
+        F.when(per_realm, F.col("realm_id")).alias("count_l1"),
         F.when(is_poll, F.col("response_bytes")).when(is_end, F.col("queue_depth")).alias("amount"),
     )
 
@@ -143,6 +148,12 @@ def _rows() -> list[list[Column]]:
             DELIVERY_MEASURES, ("enqueued_latency", "published_latency", "depth_value"), strict=True
         )
     ]
+    realm_latency = _row(
+        F.when(col("is_delivery") & col("enqueued_latency").isNotNull(), REALM_LATENCY),
+        measure=F.lit(MEASURES.index("enqueued_latency")),
+        value=col("enqueued_latency"),
+        l1=col("realm_id"),
+    )
     lifetime = _row(
         F.when(col("is_end") & col("lifetime_secs").isNotNull(), HISTOGRAM),
         measure=F.lit(MEASURES.index(LIFETIME)),
@@ -170,7 +181,7 @@ def _rows() -> list[list[Column]]:
         l1=col("count_l1"),
         amount=col("amount"),
     )
-    return [*deliveries, lifetime, activity, count]
+    return [*deliveries, realm_latency, lifetime, activity, count]
 
 
 def preaggregate(records: DataFrame) -> DataFrame:

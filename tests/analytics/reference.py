@@ -64,8 +64,9 @@ def histograms(records: DataFrame) -> DataFrame:
 
     Measures: `enqueued_latency` (time - enqueued_at) and `published_latency`
     (time - published_at) in seconds and `queue_depth` in events, of delivery
-    records, by all / event_type / client / shard; `queue_lifetime` in seconds
-    of end records, by all / reason / client. Null values are not counted.
+    records, by all / event_type / client / shard, and `enqueued_latency` by
+    realm too; `queue_lifetime` in seconds of end records, by all / reason /
+    client. Null values are not counted.
     """
     observations = F.array(
         *(F.struct(F.lit(name).alias("measure"), _delivery_measure(name).alias("value"))
@@ -107,7 +108,21 @@ def histograms(records: DataFrame) -> DataFrame:
         F.col("lifetime_secs").alias("max_value"),
     )
     end_rows = _by_dimension(ends, END_DIMENSIONS, [*HOUR, *stats])
-    return _fold_histogram(delivery_rows.unionByName(end_rows), HOUR)
+    latency = _delivery_measure("enqueued_latency")
+    realm_rows = _by_dimension(
+        records.where((F.col("kind") == schema.DELIVERY) & latency.isNotNull()).select(
+            *HOUR,
+            F.col("realm_id").alias("realm"),
+            F.lit("enqueued_latency").alias("measure"),
+            histogram.bucket_of(latency).alias("bucket"),
+            F.lit(1).cast("long").alias("count"),
+            histogram.micros(latency).alias("sum_micro"),
+            latency.alias("max_value"),
+        ),
+        ("realm",),
+        [*HOUR, *stats],
+    )
+    return _fold_histogram(delivery_rows.unionByName(end_rows).unionByName(realm_rows), HOUR)
 
 
 def _fold_histogram(rows: DataFrame, scope: list[str]) -> DataFrame:
@@ -249,15 +264,18 @@ def merge_queue_activity(hourly: DataFrame) -> DataFrame:
     )
 
 
-def busiest(activity: DataFrame, keys: list[str], top: int) -> DataFrame:
-    """The `top` rows by deliveries, then polls (per hour if `activity` is hourly).
+def busiest(
+    activity: DataFrame, keys: list[str], top: int, by: tuple[str, ...] = ("deliveries", "polls")
+) -> DataFrame:
+    """The `top` rows by the counts `by`, each descending (per hour if
+    `activity` is hourly).
 
     Ties are broken by `keys` ascending, so the ranking is total. Output: the
     scope, `rank` (1 = busiest), then `activity`'s other columns.
     """
     scope = [c for c in HOUR if c in activity.columns]
     others = [c for c in activity.columns if c not in scope]
-    order = [F.col("deliveries").desc(), F.col("polls").desc(), *(F.col(k).asc() for k in keys)]
+    order = [*(F.col(c).desc() for c in by), *(F.col(k).asc() for k in keys)]
     window = (
         Window.partitionBy(*scope)
         .orderBy(*order)
@@ -435,6 +453,40 @@ def shard_imbalance(load: DataFrame) -> DataFrame:
         mean.alias("mean_deliveries"),
         F.when(F.col("deliveries") > 0, F.col("max_deliveries") / mean).alias("imbalance"),
         F.col("top.shard").alias("busiest_shard"),
+    )
+
+
+REALM_COUNTS = ["deliveries", "dead_letters", "ended", *schema.END_REASONS, "events_unacked"]
+
+
+def realm_load(records: DataFrame) -> DataFrame:
+    """Per hour and realm: deliveries, dead letters, queues ended (by reason)
+    and the events they held; realms with none of these have no row. An
+    unknown end reason counts in `ended` only."""
+    kind, reason = F.col("kind"), F.col("reason")
+    is_end = kind == schema.END
+    return (
+        records.where(kind.isin(schema.DELIVERY, schema.END, schema.DEAD_LETTER))
+        .groupBy(*HOUR, "realm_id")
+        .agg(
+            _count_if(kind == schema.DELIVERY).alias("deliveries"),
+            _count_if(kind == schema.DEAD_LETTER).alias("dead_letters"),
+            _count_if(is_end).alias("ended"),
+            *(_count_if(is_end & (reason == r)).alias(r) for r in schema.END_REASONS),
+            F.coalesce(F.sum(F.when(is_end, F.col("queue_depth"))), F.lit(0))
+            .cast("long")
+            .alias("events_unacked"),
+        )
+        .select(*HOUR, F.col("realm_id").cast("long"), *REALM_COUNTS)
+    )
+
+
+def merge_realm_load(hourly: DataFrame) -> DataFrame:
+    """Per realm over all hours."""
+    return (
+        hourly.groupBy("realm_id")
+        .agg(*(F.sum(c).cast("long").alias(c) for c in REALM_COUNTS))
+        .select("realm_id", *REALM_COUNTS)
     )
 
 

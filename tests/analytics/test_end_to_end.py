@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import html
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -127,13 +128,14 @@ class Reader:
         assert len(self.got) == count, self.got
 
 
-def publish_poison(server: ServerProcess) -> None:
-    """A malformed notice: dead-lettered at once."""
+def publish_poison(server: ServerProcess, realm_id: int) -> None:
+    """A malformed notice of realm `realm_id`: dead-lettered at once."""
+    body = {"event": {"type": "x"}, "users": "everyone", "realm_id": realm_id}
     with pika.BlockingConnection(pika.URLParameters(server.amqp_url)) as connection:
         connection.channel().basic_publish(
             "",
             server.notify_queue,
-            b'{"event": {"type": "x"}, "users": "everyone"}',
+            json.dumps(body).encode(),
             pika.BasicProperties(delivery_mode=2, message_id="poison-e2e"),
         )
 
@@ -268,7 +270,7 @@ def test_real_traffic_through_the_job_and_report(start_server, api, world, tmp_p
     sent[dave.user_id].clear()
 
     # A notice that fails every try ends in the dead-letter queue.
-    publish_poison(server)
+    publish_poison(server, erin.realm_id)
     wait_for(lambda: server.stats()["consumer"]["dead_lettered"] == 1, 20, "the dead letter")
 
     # A direct message to a user with no queue: a notification, enqueued at
@@ -383,6 +385,23 @@ def test_real_traffic_through_the_job_and_report(start_server, api, world, tmp_p
         for rank, reader in enumerate(ranked, 1)
     ]  # fmt: skip
 
+    # Per realm: deliveries, the dead letter (its notice named the second
+    # realm), the queues ended by reason and what they held; the latency of
+    # each realm's deliveries.
+    no_ends = dict.fromkeys(ends, 0)
+    first_deliveries = len(alice.got) + len(bob.got)
+    assert table(out, "top_realms") == [
+        {"rank": 1, "realm_id": alice.realm_id, "deliveries": first_deliveries,
+         "dead_letters": 0, "ended": 1, **no_ends, "overflow": 1, "events_unacked": carol_lost},
+        {"rank": 2, "realm_id": erin.realm_id, "deliveries": len(erin.got), "dead_letters": 1,
+         "ended": 2, **no_ends, "deleted": 1, "expired": 1,
+         "events_unacked": erin_lost + dave_lost},
+    ]  # fmt: skip
+    first_latency = latency[("enqueued_latency", "realm", str(alice.realm_id))]
+    assert first_latency["count"] == first_deliveries
+    assert counts[("enqueued_latency", "realm", str(erin.realm_id))] == len(erin.got)
+    assert not any(d == "realm" for m, d, _ in latency if m != "enqueued_latency")
+
     # The queues that were read, each with its owner, client name and answered
     # polls (a refused poll counts for no queue, not even one it named).
     queues = {r["queue_id"]: r for r in table(out, "busiest_queues")}
@@ -421,6 +440,10 @@ def test_real_traffic_through_the_job_and_report(start_server, api, world, tmp_p
     page = (report / "report.html").read_text()
     assert f"<pre id='summary'>{html.escape(chr(10).join(expected_lines))}</pre>" in page
     assert f"<td>{SHARD}</td>" in page
+    assert (
+        f"<tr><td>1</td><td>{alice.realm_id}</td><td>{first_deliveries}</td>"
+        f"<td>{first_latency['p50'] * 1000:.1f}</td>"
+    ) in page
     for image in (*(f"{chart}_by_{unit}" for chart in ("deliveries", "latency", "notifications")
                     for unit in ("hour", "day", "week")),
                   "latency_by_event_type", "poll_outcomes", "queue_ends",

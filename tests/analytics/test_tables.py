@@ -82,7 +82,9 @@ def varied_rows(count: int, seed: int = 7) -> list[dict[str, Any]]:
                 "queue_depth": rng.choice([0, 3, 7, None]),
             }
         elif kind == "dead_letter":
-            row |= {"realm_id": None, "user_id": None, "queue_id": None, "client": None}
+            # The realm its notice named, if it could be read.
+            row |= {"realm_id": rng.choice([2, None]), "user_id": None, "queue_id": None}
+            row |= {"client": None}
         elif kind == "notification":
             row |= {
                 "queue_id": None,
@@ -127,6 +129,7 @@ HOURLY_REFERENCE = {
     "notifications": reference.notifications,
     "shard_load": reference.shard_load,
     "coverage": reference.coverage,
+    "realm_load": reference.realm_load,
 }
 MERGE_REFERENCE = {
     "histograms": reference.merge_histograms,
@@ -138,6 +141,7 @@ MERGE_REFERENCE = {
     "notifications": reference.merge_notifications,
     "shard_load": reference.merge_shard_load,
     "coverage": reference.merge_coverage,
+    "realm_load": reference.merge_realm_load,
 }
 TOP = 3
 DERIVED_REFERENCE = {
@@ -145,6 +149,9 @@ DERIVED_REFERENCE = {
     "busiest_users": lambda frame: reference.busiest(frame, ["realm_id", "user_id"], TOP),
     "busiest_queues": lambda frame: reference.busiest(frame, reference.QUEUE_KEYS, TOP),
     "shard_imbalance": reference.shard_imbalance,
+    "top_realms": lambda frame: reference.busiest(
+        frame, ["realm_id"], TOP, ("deliveries", "dead_letters")
+    ),
 }
 
 
@@ -232,6 +239,7 @@ def test_histograms_fan_each_measure_out_by_its_dimensions(spark):
         (3, "enqueued_latency", "all", "all", *fast),
         (3, "enqueued_latency", "client", "(none)", *fast),
         (3, "enqueued_latency", "event_type", "message", *fast),
+        (3, "enqueued_latency", "realm", "1", *fast),  # of enqueued_latency only
         (3, "enqueued_latency", "shard", "s1", *fast),
         *((3, "queue_depth", d, k, 24, 1, 3_000_000, 3.0)
           for d, k in (("all", "all"), ("client", "(none)"), ("event_type", "message"),
@@ -336,4 +344,44 @@ def test_notifications_count_per_hour_by_path_and_kind(spark):
     assert built.schema == tables.SHAPES["notifications"].schema(tables.HOUR)
     assert tables.merge("notifications", built).to_pylist() == [
         {"enqueued": 5, "delivery": 2, "gc": 2, "email": 3, "push": 3}
+    ]
+
+
+def test_realms_are_counted_and_ranked_by_deliveries_then_dead_letters(spark):
+    def of(kind: str, realm_id: int | None, **fields: Any) -> dict[str, Any]:
+        return {"kind": kind, "realm_id": realm_id, "time": 100.0, **fields}
+
+    pieces = pieces_of(
+        spark,
+        [
+            of("delivery", 1, enqueued_at=99.8),
+            of("delivery", 1, enqueued_at=99.8),
+            of("end", 1, reason="overflow", queue_depth=4),
+            of("delivery", 2),  # no latency: counted, not in the histogram
+            of("dead_letter", 2),
+            of("dead_letter", 2),
+            of("end", 2, reason="unheard-of", queue_depth=None),
+            of("delivery", 3),
+            of("dead_letter", None),  # its notice named no realm
+            of("poll", 4, outcome="events"),  # no row of its own
+        ],
+    )
+    load = tables.realm_load(pieces)
+    reasons = dict.fromkeys(schema.END_REASONS, 0)
+    assert load.to_pylist() == [
+        {"date": DATE, "hour": 3, "realm_id": None, "deliveries": 0, "dead_letters": 1,
+         "ended": 0, **reasons, "events_unacked": 0},
+        {"date": DATE, "hour": 3, "realm_id": 1, "deliveries": 2, "dead_letters": 0,
+         "ended": 1, **reasons, "overflow": 1, "events_unacked": 4},
+        {"date": DATE, "hour": 3, "realm_id": 2, "deliveries": 1, "dead_letters": 2,
+         "ended": 1, **reasons, "events_unacked": 0},
+        {"date": DATE, "hour": 3, "realm_id": 3, "deliveries": 1, "dead_letters": 0,
+         "ended": 0, **reasons, "events_unacked": 0},
+    ]  # fmt: skip
+    top = tables.DERIVED["top_realms"].derive(tables.merge("realm_load", load), 3, None)
+    assert [(r["rank"], r["realm_id"]) for r in top.to_pylist()] == [(1, 1), (2, 2), (3, 3)]
+    latency = tables.distributions(tables.histograms(pieces), histogram.upper_bounds(spark))
+    by_realm = [r for r in latency.to_pylist() if r["dimension"] == "realm"]
+    assert [(r["measure"], r["key"], r["count"]) for r in by_realm] == [
+        ("enqueued_latency", "1", 2)
     ]

@@ -53,6 +53,8 @@ def test_histograms_bucket_each_measure_by_each_dimension(spark):
             ("queue_depth", dimension, first, *empty),
             ("queue_depth", dimension, second, *deep),
         ]
+    # By realm: the enqueued latency only (both deliveries are realm 1's).
+    rows += [("enqueued_latency", "realm", "1", *fast), ("enqueued_latency", "realm", "1", *slow)]
     rows += [
         ("queue_lifetime", dimension, key, 139, 1, 600_000_000, 600.0)
         for dimension, key in (("all", "all"), ("reason", "expired"), ("client", "website"))
@@ -336,3 +338,28 @@ def test_shard_imbalance_breaks_ties_by_shard_name(spark):
         "imbalance double, busiest_shard string",
     )
     assertDataFrameEqual(transforms.shard_imbalance(load), expected)
+
+
+def test_realm_load_counts_deliveries_dead_letters_and_ends_per_realm(spark):
+    frame = records(
+        spark,
+        [
+            {"kind": "delivery", "realm_id": 1},
+            {"kind": "end", "realm_id": 1, "reason": "expired", "queue_depth": 2},
+            {"kind": "end", "realm_id": 1, "reason": "unheard-of", "queue_depth": 1},
+            {"kind": "dead_letter", "realm_id": 2},
+            {"kind": "dead_letter", "realm_id": None},
+            {"kind": "register", "realm_id": 3},
+        ],
+    )
+    columns = ", ".join(f"{c} long" for c in transforms.REALM_COUNTS)
+    zeros = (0,) * 6  # the six end reasons
+    expected = spark.createDataFrame(
+        [
+            (DATE, 3, None, 0, 1, 0, *zeros, 0),
+            (DATE, 3, 1, 1, 0, 2, 1, *zeros[1:], 3),
+            (DATE, 3, 2, 0, 1, 0, *zeros, 0),
+        ],
+        f"date string, hour int, realm_id long, {columns}",
+    )
+    assertDataFrameEqual(transforms.realm_load(frame), expected)

@@ -21,11 +21,12 @@ import pyarrow as pa
 import pytest
 from selenium.webdriver.chrome.webdriver import WebDriver
 
-from analytics import histogram, load, report, rollup, tables
+from analytics import histogram, load, realms, report, rollup, tables
 from tests.browser.conftest import ARTIFACTS
 
 LAST = dt.datetime(2026, 11, 25, 23)
 SHARDS = ("s1", "s2")
+REALMS = (1, 2, 3)
 TIME_CHARTS = ("deliveries", "latency", "notifications")
 WHOLE_LOG_CHARTS = ("latency_by_event_type", "poll_outcomes", "queue_ends", "shard_load")
 
@@ -47,7 +48,8 @@ def write_site(out: Path, days: int) -> int:
     """Stored tables of a site `days` old; returns the hours written."""
     hours = site_hours(days)
     rows: dict[str, list[dict[str, Any]]] = {"shard_load": [], "notifications": [],
-                                             "histograms": [], "coverage": []}  # fmt: skip
+                                             "histograms": [], "coverage": [],
+                                             "realm_load": []}  # fmt: skip
     for index, moment in enumerate(hours):
         at = {"date": moment.date().isoformat(), "hour": moment.hour}
         busy = 100 + 40 * (index % 7)
@@ -66,6 +68,17 @@ def write_site(out: Path, days: int) -> int:
                 at | {"measure": "enqueued_latency", "dimension": "all", "key": "all",
                       "bucket": bucket, "count": count, "sum_micro": count * 12_000,
                       "max_value": bound(bucket)}
+            )  # fmt: skip
+        for realm in REALMS:
+            rows["realm_load"].append(
+                at | dict.fromkeys(realms.REALM_COUNTS, 0) | {"realm_id": realm,
+                     "deliveries": busy // realm, "dead_letters": index % realm, "ended": 1,
+                     "expired": 1}
+            )  # fmt: skip
+            rows["histograms"].append(
+                at | {"measure": "enqueued_latency", "dimension": "realm", "key": str(realm),
+                      "bucket": -50 + realm, "count": busy // realm,
+                      "sum_micro": busy // realm * 12_000, "max_value": bound(-50 + realm)}
             )  # fmt: skip
     for name in tables.BASE:
         shape = tables.SHAPES[name]
@@ -125,7 +138,16 @@ def test_the_report_reads_at_any_age(
         "Last 30 days, by day",
         "All of history, by week (weeks from Monday)",
         "The whole log",
+        "Top realms",
     ]
+    # The realms by deliveries, each with its latency in ms.
+    top = driver.execute_script(
+        "return [...document.querySelectorAll('#top-realms tr')].slice(1)"
+        ".map((tr) => [...tr.children].slice(0, 4).map((td) => td.textContent))"
+    )
+    p50 = [f"{bound(-50 + realm) * 1000:.1f}" for realm in REALMS]
+    assert [row[:2] for row in top] == [["1", "1"], ["2", "2"], ["3", "3"]]
+    assert [row[3] for row in top] == p50
 
     height = driver.execute_script("return document.documentElement.scrollHeight")
     driver.set_window_size(1280, height)
