@@ -139,7 +139,8 @@ def table(rng: np.random.Generator, shape: Shape, shard: str, begin: float, n: i
         "kind": _strings(KINDS, kind, np.ones(n, bool)),
         "time": pa.array(time),
         "shard": _strings([shard], np.zeros(n, np.int32), np.ones(n, bool)),
-        "realm_id": _masked(realm, about_queue, pa.int64()),
+        # A dead letter's realm is the one its notice named.
+        "realm_id": pa.array(realm, pa.int64()),
         "user_id": _masked(user + 1, about_queue, pa.int64()),
         "queue_id": _strings(queue_names, queue_index, about_queue & ~poll_error),
         # A queue's client is fixed when it registers.
