@@ -22,6 +22,7 @@ from server.handlers.pages import (
     DemoPageHandler,
     OperatorPageHandler,
     OperatorReportHandler,
+    OperatorReportsHandler,
     OperatorStatsHandler,
     StaticHandler,
 )
@@ -82,6 +83,8 @@ def make_application(server: ServerApi) -> tornado.web.Application:
             (r"/accounts/unsubscribe/missed_messages/([0-9]+-[0-9a-f]+)", UnsubscribeHandler, api),
             (r"/operator", OperatorPageHandler, api),
             (r"/operator/stats", OperatorStatsHandler, api),
+            # Before report/?: that would take "reports/..." as "s/...".
+            (r"/operator/reports/?(.*)", OperatorReportsHandler, api),
             (r"/operator/report/?(.*)", OperatorReportHandler, api),
         ],
         default_handler_class=NotFoundHandler,

@@ -1,7 +1,8 @@
 """The browser's side: static files (`/static/eventq.js`, the pages' scripts),
 the demo page (`/demo`, only with EVENTQ_DEMO=1) and the operator page
 (`/operator`, its JSON figures at `/operator/stats`, the latest analytics
-report under `/operator/report/`).
+report under `/operator/report/`, the dated ones the analytics keep under
+`/operator/reports/`).
 
 The operator's paths answer only callers on this machine or the internal
 networks of the sharding config (through our nginx: the address it puts in
@@ -49,6 +50,9 @@ _CONTENT_TYPES = {
     ".json": "application/json",
 }
 _REPORT_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,100}")
+# A dated report's directory (analytics/history.py: the run's UTC time, and
+# -NNN for a second run of the same second).
+_DATED_REPORT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}Z(?:-\d{3})?")
 _POLICY = (
     "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self';"
     " connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
@@ -57,6 +61,11 @@ _POLICY = (
 _REPORT_POLICY = (
     "default-src 'none'; img-src 'self' data:; style-src 'self' 'unsafe-inline';"
     " frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+)
+# The dated reports: the index shows the latest in a frame of this origin.
+_REPORTS_POLICY = (
+    "default-src 'none'; img-src 'self' data:; style-src 'self' 'unsafe-inline';"
+    " frame-src 'self'; frame-ancestors 'self'; base-uri 'none'; form-action 'none'"
 )
 _cache: dict[str, bytes] = {}
 
@@ -256,19 +265,40 @@ def notification_figures(stats: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 class OperatorReportHandler(OperatorHandler):
+    """The latest analytics report (`<EVENTQ_ANALYTICS_DIR>/report/`)."""
+
     async def get(self, name: str) -> None:
-        analytics = self.server.settings.analytics_dir
         if not name:
             self.redirect("/operator/report/report.html", status=303)
             return
-        suffix = Path(name).suffix
-        if analytics is None or not _REPORT_FILE.fullmatch(name) or suffix not in _CONTENT_TYPES:
+        if not _REPORT_FILE.fullmatch(name):
             raise ApiError("No such report file", "NOT_FOUND", 404)
-        path = analytics / "report" / name
+        await self._send("report", name, _REPORT_POLICY)
+
+    async def _send(self, directory: str, name: str, policy: str) -> None:
+        analytics = self.server.settings.analytics_dir
+        suffix = Path(name).suffix
+        if analytics is None or suffix not in _CONTENT_TYPES:
+            raise ApiError("No such report file", "NOT_FOUND", 404)
+        path = analytics / directory / name
         try:
             body = await asyncio.get_running_loop().run_in_executor(None, path.read_bytes)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             raise ApiError(
                 "No analytics report yet: `eventq analytics run` writes it", "NOT_FOUND", 404
             ) from None
-        self.send_file(body, _CONTENT_TYPES[suffix], page=True, policy=_REPORT_POLICY)
+        self.send_file(body, _CONTENT_TYPES[suffix], page=True, policy=policy)
+
+
+class OperatorReportsHandler(OperatorReportHandler):
+    """The dated reports the analytics keep (`<EVENTQ_ANALYTICS_DIR>/reports/`):
+    their index, and each one's files under its directory."""
+
+    async def get(self, name: str) -> None:
+        if not name:
+            self.redirect("/operator/reports/index.html", status=303)
+            return
+        dated, _, file = name.rpartition("/")
+        if not _REPORT_FILE.fullmatch(file) or (dated != "" and not _DATED_REPORT.fullmatch(dated)):
+            raise ApiError("No such report file", "NOT_FOUND", 404)
+        await self._send("reports", name, _REPORTS_POLICY)

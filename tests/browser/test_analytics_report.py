@@ -8,6 +8,9 @@ The tables are written as a run of the job stores them (load.HourlyStage,
 then rollup.py's daily, weekly and overall ones), from hourly rows made here: a year of a
 real log would take Spark minutes to read, and the report reads only the
 stored tables.
+
+The dated reports a run keeps are read the way an operator reaches them:
+from the operator page of a running server.
 """
 
 from __future__ import annotations
@@ -19,10 +22,14 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+import requests
 from selenium.webdriver.chrome.webdriver import WebDriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
-from analytics import histogram, load, realms, report, rollup, tables
+from analytics import histogram, history, load, realms, report, rollup, tables
 from tests.browser.conftest import ARTIFACTS
+from tests.support import ServerProcess
 
 LAST = dt.datetime(2026, 11, 25, 23)
 SHARDS = ("s1", "s2")
@@ -155,3 +162,60 @@ def test_the_report_reads_at_any_age(
     shot = ARTIFACTS / f"analytics-report-{days}-days.png"
     assert driver.save_screenshot(str(shot))
     print(f"screenshot of the report of a site {days} day(s) old: {shot}")
+
+
+def test_the_dated_reports_open_from_the_operator_page(
+    browser: Callable[[], WebDriver], start_server: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    out = tmp_path / "analytics"
+    write_site(out, 1)
+    first = history.record(out, {"hours": 24}, dt.datetime(2026, 11, 26, 0, 5, tzinfo=dt.UTC), 5)
+    page = out / "report" / "report.html"
+    page.write_text(page.read_text().replace("<h1>eventq delivery report", "<h1>second run"))
+    latest = history.record(out, {"hours": 25}, dt.datetime(2026, 11, 26, 1, 5, tzinfo=dt.UTC), 5)
+    server = start_server(EVENTQ_ANALYTICS_DIR=str(out))
+
+    driver = browser()
+    driver.get(f"{server.url}/operator")
+    link = driver.find_element(By.ID, "reports-link")
+    WebDriverWait(driver, 20).until(lambda d: link.is_displayed())
+    link.click()
+    WebDriverWait(driver, 20).until(
+        lambda d: d.current_url.endswith("/operator/reports/index.html")
+    )
+    runs = [a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, "td a")]
+    assert runs == [
+        f"{server.url}/operator/reports/{name}/report.html" for name in (latest.name, first.name)
+    ]
+    # The latest, shown in the index's frame with its charts.
+    driver.switch_to.frame(driver.find_element(By.TAG_NAME, "iframe"))
+    assert driver.find_element(By.TAG_NAME, "h1").text == "second run"
+    loaded = driver.execute_script(
+        "return [...document.images].map((img) => img.complete && img.naturalWidth > 0)"
+    )
+    assert loaded
+    assert all(loaded)
+    driver.switch_to.default_content()
+    # An earlier one, by its link.
+    driver.find_elements(By.CSS_SELECTOR, "td a")[1].click()
+    WebDriverWait(driver, 20).until(lambda d: d.current_url == runs[1])
+    assert driver.find_element(By.TAG_NAME, "h1").text == "eventq delivery report"
+    # No resource refused (by the policy, or missing); the browser's own
+    # favicon.ico request aside.
+    errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert [e for e in errors if "/favicon.ico " not in e["message"]] == []
+
+    # Nothing outside the dated reports' directories, and a clear answer.
+    for path in (
+        "..%2Freport%2Freport.html",
+        f"{first.name}%2F..%2F..%2Freport%2Freport.html",
+        "2026-11-26/report.html",
+        f"{first.name}/run.py",
+        f"{first.name}/nothing.html",
+    ):
+        refused = requests.get(f"{server.url}/operator/reports/{path}", timeout=10)
+        assert refused.status_code == 404, path
+        assert refused.json()["code"] == "NOT_FOUND", path
+    policy = requests.get(runs[0], timeout=10).headers["Content-Security-Policy"]
+    assert "frame-ancestors 'self'" in policy
+    assert "script-src" not in policy
