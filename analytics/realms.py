@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from analytics import schema
 
@@ -41,26 +42,27 @@ def load(counts: Table) -> Table:
     deliveries, ends and dead letters (named as tables.NAMES[COUNT] names
     them): columns `date`, `hour`, `realm_id`, REALM_COUNTS. An unknown end
     reason counts in `ended` only."""
-    by_realm: dict[tuple[str, int, int | None], dict[str, int]] = {}
-    for row in counts.to_pylist():
-        key = (row["date"], row["hour"], row["realm_id"])
-        totals = by_realm.setdefault(key, dict.fromkeys(REALM_COUNTS, 0))
-        n, kind = row["records"], row["kind"]
-        if kind == schema.DELIVERY:
-            totals["deliveries"] += n
-        elif kind == schema.DEAD_LETTER:
-            totals["dead_letters"] += n
-        elif kind == schema.END:
-            totals["ended"] += n
-            totals["events_unacked"] += row["amount"] or 0
-            if row["detail"] in schema.END_REASONS:
-                totals[row["detail"]] += n
-    rows = [
-        {"date": date, "hour": hour, "realm_id": realm_id, **totals}
-        for (date, hour, realm_id), totals in by_realm.items()
-    ]
-    columns = ["date", "hour", "realm_id", *REALM_COUNTS]
-    return pa.Table.from_pylist(rows) if rows else pa.table({c: [] for c in columns})
+    kind, records = counts.column("kind"), counts.column("records")
+    is_end = pc.equal(kind, schema.END)
+
+    def of(mask: Any, values: Any = records) -> Any:
+        return pc.if_else(pc.fill_null(mask, False), values, 0)
+
+    detail = counts.column("detail")
+    parts = {
+        "deliveries": of(pc.equal(kind, schema.DELIVERY)),
+        "dead_letters": of(pc.equal(kind, schema.DEAD_LETTER)),
+        "ended": of(is_end),
+        **{r: of(pc.and_(is_end, pc.equal(detail, r))) for r in schema.END_REASONS},
+        "events_unacked": of(is_end, pc.fill_null(counts.column("amount"), 0)),
+    }
+    keys = ["date", "hour", "realm_id"]
+    table = pa.table({**{k: counts.column(k) for k in keys}, **parts})
+    summed = table.group_by(keys, use_threads=False).aggregate(
+        [(name, "sum") for name in REALM_COUNTS]
+    )
+    ordered = summed.select([*keys, *(f"{name}_sum" for name in REALM_COUNTS)])
+    return ordered.rename_columns([*keys, *REALM_COUNTS])
 
 
 def key(realm_id: int | None) -> str:
