@@ -160,11 +160,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 " are gone from the log: its day's tables (rolled up) are kept as they are",
                 file=sys.stderr,
             )
-        spark = session.build_session(args.master, input_bytes=planned.input_bytes())
+        embedded = session.is_embedded(args.master)
+        class_data = session.find_class_data(options.out) if embedded else None
+        spark = session.build_session(
+            args.master, input_bytes=planned.input_bytes(), class_data=class_data
+        )
         try:
             result = job.run(spark, options, planned, Progress(sys.stderr))
         finally:
-            spark.stop()
+            session.stop_session(spark, class_data)
     except AnalyticsError as exc:
         print(f"analytics: {exc}", file=sys.stderr)
         return 1

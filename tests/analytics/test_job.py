@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from analytics import job
 from analytics.extract import Hour
@@ -305,3 +306,49 @@ def test_limits_flag_the_hours_over_them_and_fail_the_run(tmp_path):
     )
     assert bad.returncode == 2
     assert "--max-p99-ms: must be a number of 0 or more, got -1" in bad.stderr
+
+
+@pytest.mark.timeout(600)
+def test_the_first_run_makes_the_jvms_class_archive_the_next_maps_it_a_damaged_one_goes(
+    tmp_path,
+):
+    logs, cache = tmp_path / "logs", tmp_path / "cache"
+    for hour in (3, 4):
+        write_hour(logs, hour)
+    # cwd: a JVM that crashes leaves its report (hs_err_pid*.log) there
+    env = {**os.environ, **JVM_ENV, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(REPO)}
+
+    def cli(out: str) -> subprocess.CompletedProcess[str]:
+        completed = subprocess.run(
+            [sys.executable, "-m", "analytics", "run", "--logs", str(logs), "--out",
+             str(tmp_path / out)],
+            cwd=tmp_path, env=env, capture_output=True, text=True, check=False, timeout=280,
+        )  # fmt: skip
+        assert completed.returncode == 0, completed.stderr[-3000:]
+        return completed
+
+    def archives() -> list[Path]:
+        return sorted((cache / "eventq" / "analytics").iterdir())
+
+    first = cli("first")
+    assert "analytics: saving the JVM's classes for the next runs" in first.stderr
+    [archive] = archives()  # no staging file left
+    assert re.fullmatch(r"spark-[0-9a-f]{20}\.jsa", archive.name)
+    summary = first.stdout.splitlines()[1:]
+    assert summary[0].startswith("hours: 2  records: ")
+
+    mapped = cli("mapped")
+    assert "saving the JVM's classes" not in mapped.stderr
+    assert "[warning][cds" not in mapped.stderr  # the JVM took the archive
+    assert mapped.stdout.splitlines()[1:] == summary
+    assert archives() == [archive]
+
+    # Cut short, as by a disk that filled up while copying it: the JVM
+    # crashes mapping it (-Xshare:auto does not catch that).
+    data = archive.read_bytes()
+    archive.chmod(0o644)
+    archive.write_bytes(data[: 2**20])
+    damaged = cli("damaged")
+    assert f"analytics: the JVM did not start with {archive}" in damaged.stderr
+    assert damaged.stdout.splitlines()[-len(summary) :] == summary
+    assert not archive.exists()
