@@ -83,12 +83,22 @@ def report_rows(top: Sequence[Row], latency: Sequence[Row]) -> list[Row]:
     return rows
 
 
+def most_dead_letters(load: Table, top: int) -> list[Row]:
+    """The `top` realms (null among them) with the most dead letters, from
+    the overall `realm_load`: those a ranking by deliveries leaves out (a
+    realm all of whose notices fail delivers nothing)."""
+    rows = [r for r in load.to_pylist() if r["dead_letters"] > 0]
+    rows.sort(key=lambda r: (-r["dead_letters"], r["realm_id"] is not None, r["realm_id"] or 0))
+    return [{"rank": rank, **row} for rank, row in enumerate(rows[:top], 1)]
+
+
 COLUMNS = ["rank", "realm_id", "deliveries", "p50", "p95", "p99", "dead_letters", "ended",
            *schema.END_REASONS, "events_unacked"]  # fmt: skip
 
 
-def section(rows: Sequence[Row]) -> str:
-    """The report's per-realm section: one table, latency in ms."""
+def section(rows: Sequence[Row], dead: Sequence[Row] = ()) -> str:
+    """The report's per-realm section: the top realms, latency in ms, then
+    the realms with the most dead letters."""
 
     def cell(row: Row, column: str) -> str:
         value = row.get(column)
@@ -102,9 +112,14 @@ def section(rows: Sequence[Row]) -> str:
         f"<th>{html.escape(c + (' ms' if c in ('p50', 'p95', 'p99') else ''))}</th>"
         for c in COLUMNS
     )
-    body = "".join(
-        "<tr>" + "".join(f"<td>{cell(r, c)}</td>" for c in COLUMNS) + "</tr>" for r in rows
-    )
+
+    def table_rows(shown: Sequence[Row]) -> str:
+        return "".join(
+            "<tr>" + "".join(f"<td>{cell(r, c)}</td>" for c in COLUMNS) + "</tr>" for r in shown
+        )
+
+    body = table_rows(rows)
+    dead_body = table_rows(dead)
     return (
         "<section id='realms'><h2>Top realms</h2>"
         "<p>The realms with the most deliveries over the whole log (then the most dead "
@@ -112,5 +127,8 @@ def section(rows: Sequence[Row]) -> str:
         "notices of theirs dead-lettered, their queues ended by reason and the events those "
         "still held. A dead letter whose notice named no realm, or could not be read, counts "
         "under (none).</p>"
-        f"<table id='top-realms'><tr>{head}</tr>{body}</table></section>"
+        f"<table id='top-realms'><tr>{head}</tr>{body}</table>"
+        "<h3>Most dead letters</h3><p>The realms whose notices were dead-lettered most "
+        "often, whatever their deliveries.</p>"
+        f"<table id='dead-letter-realms'><tr>{head}</tr>{dead_body}</table></section>"
     )

@@ -136,6 +136,9 @@ def collect(out: Path) -> dict[str, list[Row]]:
             "key",
         ),
         "realms": realms.report_rows(top_realms, per_realm),
+        "dead_realms": realms.report_rows(
+            realms.most_dead_letters(overall("realm_load"), max(1, len(top_realms))), per_realm
+        ),
         "volumes": _sorted(
             overall("volumes"), "dimension", "deliveries", "key", descending=["deliveries"]
         ),
@@ -500,7 +503,7 @@ def render(
         _table(data["imbalance"], _columns(data["imbalance"])),
         "<h2>Volumes</h2>",
         _table(data["volumes"], ["dimension", "key", "deliveries"]),
-        realms.section(data["realms"]),
+        realms.section(data["realms"], data["dead_realms"]),
         "<h2>Busiest users</h2>",
         _table(data["users"], ["rank", "realm_id", "user_id", "deliveries", "polls", "registers"]),
         "<h2>Busiest queues</h2>",

@@ -84,7 +84,7 @@ def make_application(server: ServerApi) -> tornado.web.Application:
             (r"/operator", OperatorPageHandler, api),
             (r"/operator/stats", OperatorStatsHandler, api),
             # Before report/?: that would take "reports/..." as "s/...".
-            (r"/operator/reports/?(.*)", OperatorReportsHandler, api),
+            (r"/operator/reports(?:/(.*))?", OperatorReportsHandler, api),
             (r"/operator/report/?(.*)", OperatorReportHandler, api),
         ],
         default_handler_class=NotFoundHandler,

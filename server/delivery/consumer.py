@@ -85,16 +85,25 @@ class Process(Protocol):
     def __call__(self, body: bytes, published_at: float | None, *, will_retry: bool) -> object: ...
 
 
+# A dead letter's body is read for its realm only up to this size: it runs
+# on the loop, and a notice refused for its size was refused unread.
+REALM_SCAN_BYTES = 1 << 20
+_INT64 = range(-(2**63), 2**63)
+
+
 def realm_of(body: bytes) -> int | None:
     """The realm a notice's body names (generation/notice.py's wire form),
-    or None when it names none or cannot be read: what a dead letter is
-    counted under in the delivery log."""
+    or None when it names none, cannot be read, is larger than
+    REALM_SCAN_BYTES or names one the log's int64 column cannot hold: what
+    a dead letter is counted under in the delivery log."""
+    if len(body) > REALM_SCAN_BYTES:
+        return None
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
         return None
     realm_id = data.get("realm_id") if isinstance(data, dict) else None
-    if isinstance(realm_id, int) and not isinstance(realm_id, bool):
+    if isinstance(realm_id, int) and not isinstance(realm_id, bool) and realm_id in _INT64:
         return realm_id
     return None
 

@@ -52,7 +52,7 @@ _CONTENT_TYPES = {
 _REPORT_FILE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,100}")
 # A dated report's directory (analytics/history.py: the run's UTC time, and
 # -NNN for a second run of the same second).
-_DATED_REPORT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}Z(?:-\d{3})?")
+_DATED_REPORT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}-[0-9]{2}-[0-9]{2}Z(?:-[0-9]{3})?")
 _POLICY = (
     "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self';"
     " connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
@@ -283,10 +283,13 @@ class OperatorReportHandler(OperatorHandler):
         path = analytics / directory / name
         try:
             body = await asyncio.get_running_loop().run_in_executor(None, path.read_bytes)
-        except (FileNotFoundError, NotADirectoryError):
-            raise ApiError(
-                "No analytics report yet: `eventq analytics run` writes it", "NOT_FOUND", 404
-            ) from None
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
+            missing = (
+                "No analytics report yet: `eventq analytics run` writes it"
+                if directory == "report"
+                else "No such report file (older reports are pruned)"
+            )
+            raise ApiError(missing, "NOT_FOUND", 404) from None
         self.send_file(body, _CONTENT_TYPES[suffix], page=True, policy=policy)
 
 
@@ -294,7 +297,7 @@ class OperatorReportsHandler(OperatorReportHandler):
     """The dated reports the analytics keep (`<EVENTQ_ANALYTICS_DIR>/reports/`):
     their index, and each one's files under its directory."""
 
-    async def get(self, name: str) -> None:
+    async def get(self, name: str | None) -> None:
         if not name:
             self.redirect("/operator/reports/index.html", status=303)
             return

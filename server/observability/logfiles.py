@@ -67,7 +67,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("kind", "string"),  # all: delivery poll register end dead_letter notification
     ("time", "float64"),  # all: wall seconds (UTC epoch) when it happened
     ("shard", "string"),  # all: EVENTQ_SHARD
-    ("realm_id", "int64"),  # delivery poll register end notification
+    ("realm_id", "int64"),  # delivery poll register end notification dead_letter
     ("user_id", "int64"),  # delivery poll register end notification (who is notified)
     ("queue_id", "string"),  # delivery poll register end (poll: null if the GET named none)
     ("client", "string"),  # delivery poll register end: the queue's client name

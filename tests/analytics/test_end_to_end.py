@@ -444,6 +444,9 @@ def test_real_traffic_through_the_job_and_report(start_server, api, world, tmp_p
         f"<tr><td>1</td><td>{alice.realm_id}</td><td>{first_deliveries}</td>"
         f"<td>{first_latency['p50'] * 1000:.1f}</td>"
     ) in page
+    # The realm of the dead letter, first by dead letters.
+    dead_table = page[page.index("<table id='dead-letter-realms'>") :]
+    assert f"<tr><td>1</td><td>{erin.realm_id}</td><td>{len(erin.got)}</td>" in dead_table
     for image in (*(f"{chart}_by_{unit}" for chart in ("deliveries", "latency", "notifications")
                     for unit in ("hour", "day", "week")),
                   "latency_by_event_type", "poll_outcomes", "queue_ends",

@@ -173,6 +173,7 @@ def test_the_dated_reports_open_from_the_operator_page(
     page = out / "report" / "report.html"
     page.write_text(page.read_text().replace("<h1>eventq delivery report", "<h1>second run"))
     latest = history.record(out, {"hours": 25}, dt.datetime(2026, 11, 26, 1, 5, tzinfo=dt.UTC), 5)
+    (first / "weird.html").mkdir()
     server = start_server(EVENTQ_ANALYTICS_DIR=str(out))
 
     driver = browser()
@@ -209,13 +210,15 @@ def test_the_dated_reports_open_from_the_operator_page(
     for path in (
         "..%2Freport%2Freport.html",
         f"{first.name}%2F..%2F..%2Freport%2Freport.html",
-        "2026-11-26/report.html",
+        f"{first.name}/weird.html",  # a directory
         f"{first.name}/run.py",
         f"{first.name}/nothing.html",
     ):
         refused = requests.get(f"{server.url}/operator/reports/{path}", timeout=10)
         assert refused.status_code == 404, path
         assert refused.json()["code"] == "NOT_FOUND", path
+    joined = requests.get(f"{server.url}/operator/reportsindex.html", timeout=10)
+    assert joined.status_code == 404
     policy = requests.get(runs[0], timeout=10).headers["Content-Security-Policy"]
     assert "frame-ancestors 'self'" in policy
     assert "script-src" not in policy

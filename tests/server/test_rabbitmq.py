@@ -245,6 +245,10 @@ def test_malformed_notices_are_dead_lettered_at_once_and_others_flow(start_serve
         (b'{"realm_id": true}', None),
         (b'{"realm_id": "12"}', None),
         (b'{"realm_id": 1.5}', None),
+        (b'{"realm_id": 9223372036854775807}', 2**63 - 1),
+        (b'{"realm_id": 9223372036854775808}', None),  # past the log's int64
+        (b'{"realm_id": -9223372036854775809}', None),
+        (b'{"realm_id": 3, "pad": "' + b"p" * (1 << 20) + b'"}', None),  # not read
         (b'{"event": {"type": "x"}, "users": [1]}', None),
         (b'[{"realm_id": 12}]', None),
         (b"\xff\xfe", None),
