@@ -83,11 +83,11 @@ def report_rows(top: Sequence[Row], latency: Sequence[Row]) -> list[Row]:
     return rows
 
 
-def most_dead_letters(load: Table, top: int) -> list[Row]:
+def most_dead_letters(load: Sequence[Row], top: int) -> list[Row]:
     """The `top` realms (null among them) with the most dead letters, from
     the overall `realm_load`: those a ranking by deliveries leaves out (a
     realm all of whose notices fail delivers nothing)."""
-    rows = [r for r in load.to_pylist() if r["dead_letters"] > 0]
+    rows = [r for r in load if r["dead_letters"] > 0]
     rows.sort(key=lambda r: (-r["dead_letters"], r["realm_id"] is not None, r["realm_id"] or 0))
     return [{"rank": rank, **row} for rank, row in enumerate(rows[:top], 1)]
 
