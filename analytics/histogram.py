@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pyspark.sql import Column, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
 # 50 buckets per power of ten: relative resolution 10^(1/50) - 1 = 4.7 %.
 BUCKETS_PER_DECADE = 50
@@ -32,20 +31,21 @@ QUANTILES_PERMILLE = {"p50": 500, "p95": 950, "p99": 990}
 MICRO = 1_000_000
 
 
-def bucket_of(value: Column) -> Column:
-    """The bucket (int) of a double column; null stays null."""
+def bucket_sql(value: str) -> str:
+    """Spark SQL: the bucket (int) of the double expression `value`; null
+    stays null."""
     return (
-        F.when(value <= 0, F.lit(ZERO_BUCKET))
-        .otherwise(F.ceil(F.log10(value) * BUCKETS_PER_DECADE))
-        .cast("int")
+        f"CAST(CASE WHEN {value} <= 0 THEN {ZERO_BUCKET}"
+        f" ELSE CEIL(LOG10({value}) * {BUCKETS_PER_DECADE}) END AS INT)"
     )
 
 
-def micros(value: Column) -> Column:
-    """A double value in millionths, rounded (half to even) to a long, for
-    exact sums. rint, not round: Spark's round() goes through BigDecimal, which
-    cost 1.5 s per measure over 7.5 million deliveries."""
-    return F.rint(value * MICRO).cast("long")
+def micros_sql(value: str) -> str:
+    """Spark SQL: the double expression `value` in millionths, rounded (half
+    to even) to a long, for exact sums. rint, not round: Spark's round() goes
+    through BigDecimal, which cost 1.5 s per measure over 7.5 million
+    deliveries."""
+    return f"CAST(RINT({value} * {MICRO}) AS BIGINT)"
 
 
 Bound = Callable[[int], float]

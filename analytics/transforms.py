@@ -36,12 +36,18 @@ Every row keeps `date`, `hour`. The result's size follows the queues, keys
 and buckets of the hours read, not their records (about 60,000 rows an
 hour for the benchmark's 400,000 records), so the driver collects it and
 builds the tables (tables.py). No Python UDFs: everything runs in the JVM.
+
+The query is one Spark SQL text, written here and handed to the JVM in one
+call. Built with PySpark's Column API it took about 1,400 calls from Python
+to the JVM, 0.8 ms each on a cold JVM: 1.7 s of an hourly run's 14 s
+(tests/benchmarks/README.md). The text names only the columns of
+schema.USED_COLUMNS and constants written here; string constants go
+through `_literal`.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame
 
 from analytics import histogram, schema
 
@@ -66,165 +72,163 @@ SUMS = ("deliveries", "polls", "answered", "registers", "queue_records")
 # computed from `value`) and the per-record inputs of the sums and maxima.
 _ROW = {
     "piece": "int", "measure": "int", "value": "double", "s1": "string", "s2": "string",
-    "s3": "string", "s4": "string", "l1": "long", "l2": "long", "deliveries": "int",
+    "s3": "string", "s4": "string", "l1": "bigint", "l2": "bigint", "deliveries": "int",
     "polls": "int", "answered": "int", "registers": "int", "queue_records": "int",
-    "depth": "int", "amount": "long",
+    "depth": "int", "amount": "bigint",
+}  # fmt: skip
+
+# The result's columns and their types, in order.
+RESULT = {
+    "date": "string", "hour": "int", "piece": "int", "measure": "int", "bucket": "int",
+    "s1": "string", "s2": "string", "s3": "string", "s4": "string", "l1": "bigint",
+    "l2": "bigint", "records": "bigint", "sum_micro": "bigint", "max_value": "double",
+    **dict.fromkeys(SUMS, "bigint"), "max_depth": "int", "amount": "bigint",
 }  # fmt: skip
 
 
-def _inputs(records: DataFrame) -> DataFrame:
-    """Per record, once, every value the pieces' rows refer to."""
-    kind = F.col("kind")
-    is_delivery, is_poll, is_end = (kind == k for k in (schema.DELIVERY, schema.POLL, schema.END))
-    is_notification = kind == schema.NOTIFICATION
-    per_realm = is_delivery | is_end | (kind == schema.DEAD_LETTER)
+def _literal(text: str) -> str:
+    """`text` as a Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _flag(condition: str) -> str:
+    return f"CASE WHEN {condition} THEN 1 ELSE 0 END"
+
+
+def _inputs() -> list[str]:
+    """Per record, once, every value the pieces' rows refer to (select items)."""
+
+    def kind_is(*kinds: str) -> str:
+        return f"(kind IN ({', '.join(_literal(k) for k in kinds)}))"
+
+    is_delivery, is_poll, is_end = (kind_is(k) for k in (schema.DELIVERY, schema.POLL, schema.END))
+    is_notification = kind_is(schema.NOTIFICATION)
+    per_realm = kind_is(schema.DELIVERY, schema.END, schema.DEAD_LETTER)
     # A refused poll names whatever queue id the client sent, often one that
     # no longer exists: it counts for its user, never for a queue.
-    answered = is_poll & ~F.coalesce(F.col("outcome") == "error", F.lit(False))
-    for_queue = is_delivery | answered | is_end
-
-    def flag(condition: Column) -> Column:
-        return F.when(condition, 1).otherwise(0)
-
-    return records.select(
-        *HOUR,
-        "kind",
-        "shard",
-        "event_type",
-        "client",
-        "reason",
-        "queue_id",
-        "realm_id",
-        "user_id",
+    answered = f"({is_poll} AND NOT coalesce(outcome = {_literal('error')}, false))"
+    for_queue = f"({is_delivery} OR {answered} OR {is_end})"
+    return [
+        *(f"`{name}`" for name in HOUR),
+        *("kind", "shard", "event_type", "client", "reason", "queue_id", "realm_id", "user_id"),
         "lifetime_secs",
-        is_delivery.alias("is_delivery"),
-        is_end.alias("is_end"),
-        (F.col("time") - F.col("enqueued_at")).alias("enqueued_latency"),
-        (F.col("time") - F.col("published_at")).alias("published_latency"),
-        F.col("queue_depth").cast("double").alias("depth_value"),
-        kind.isin(schema.DELIVERY, schema.POLL, schema.REGISTER, schema.END).alias("is_queue"),
-        F.coalesce(F.col("client"), F.lit(NONE_KEY)).alias("queue_client"),
-        flag(is_delivery).alias("deliveries"),
-        flag(is_poll).alias("polls"),
-        flag(answered).alias("answered"),
-        flag(kind == schema.REGISTER).alias("registers"),
-        flag(for_queue).alias("queue_records"),
-        F.when(for_queue, F.col("queue_depth")).alias("depth"),
+        f"{is_delivery} AS is_delivery",
+        f"{is_end} AS is_end",
+        "`time` - enqueued_at AS enqueued_latency",
+        "`time` - published_at AS published_latency",
+        "CAST(queue_depth AS DOUBLE) AS depth_value",
+        f"{kind_is(schema.DELIVERY, schema.POLL, schema.REGISTER, schema.END)} AS is_queue",
+        f"coalesce(client, {_literal(NONE_KEY)}) AS queue_client",
+        f"{_flag(is_delivery)} AS deliveries",
+        f"{_flag(is_poll)} AS polls",
+        f"{_flag(answered)} AS answered",
+        f"{_flag(kind_is(schema.REGISTER))} AS registers",
+        f"{_flag(for_queue)} AS queue_records",
+        f"CASE WHEN {for_queue} THEN queue_depth END AS depth",
         # The count piece keeps only the keys its kind's tables group by, so
         # that it stays small.
-        F.when(is_delivery, F.col("event_type"))
-        .when(is_poll, F.col("outcome"))
-        .when(is_end | is_notification, F.col("reason"))
-        .alias("count_s3"),
-        F.when(is_delivery, F.col("client"))
-        .when(is_poll, F.col("code"))
-        .when(is_notification, F.col("outcome"))
-        .alias("count_s4"),
-        F.when(per_realm, F.col("realm_id")).alias("count_l1"),
-        F.when(is_poll, F.col("response_bytes")).when(is_end, F.col("queue_depth")).alias("amount"),
-    )
+        f"CASE WHEN {is_delivery} THEN event_type WHEN {is_poll} THEN outcome"
+        f" WHEN {is_end} OR {is_notification} THEN reason END AS count_s3",
+        f"CASE WHEN {is_delivery} THEN client WHEN {is_poll} THEN code"
+        f" WHEN {is_notification} THEN outcome END AS count_s4",
+        f"CASE WHEN {per_realm} THEN realm_id END AS count_l1",
+        f"CASE WHEN {is_poll} THEN response_bytes WHEN {is_end} THEN queue_depth END AS amount",
+    ]
 
 
-def _row(piece: Column, **fields: Column) -> list[Column]:
+def _row(piece: str, **fields: str) -> list[str]:
     """The stack() arguments of one row: `piece` (null: no row), `fields`,
     null elsewhere, each in _ROW's type."""
     assert set(fields) <= set(_ROW) - {"piece"}, set(fields) - set(_ROW)
     values = {"piece": piece, **fields}
-    return [values.get(name, F.lit(None)).cast(kind) for name, kind in _ROW.items()]
+    return [f"CAST({values.get(name, 'NULL')} AS {kind})" for name, kind in _ROW.items()]
 
 
-def _rows() -> list[list[Column]]:
-    col = F.col
+def _when(condition: str, piece: int) -> str:
+    return f"CASE WHEN {condition} THEN {piece} END"
+
+
+def _rows() -> list[list[str]]:
     deliveries = [
         _row(
-            F.when(col("is_delivery") & col(name).isNotNull(), HISTOGRAM),
-            measure=F.lit(MEASURES.index(measure)),
-            value=col(name),
-            s1=col("event_type"),
-            s2=col("client"),
-            s3=col("shard"),
+            _when(f"is_delivery AND {name} IS NOT NULL", HISTOGRAM),
+            measure=str(MEASURES.index(measure)),
+            value=name,
+            s1="event_type",
+            s2="client",
+            s3="shard",
         )
         for measure, name in zip(
             DELIVERY_MEASURES, ("enqueued_latency", "published_latency", "depth_value"), strict=True
         )
     ]
     realm_latency = _row(
-        F.when(col("is_delivery") & col("enqueued_latency").isNotNull(), REALM_LATENCY),
-        measure=F.lit(MEASURES.index("enqueued_latency")),
-        value=col("enqueued_latency"),
-        l1=col("realm_id"),
+        _when("is_delivery AND enqueued_latency IS NOT NULL", REALM_LATENCY),
+        measure=str(MEASURES.index("enqueued_latency")),
+        value="enqueued_latency",
+        l1="realm_id",
     )
     lifetime = _row(
-        F.when(col("is_end") & col("lifetime_secs").isNotNull(), HISTOGRAM),
-        measure=F.lit(MEASURES.index(LIFETIME)),
-        value=col("lifetime_secs"),
-        s1=col("reason"),
-        s2=col("client"),
+        _when("is_end AND lifetime_secs IS NOT NULL", HISTOGRAM),
+        measure=str(MEASURES.index(LIFETIME)),
+        value="lifetime_secs",
+        s1="reason",
+        s2="client",
     )
     # Owner and client are the queue's own, the same in each of its records:
     # keys, not aggregates (a max() of a string makes Spark sort every record
     # instead of hashing them: 10 s instead of 2 s over 10 million).
     activity = _row(
-        F.when(col("is_queue"), ACTIVITY),
-        s1=col("queue_id"),
-        s2=col("queue_client"),
-        l1=col("realm_id"),
-        l2=col("user_id"),
-        **{name: col(name) for name in (*SUMS, "depth")},
+        _when("is_queue", ACTIVITY),
+        s1="queue_id",
+        s2="queue_client",
+        l1="realm_id",
+        l2="user_id",
+        **{name: name for name in (*SUMS, "depth")},
     )
     count = _row(
-        F.lit(COUNT),
-        s1=col("kind"),
-        s2=col("shard"),
-        s3=col("count_s3"),
-        s4=col("count_s4"),
-        l1=col("count_l1"),
-        amount=col("amount"),
+        str(COUNT),
+        s1="kind",
+        s2="shard",
+        s3="count_s3",
+        s4="count_s4",
+        l1="count_l1",
+        amount="amount",
     )
     return [*deliveries, realm_latency, lifetime, activity, count]
 
 
+def query(source: str) -> str:
+    """The pre-aggregate of the records of `source` (a table name, or a
+    placeholder of SparkSession.sql) as Spark SQL."""
+    rows = _rows()
+    hour = ", ".join(f"`{name}`" for name in HOUR)
+    # stack() over columns computed once per record: an array of structs
+    # (inline) built per record cost 2.5 s more per 2.9 million records.
+    stacked = ", ".join(item for row in rows for item in row)
+    generated = (
+        f"SELECT {hour}, stack({len(rows)}, {stacked}) AS ({', '.join(_ROW)})"  # noqa: S608 (constants only)
+        f" FROM (SELECT {', '.join(_inputs())} FROM {source})"
+    )
+    bucket = histogram.bucket_sql("value")
+    keys = f"{hour}, piece, measure, {bucket}, s1, s2, s3, s4, l1, l2"
+    sums = ", ".join(f"sum({name}) AS {name}" for name in SUMS)
+    grouped = (
+        f"SELECT {hour}, piece, measure, {bucket} AS bucket, s1, s2, s3, s4, l1, l2,"  # noqa: S608 (constants only)
+        f" count(1) AS records, sum({histogram.micros_sql('value')}) AS sum_micro,"
+        f" max(value) AS max_value, {sums}, max(depth) AS max_depth, sum(amount) AS amount"
+        f" FROM ({generated}) WHERE piece IS NOT NULL GROUP BY {keys}"
+    )
+    result = ", ".join(f"CAST(`{name}` AS {kind}) AS `{name}`" for name, kind in RESULT.items())
+    return f"SELECT {result} FROM ({grouped})"  # noqa: S608 (constants only)
+
+
 def preaggregate(records: DataFrame) -> DataFrame:
     """Every piece of every record of `records` (extract.read_records), folded
-    per (hour, piece, keys): columns `date`, `hour`, `piece`, KEYS,
+    per (hour, piece, keys): RESULT's columns, `date`, `hour`, `piece`, KEYS,
     `records`, `sum_micro`, `max_value`, SUMS, `max_depth`, `amount`.
 
     Sums over no value (an `amount` of records without one) are null; counts
     are never null.
     """
-    rows = _rows()
-    # stack() over columns computed once per record: an array of structs
-    # (inline) built per record cost 2.5 s more per 2.9 million records.
-    generated = _inputs(records).select(
-        *HOUR, F.stack(F.lit(len(rows)), *(c for row in rows for c in row)).alias(*_ROW)
-    )
-    value = F.col("value")
-    grouped = (
-        generated.where(F.col("piece").isNotNull())
-        .groupBy(
-            *HOUR,
-            "piece",
-            "measure",
-            histogram.bucket_of(value).alias("bucket"),
-            *(key for key in KEYS if key not in ("measure", "bucket")),
-        )
-        .agg(
-            F.count(F.lit(1)).alias("records"),
-            F.sum(histogram.micros(value)).alias("sum_micro"),
-            F.max(value).alias("max_value"),
-            *(F.sum(name).alias(name) for name in SUMS),
-            F.max("depth").alias("max_depth"),
-            F.sum("amount").alias("amount"),
-        )
-    )
-    return grouped.select(
-        F.col("date").cast("string"),
-        F.col("hour").cast("int"),
-        *(F.col(c).cast("int") for c in ("piece", "measure", "bucket")),
-        *(F.col(c).cast("string") for c in ("s1", "s2", "s3", "s4")),
-        *(F.col(c).cast("long") for c in ("l1", "l2", "records", "sum_micro")),
-        F.col("max_value").cast("double"),
-        *(F.col(c).cast("long") for c in SUMS),
-        F.col("max_depth").cast("int"),
-        F.col("amount").cast("long"),
-    )
+    return records.sparkSession.sql(query("{records}"), records=records)

@@ -23,6 +23,20 @@ NONE_KEY = "(none)"
 DELIVERY_MEASURES = ("enqueued_latency", "published_latency", "queue_depth")
 
 
+def _bucket_of(value: Column) -> Column:
+    """The histogram's bucket of a double (analytics/histogram.py), in Spark's
+    Column API: the job writes the same formula as SQL text."""
+    return (
+        F.when(value <= 0, F.lit(histogram.ZERO_BUCKET))
+        .otherwise(F.ceil(F.log10(value) * histogram.BUCKETS_PER_DECADE))
+        .cast("int")
+    )
+
+
+def _micros(value: Column) -> Column:
+    return F.rint(value * histogram.MICRO).cast("long")
+
+
 def _delivery_measure(name: str) -> Column:
     if name == "enqueued_latency":
         return F.col("time") - F.col("enqueued_at")
@@ -89,10 +103,10 @@ def histograms(records: DataFrame) -> DataFrame:
         "client",
         "shard",
         F.col("o.measure").alias("measure"),
-        histogram.bucket_of(F.col("o.value")).alias("bucket"),
+        _bucket_of(F.col("o.value")).alias("bucket"),
     ).agg(
         F.count(F.lit(1)).alias("count"),
-        F.sum(histogram.micros(F.col("o.value"))).alias("sum_micro"),
+        F.sum(_micros(F.col("o.value"))).alias("sum_micro"),
         F.max("o.value").alias("max_value"),
     )
     stats = ["measure", "bucket", "count", "sum_micro", "max_value"]
@@ -102,9 +116,9 @@ def histograms(records: DataFrame) -> DataFrame:
         "reason",
         "client",
         F.lit("queue_lifetime").alias("measure"),
-        histogram.bucket_of(F.col("lifetime_secs")).alias("bucket"),
+        _bucket_of(F.col("lifetime_secs")).alias("bucket"),
         F.lit(1).cast("long").alias("count"),
-        histogram.micros(F.col("lifetime_secs")).alias("sum_micro"),
+        _micros(F.col("lifetime_secs")).alias("sum_micro"),
         F.col("lifetime_secs").alias("max_value"),
     )
     end_rows = _by_dimension(ends, END_DIMENSIONS, [*HOUR, *stats])
@@ -114,9 +128,9 @@ def histograms(records: DataFrame) -> DataFrame:
             *HOUR,
             F.col("realm_id").alias("realm"),
             F.lit("enqueued_latency").alias("measure"),
-            histogram.bucket_of(latency).alias("bucket"),
+            _bucket_of(latency).alias("bucket"),
             F.lit(1).cast("long").alias("count"),
-            histogram.micros(latency).alias("sum_micro"),
+            _micros(latency).alias("sum_micro"),
             latency.alias("max_value"),
         ),
         ("realm",),

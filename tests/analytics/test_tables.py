@@ -196,6 +196,19 @@ def test_upper_bounds_are_sparks_pow_bit_for_bit(spark):
     assert [bound(b) for b in buckets] == expected
 
 
+def test_the_pre_aggregates_string_literals_read_back_as_written(spark):
+    texts = ["(none)", "it's", "back\\slash", "\\'", "naïve ✓", ""]
+    query = " UNION ALL ".join(f"SELECT {transforms._literal(t)} AS t" for t in texts)
+    assert [row.t for row in spark.sql(query).collect()] == texts
+
+
+def test_the_pre_aggregate_has_the_declared_columns_of_an_empty_log(spark):
+    empty = spark.createDataFrame([], schema.LOG_SCHEMA).select(*schema.USED_COLUMNS)
+    pieces = transforms.preaggregate(empty).toArrow()
+    assert pieces.num_rows == 0
+    assert pieces.column_names == list(transforms.RESULT)
+
+
 def pieces_of(spark, rows: list[dict[str, Any]]) -> Any:
     return transforms.preaggregate(records(spark, rows)).toArrow()
 
