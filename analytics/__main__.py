@@ -20,8 +20,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from analytics import history, job, rollup, session, thresholds
+from analytics import history, job, painter, rollup, session, thresholds
 from analytics.errors import AnalyticsError, BadArguments
+from analytics.painter import Painter
 from analytics.progress import Progress
 
 
@@ -162,13 +163,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         embedded = session.is_embedded(args.master)
         class_data = session.find_class_data(options.out) if embedded else None
-        spark = session.build_session(
-            args.master, input_bytes=planned.input_bytes(), class_data=class_data
-        )
-        try:
-            result = job.run(spark, options, planned, Progress(sys.stderr))
-        finally:
-            session.stop_session(spark, class_data)
+        # Forked before the JVM starts (painter.py): the charts' processes.
+        with Painter(painter.usable_cores()) as charts:
+            spark = session.build_session(
+                args.master, input_bytes=planned.input_bytes(), class_data=class_data
+            )
+            try:
+                result = job.run(spark, options, planned, Progress(sys.stderr), charts)
+            finally:
+                session.stop_session(spark, class_data)
     except AnalyticsError as exc:
         print(f"analytics: {exc}", file=sys.stderr)
         return 1

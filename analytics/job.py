@@ -47,6 +47,7 @@ from analytics import (
     transforms,
 )
 from analytics.errors import NoDeliveryLogs
+from analytics.painter import Painter
 from analytics.progress import Progress
 
 # Parquet bytes per chunk of hours (at least one hour per chunk). A chunk is
@@ -191,9 +192,11 @@ def run(
     options: Options,
     planned: Plan | None = None,
     progress: Progress | None = None,
+    painter: Painter | None = None,
 ) -> Result:
     """Run the job in `spark` (`planned`: `plan(options)` if already made);
-    the caller owns the session. `progress`, if given, hears of each chunk.
+    the caller owns the session. `progress`, if given, hears of each chunk;
+    `painter` draws the report's charts (by default in this process).
     Raises what `plan` raises."""
     out = options.out
     planned = planned or plan(options)
@@ -280,7 +283,7 @@ def run(
     processed = dict(done)
     processed.update(extract.partition_files({h: partitions[h] for h in todo}))
     state.save_state(out, processed)
-    summary = report.write_report(out, bound, options.limits)
+    summary = report.write_report(out, bound, options.limits, painter)
     figures = {"hours": summary.hours, "records": summary.records,
                "deliveries": summary.deliveries, "over": summary.over}  # fmt: skip
     history.record(out, figures, dt.datetime.now(dt.UTC), options.keep_reports)

@@ -11,7 +11,6 @@ the run, so the same tables give the same bytes.
 from __future__ import annotations
 
 import html
-import math
 import shutil
 import uuid
 from collections.abc import Sequence
@@ -21,12 +20,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter, ScalarFormatter
 
 from analytics import histogram, load, realms, schema, thresholds, windows
+from analytics.painter import Drawing, Painter
 
 REPORT_DIR = "report"
 ENQUEUED = "enqueued_latency"
@@ -219,96 +215,6 @@ def summarize(data: dict[str, list[Row]]) -> Summary:
     return summary
 
 
-# A chart's pixels are its figure's inches at this resolution.
-DPI = 80
-
-
-def _figure(width: float) -> tuple[Figure, Axes]:
-    """A figure on the Agg canvas (files only, no display, no pyplot state)."""
-    figure = Figure(figsize=(width, 4))
-    FigureCanvasAgg(figure)
-    return figure, figure.subplots()
-
-
-def _save(figure: Figure, path: Path, *, fitted: bool = True) -> None:
-    """Write `figure` as a PNG; `fitted`: its margins fitted to its labels
-    (else the fixed ones of a time chart, whose labels are of known width:
-    fitting them took half of such a chart's time)."""
-    if fitted:
-        figure.tight_layout()
-    else:
-        figure.subplots_adjust(left=0.08, right=0.98, top=0.92, bottom=0.24)
-    # No "Software" key: the bytes do not depend on the matplotlib release.
-    figure.savefig(path, format="png", dpi=DPI, metadata={"Software": None})
-
-
-def _legend(axes: Axes) -> None:
-    """A legend, if the chart has anything labelled (a log of no shard has not)."""
-    if axes.get_legend_handles_labels()[0]:
-        axes.legend(fontsize=7)
-
-
-def _bar(path: Path, title: str, labels: Sequence[str], values: Sequence[float], unit: str) -> None:
-    figure, axes = _figure(8)
-    axes.bar(list(labels), list(values), color="#4878a8")
-    axes.set_title(title)
-    axes.set_ylabel(unit)
-    axes.tick_params(axis="x", labelrotation=30)
-    _save(figure, path)
-
-
-# At most this many labels on a time axis (every n-th slot is labelled).
-MOST_LABELS = 40
-
-
-def _time_axis(axes: Axes, labels: Sequence[str]) -> None:
-    step = max(1, math.ceil(len(labels) / MOST_LABELS))
-    ticks = range(0, len(labels), step)
-    axes.set_xticks(list(ticks), [labels[i] for i in ticks], rotation=60, fontsize=7)
-    axes.set_xlim(-0.6, len(labels) - 0.4)
-
-
-def _stacked(
-    path: Path, title: str, labels: Sequence[str], series: Sequence[tuple[str, list[float]]]
-) -> None:
-    """Bars per slot (`labels`), each stacking the series' heights in order."""
-    figure, axes = _figure(10)
-    bottom = [0.0] * len(labels)
-    for label, heights in series:
-        axes.bar(range(len(labels)), heights, bottom=bottom, label=label)
-        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    _time_axis(axes, labels)
-    # Counts: whole numbers from zero, and an axis of 0 to 1 when all are zero.
-    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_ylim(0, max(1.0, max(bottom, default=0.0) * 1.05))
-    axes.set_title(title)
-    _legend(axes)
-    _save(figure, path, fitted=False)
-
-
-def _latency(path: Path, title: str, labels: Sequence[str], rows: Sequence[Row]) -> None:
-    """p50/p95/p99 per slot, in ms; a slot without deliveries has no point."""
-    figure, axes = _figure(10)
-    for name in ("p50", "p95", "p99"):
-        values = [math.nan] * len(labels)
-        for r in rows:
-            values[r["slot"]] = r[name] * 1000
-        axes.plot(range(len(labels)), values, marker=".", label=name)
-    _time_axis(axes, labels)
-    if any(r["p99"] > 0 for r in rows):
-        axes.set_yscale("log")
-        axes.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-        axes.yaxis.set_major_formatter(ScalarFormatter())
-        axes.yaxis.set_minor_formatter(NullFormatter())
-    axes.set_ylabel("ms")
-    axes.set_title(title)
-    _legend(axes)
-    _save(figure, path, fitted=False)
-
-
-Chart = tuple[str, str]  # file name, caption
-
-
 # The tables a window's slots are summed from.
 TIER_OF = {"hour": load.HOURLY, "day": load.DAILY, "week": load.WEEKLY}
 
@@ -318,85 +224,84 @@ def window_charts(
     shown: Sequence[windows.Window],
     latency: dict[str, pa.Table],
     bound: histogram.Bound,
-    directory: Path,
-) -> list[tuple[windows.Window, list[Chart]]]:
-    """Per window, its charts rendered into `directory`: deliveries by shard,
-    delivery latency, notifications by path; from the hourly, daily or
-    weekly tables (`latency`: each tier's latency histograms)."""
-    made: list[tuple[windows.Window, list[Chart]]] = []
+) -> list[tuple[windows.Window, list[Drawing]]]:
+    """Per window, its charts: deliveries by shard, delivery latency,
+    notifications by path; from the hourly, daily or weekly tables
+    (`latency`: each tier's latency histograms)."""
+    made: list[tuple[windows.Window, list[Drawing]]] = []
     for window in shown:
-        unit, labels, charts_made = window.name, window.labels, []
+        unit, labels = window.name, window.labels
         tier = TIER_OF[unit]
-        caption = f"Deliveries per {unit}, by shard"
         by_shard = windows.sums(window, data[f"{tier}_shards"], "shard", ["deliveries"])
-        _stacked(directory / f"deliveries_by_{unit}.png", caption, labels, by_shard)
-        charts_made.append((f"deliveries_by_{unit}.png", caption))
-        caption = f"Delivery latency (enqueued to delivered) per {unit}, p50/p95/p99"
         rows = windows.percentiles(window, latency[tier], bound)
-        _latency(directory / f"latency_by_{unit}.png", caption, labels, rows)
-        charts_made.append((f"latency_by_{unit}.png", caption))
-        caption = f"Notifications enqueued per {unit}, by path"
         paths = windows.sums(window, data[f"{tier}_notifications"], "", schema.NOTIFICATION_PATHS)
-        _stacked(directory / f"notifications_by_{unit}.png", caption, labels, paths)
-        charts_made.append((f"notifications_by_{unit}.png", caption))
-        made.append((window, charts_made))
+        drawings = [
+            ("stacked", f"deliveries_by_{unit}.png", f"Deliveries per {unit}, by shard", by_shard),
+            (
+                "latency",
+                f"latency_by_{unit}.png",
+                f"Delivery latency (enqueued to delivered) per {unit}, p50/p95/p99",
+                rows,
+            ),
+            ("stacked", f"notifications_by_{unit}.png",
+             f"Notifications enqueued per {unit}, by path", paths),
+        ]  # fmt: skip
+        made.append(
+            (
+                window,
+                [
+                    Drawing(kind, name, caption, (caption, labels, values))
+                    for kind, name, caption, values in drawings
+                ],
+            )
+        )
     return made
 
 
-def charts(data: dict[str, list[Row]], directory: Path) -> list[Chart]:
-    """Render the charts of the whole log into `directory`; returns (file
-    name, caption)."""
-    made: list[Chart] = []
-
+def charts(data: dict[str, list[Row]]) -> list[Drawing]:
+    """The charts of the whole log."""
     by_type = [
         r for r in data["latency"] if r["measure"] == ENQUEUED and r["dimension"] == "event_type"
     ]
-    figure, axes = _figure(10)
-    width = 0.27
-    for offset, name in enumerate(("p50", "p95", "p99")):
-        axes.bar(
-            [i + (offset - 1) * width for i in range(len(by_type))],
-            [r[name] * 1000 for r in by_type],
-            width=width,
-            label=name,
-        )
-    axes.set_xticks(range(len(by_type)), [r["key"] for r in by_type], rotation=30, fontsize=8)
-    axes.set_yscale("log")
-    axes.set_ylabel("ms")
-    axes.set_title("Delivery latency by event type")
-    _legend(axes)
-    _save(figure, directory / "latency_by_event_type.png")
-    made.append(("latency_by_event_type.png", "Delivery latency by event type, p50/p95/p99"))
-
     polls = _one(data["polls"])
-    _bar(
-        directory / "poll_outcomes.png",
-        "Long-poll outcomes",
-        schema.OUTCOMES,
-        [100 * (polls.get(f"{o}_share") or 0.0) for o in schema.OUTCOMES],
-        "% of polls",
-    )
-    made.append(("poll_outcomes.png", "Long-poll outcomes, share of polls"))
-
     lifecycle = _one(data["lifecycle"])
-    _bar(
-        directory / "queue_ends.png",
-        "Queue ends by reason",
-        schema.END_REASONS,
-        [float(lifecycle.get(r) or 0) for r in schema.END_REASONS],
-        "queues",
-    )
-    made.append(("queue_ends.png", "Queue ends by reason"))
 
-    _bar(
-        directory / "shard_load.png",
-        "Deliveries per shard",
-        [r["shard"] for r in data["shards"]],
-        [float(r["deliveries"]) for r in data["shards"]],
-        "deliveries",
-    )
-    made.append(("shard_load.png", "Deliveries per shard"))
-    return made
+    def bar(name: str, caption: str, title: str, labels: Sequence[str],
+            values: list[float], unit: str) -> Drawing:  # fmt: skip
+        return Drawing("bar", name, caption, (title, list(labels), values, unit))
+
+    return [
+        Drawing(
+            "latency_by_type",
+            "latency_by_event_type.png",
+            "Delivery latency by event type, p50/p95/p99",
+            (by_type,),
+        ),
+        bar(
+            "poll_outcomes.png",
+            "Long-poll outcomes, share of polls",
+            "Long-poll outcomes",
+            schema.OUTCOMES,
+            [100 * (polls.get(f"{o}_share") or 0.0) for o in schema.OUTCOMES],
+            "% of polls",
+        ),
+        bar(
+            "queue_ends.png",
+            "Queue ends by reason",
+            "Queue ends by reason",
+            schema.END_REASONS,
+            [float(lifecycle.get(r) or 0) for r in schema.END_REASONS],
+            "queues",
+        ),
+        bar(
+            "shard_load.png",
+            "Deliveries per shard",
+            "Deliveries per shard",
+            [r["shard"] for r in data["shards"]],
+            [float(r["deliveries"]) for r in data["shards"]],
+            "deliveries",
+        ),
+    ]
 
 
 def _table(rows: list[Row], columns: Sequence[str]) -> str:
@@ -423,10 +328,10 @@ def _png_size(path: Path) -> tuple[int, int]:
     return int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
 
 
-def _images(charts_made: Sequence[Chart], directory: Path) -> list[str]:
+def _images(charts_made: Sequence[Drawing], directory: Path) -> list[str]:
     """The charts as <figure>s shown at their own size."""
     parts = []
-    for name, caption in charts_made:
+    for name, caption in ((d.name, d.caption) for d in charts_made):
         width, height = _png_size(directory / name)
         parts.append(
             f"<figure><img src='{name}' alt='{html.escape(caption)}' width='{width}' "
@@ -442,8 +347,8 @@ def _columns(rows: list[Row]) -> list[str]:
 def render(
     data: dict[str, list[Row]],
     summary: Summary,
-    windowed: Sequence[tuple[windows.Window, Sequence[Chart]]],
-    images: Sequence[Chart],
+    windowed: Sequence[tuple[windows.Window, Sequence[Drawing]]],
+    images: Sequence[Drawing],
     directory: Path,
 ) -> str:
     """The report as one HTML document referring to the PNGs in `directory`."""
@@ -514,11 +419,15 @@ def render(
 
 
 def write_report(
-    out: Path, bound: histogram.Bound, limits: thresholds.Limits | None = None
+    out: Path,
+    bound: histogram.Bound,
+    limits: thresholds.Limits | None = None,
+    painter: Painter | None = None,
 ) -> Summary:
     """Render `<out>/report/` from the stored tables; returns the summary.
     `bound`: a histogram bucket's value (histogram.upper_bounds); `limits`:
-    those to check over the last 24 hours."""
+    those to check over the last 24 hours; `painter` draws the charts (by
+    default here, one after the other)."""
     data = collect(out)
     summary = summarize(data)
     shown = windows.windows(
@@ -536,8 +445,11 @@ def write_report(
         summary.lines.extend(check.line() for check in summary.checks)
     scratch = out / load.TMP / f"report-{uuid.uuid4().hex}"
     scratch.mkdir(parents=True)
-    windowed = window_charts(data, shown, latency, bound, scratch)
-    images = charts(data, scratch)
+    windowed = window_charts(data, shown, latency, bound)
+    images = charts(data)
+    (painter or Painter()).draw_all(
+        [*(d for _, drawings in windowed for d in drawings), *images], scratch
+    )
     (scratch / "report.html").write_text(render(data, summary, windowed, images, scratch))
     (scratch / "summary.txt").write_text("\n".join(summary.lines) + "\n")
     target = out / REPORT_DIR

@@ -1,0 +1,76 @@
+"""The report's charts drawn in worker processes (analytics/painter.py):
+the same files as drawn in the run's own process, failures surfaced."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from analytics.errors import AnalyticsError
+from analytics.painter import Drawing, Painter, _ready
+
+LABELS = [f"2026-11-{day:02}" for day in range(1, 31)]
+DRAWINGS = [
+    Drawing("bar", "bar.png", "Bars", ("Bars", ["a", "b", "c"], [1.0, 0.0, 7.5], "units")),
+    Drawing(
+        "stacked",
+        "stacked.png",
+        "Stacked",
+        ("Stacked", LABELS, [("s1", [float(i) for i in range(30)]), ("s2", [2.0] * 30)]),
+    ),
+    Drawing(
+        "latency",
+        "latency.png",
+        "Latency",
+        (
+            "Latency",
+            LABELS,
+            [{"slot": i, "p50": 0.001 * i, "p95": 0.002 * i, "p99": 0.01} for i in range(1, 30, 3)],
+        ),
+    ),
+    Drawing(
+        "latency_by_type",
+        "by_type.png",
+        "By type",
+        ([{"key": "message", "p50": 0.002, "p95": 0.02, "p99": 0.05}],),
+    ),
+]
+
+
+def test_workers_draw_the_bytes_the_run_draws_itself(tmp_path):
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir()
+    there.mkdir()
+    Painter().draw_all(DRAWINGS, here)
+    with Painter(2) as painter:
+        assert painter.workers == 2
+        pids = {painter._pool.submit(_ready).result() for _ in range(8)}  # type: ignore[union-attr]
+        assert os.getpid() not in pids
+        painter.draw_all(DRAWINGS, there)
+    for drawing in DRAWINGS:
+        drawn = (here / drawing.name).read_bytes()
+        assert drawn.startswith(b"\x89PNG")
+        assert (there / drawing.name).read_bytes() == drawn, drawing.name
+
+
+def test_a_chart_that_fails_in_a_worker_fails_the_report(tmp_path):
+    wrong = Drawing(
+        "stacked", "wrong.png", "Wrong", ("Wrong", ["a", "b", "c"], [("s", [1.0, 2.0])])
+    )
+    with Painter(1) as painter, pytest.raises(ValueError, match="shape mismatch"):
+        painter.draw_all([*DRAWINGS[:1], wrong], tmp_path)
+
+
+def test_a_worker_that_dies_is_an_error_the_operator_reads(tmp_path):
+    with Painter(1) as painter:
+        pid = painter._pool.submit(_ready).result()  # type: ignore[union-attr]
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(AnalyticsError, match="drawing the report's charts ended unexpectedly"):
+            painter.draw_all(DRAWINGS, tmp_path)
+
+
+def test_an_unknown_kind_of_chart_is_refused():
+    with pytest.raises(AssertionError):
+        Drawing("pie", "pie.png", "Pie", ())
