@@ -121,18 +121,45 @@ def _clean(out: Path) -> None:
         scratch.rmdir()
 
 
-def read_hourly(out: Path, name: str, where: Any = None) -> Table:
-    """Every stored hour of hourly table `name` (`where`: only rows matching
-    this pyarrow.compute expression): `date`, `hour` (from the directory
-    names), then its columns; rows in no particular order."""
-    target = SHAPES[name].schema([])
-    full = pa.schema([*HOUR_FIELDS, *target])
-    path = out / HOURLY / name
-    if not any(path.rglob("*.parquet")):
+def stored_dates(out: Path, tier: str, name: str) -> list[str]:
+    """The dates (`YYYY-MM-DD`) of table `name`'s partitions in `tier`, sorted."""
+    return sorted(
+        path.name.removeprefix("date=")
+        for path in (out / tier / name).glob("date=*")
+        if path.is_dir()
+    )
+
+
+def _read(
+    path: Path, fields: list[pa.Field], name: str, where: Any, dates: Iterable[str] | None
+) -> Table:
+    """The partitions under `path` (all, or those of `dates`) of table
+    `name`: `fields` from the directory names, then its columns."""
+    full = pa.schema([*fields, *SHAPES[name].schema([])])
+    if dates is None:
+        files = sorted(path.rglob("*.parquet"))
+    else:
+        files = sorted(f for day in set(dates) for f in (path / f"date={day}").rglob("*.parquet"))
+    if not files:
         return full.empty_table()
-    partitioning = ds.partitioning(pa.schema(HOUR_FIELDS), flavor="hive")
-    dataset = ds.dataset(path, schema=full, format="parquet", partitioning=partitioning)
+    dataset = ds.dataset(
+        [str(f) for f in files],
+        schema=full,
+        format="parquet",
+        partitioning=ds.partitioning(pa.schema(fields), flavor="hive"),
+        partition_base_dir=str(path),
+    )
     return dataset.to_table(columns=full.names, filter=where)
+
+
+def read_hourly(
+    out: Path, name: str, where: Any = None, dates: Iterable[str] | None = None
+) -> Table:
+    """Every stored hour of hourly table `name`, or those of `dates` only
+    (`where`: only rows matching this pyarrow.compute expression): `date`,
+    `hour` (from the directory names), then its columns; rows in no
+    particular order."""
+    return _read(out / HOURLY / name, list(HOUR_FIELDS), name, where, dates)
 
 
 def hourly_parts(out: Path, name: str) -> Iterator[Table]:
@@ -185,17 +212,13 @@ def drop_days(out: Path, tier: str, names: Iterable[str], days: Iterable[str]) -
             _replace(out / tier / name / f"date={day}", None)
 
 
-def read_days(out: Path, tier: str, name: str, where: Any = None) -> Table:
-    """Every stored partition of table `name` in `tier` (DAILY or WEEKLY):
-    `date`, then its columns; rows in no particular order."""
-    date_field = HOUR_FIELDS[0]
-    full = pa.schema([date_field, *SHAPES[name].schema([])])
-    path = out / tier / name
-    if not any(path.rglob("*.parquet")):
-        return full.empty_table()
-    partitioning = ds.partitioning(pa.schema([date_field]), flavor="hive")
-    dataset = ds.dataset(path, schema=full, format="parquet", partitioning=partitioning)
-    return dataset.to_table(columns=full.names, filter=where)
+def read_days(
+    out: Path, tier: str, name: str, where: Any = None, dates: Iterable[str] | None = None
+) -> Table:
+    """Every stored partition of table `name` in `tier` (DAILY or WEEKLY),
+    or those of `dates` only: `date`, then its columns; rows in no
+    particular order."""
+    return _read(out / tier / name, [HOUR_FIELDS[0]], name, where, dates)
 
 
 def read_overall(out: Path, name: str) -> Table:

@@ -106,12 +106,15 @@ def collect(out: Path) -> dict[str, list[Row]]:
         rows: list[Row] = load.read_overall(out, table).to_pylist()
         return rows
 
+    hour_dates, day_dates = shown_dates(out)
+
     def hourly(table: str) -> list[Row]:
-        rows: list[Row] = load.read_hourly(out, table).to_pylist()
+        rows: list[Row] = load.read_hourly(out, table, dates=hour_dates).to_pylist()
         return rows
 
     def by_day(tier: str, table: str) -> list[Row]:
-        rows: list[Row] = load.read_days(out, tier, table).to_pylist()
+        dates = day_dates if tier == load.DAILY else None
+        rows: list[Row] = load.read_days(out, tier, table, dates=dates).to_pylist()
         return rows
 
     wanted = (ENQUEUED, PUBLISHED, "queue_depth", "queue_lifetime")
@@ -152,13 +155,24 @@ def collect(out: Path) -> dict[str, list[Row]]:
     }
 
 
+def shown_dates(out: Path) -> tuple[list[str], list[str]]:
+    """The dates of the hourly and of the daily partitions the windows can
+    show (windows.dates_shown), by the newest hourly partition of shard_load
+    (every hour with a record has rows in it)."""
+    dates = load.stored_dates(out, load.HOURLY, "shard_load")
+    return windows.dates_shown(dates[-1] if dates else None)
+
+
 def latency_histograms(out: Path, tier: str) -> pa.Table:
     """The stored histograms of `tier` (load.HOURLY, DAILY, WEEKLY) of the
-    delivery latency over all deliveries."""
+    delivery latency over all deliveries, of the dates the windows can show."""
     overall_enqueued = (pc.field("dimension") == "all") & (pc.field("measure") == ENQUEUED)
+    hour_dates, day_dates = shown_dates(out)
     if tier == load.HOURLY:
-        return load.read_hourly(out, "histograms", overall_enqueued)
-    return load.read_days(out, tier, "histograms", overall_enqueued)
+        return load.read_hourly(out, "histograms", overall_enqueued, hour_dates)
+    return load.read_days(
+        out, tier, "histograms", overall_enqueued, day_dates if tier == load.DAILY else None
+    )
 
 
 def summarize(data: dict[str, list[Row]]) -> Summary:
@@ -430,9 +444,12 @@ def write_report(
     default here, one after the other)."""
     data = collect(out)
     summary = summarize(data)
+    # The hourly rows read are the last two dates' (shown_dates); the oldest
+    # stored hour counts for where history starts, as the weeks do.
+    oldest = load.stored_dates(out, load.HOURLY, "shard_load")[:1]
     shown = windows.windows(
         {(r["date"], r["hour"]) for r in data["hourly_shards"]},
-        {r["date"] for r in data["weekly_shards"]},
+        {r["date"] for r in data["weekly_shards"]} | set(oldest),
     )
     latency = {tier: latency_histograms(out, tier) for tier in TIER_OF.values()}
     if limits is not None:
@@ -447,8 +464,10 @@ def write_report(
     scratch.mkdir(parents=True)
     windowed = window_charts(data, shown, latency, bound)
     images = charts(data)
+    # The slowest chart (latency by event type) first: two workers then end
+    # closer together.
     (painter or Painter()).draw_all(
-        [*(d for _, drawings in windowed for d in drawings), *images], scratch
+        [*images, *(d for _, drawings in windowed for d in drawings)], scratch
     )
     (scratch / "report.html").write_text(render(data, summary, windowed, images, scratch))
     (scratch / "summary.txt").write_text("\n".join(summary.lines) + "\n")

@@ -63,8 +63,9 @@ def _window(name: str, title: str, starts: list[dt.datetime], label: str) -> Win
 
 def windows(hours: Iterable[tuple[str, int]], weeks: Iterable[str] = ()) -> list[Window]:
     """The three windows over the hours of the hourly tables (none if no
-    hour) and the weeks (their Mondays) of the weekly ones: the hourly tables
-    hold the newest hour, the weekly ones go back furthest."""
+    hour) and the weeks (their Mondays, or any date of theirs) of the weekly
+    ones: the hourly tables hold the newest hour, the weekly ones go back
+    furthest."""
     moments = sorted(dt.datetime.fromisoformat(d).replace(hour=h) for d, h in hours)
     if not moments:
         return []
@@ -94,6 +95,23 @@ def windows(hours: Iterable[tuple[str, int]], weeks: Iterable[str] = ()) -> list
             "%Y-%m-%d",
         ),
     ]
+
+
+def dates_shown(last_date: str | None) -> tuple[list[str], list[str]]:
+    """The dates of the hourly partitions and of the daily ones the windows
+    can show, when the newest hourly partition is of `last_date` (None: no
+    hour stored). The report reads only those: a site keeps 14 days of
+    hourly files (about 4,000 in all), and reading every one of them took
+    most of an hourly run's report."""
+    if last_date is None:
+        return [], []
+    last = dt.date.fromisoformat(last_date)
+
+    def back(days: int) -> list[str]:
+        return [(last - dt.timedelta(days=n)).isoformat() for n in reversed(range(days))]
+
+    # The last 24 hours end in the last date's hours: they span two dates.
+    return back(HOURS_SHOWN // 24 + 1), back(DAYS_SHOWN)
 
 
 def sums(

@@ -5,12 +5,13 @@ however the hours came, and a late change to a rolled-up day rebuilds it."""
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from analytics import job, rollup
+from analytics import histogram, job, report, rollup
 from tests.analytics import logdata
 from tests.analytics.logdata import at, delivery, end, poll
 
@@ -81,6 +82,33 @@ def test_old_hours_roll_up_into_days_and_weeks(spark, tmp_path):
     # the report's day and week windows read them
     page = (rolled / "report" / "report.html").read_text()
     assert "src='deliveries_by_week.png'" in page
+    assert report_files(rolled) == report_files(kept)
+
+
+def report_files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((out / "report").iterdir())}
+
+
+def test_the_report_reads_no_hourly_table_older_than_its_last_24_hours(spark, tmp_path):
+    logs, out = tmp_path / "logs", tmp_path / "out"
+    for date, hour in HOURS:
+        write(logs, date, hour)
+    job.run(spark, job.Options(logs=logs, out=out, keep_hourly_days=30))
+    before = report_files(out)
+    # Every hourly file before the last two dates made unreadable: a report
+    # that opened one would fail.
+    old = [p for p in (out / "hourly").rglob("*.parquet") if "date=2026-11-2" not in str(p)
+           or "date=2026-11-20" in str(p) or "date=2026-11-22" in str(p)]  # fmt: skip
+    assert {re.search(r"date=([\d-]+)", str(p))[1] for p in old} == {  # type: ignore[index]
+        "2026-11-19",
+        "2026-11-20",
+        "2026-11-22",
+    }
+    for path in old:
+        path.write_bytes(b"not parquet")
+    shutil.rmtree(out / "report")
+    report.write_report(out, histogram.upper_bounds(spark))
+    assert report_files(out) == before
 
 
 def test_incremental_runs_and_a_late_change_to_a_rolled_up_day(spark, tmp_path, capsys):

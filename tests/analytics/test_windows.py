@@ -87,3 +87,14 @@ def test_a_days_percentiles_are_those_of_its_merged_hours():
     merged = tables.distributions(table.filter(pa.compute.equal(table["date"], "2026-11-25"))
                                   .drop_columns(["date", "hour"]), bound).to_pylist()  # fmt: skip
     assert [merged[0][q] for q in ("p50", "p95", "p99")] == [day[q] for q in ("p50", "p95", "p99")]
+
+
+def test_the_dates_shown_are_the_last_two_for_hours_and_thirty_for_days():
+    assert windows.dates_shown(None) == ([], [])
+    hours, days = windows.dates_shown("2026-03-01")
+    assert hours == ["2026-02-28", "2026-03-01"]
+    assert len(days) == windows.DAYS_SHOWN == 30
+    assert (days[0], days[-1]) == ("2026-01-31", "2026-03-01")
+    # each of the 24 hours ending in the last date's last hour is in them
+    shown = windows.windows([("2026-03-01", 0)])
+    assert {label[:5] for label in shown[0].labels} == {"02-28", "03-01"}
