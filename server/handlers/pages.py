@@ -109,7 +109,9 @@ class BrowserHandler(BaseHandler):
         self.set_header("Cache-Control", "no-cache")
         if page:
             self.set_header("Content-Security-Policy", policy)
-            self.set_header("X-Frame-Options", "DENY")
+            # The same rule for browsers that read only the older header.
+            framed = "frame-ancestors 'self'" in policy
+            self.set_header("X-Frame-Options", "SAMEORIGIN" if framed else "DENY")
         if self.request.method == "HEAD":
             self.set_header("Content-Length", str(len(body)))
             self.finish()

@@ -219,6 +219,11 @@ def test_the_dated_reports_open_from_the_operator_page(
         assert refused.json()["code"] == "NOT_FOUND", path
     joined = requests.get(f"{server.url}/operator/reportsindex.html", timeout=10)
     assert joined.status_code == 404
-    policy = requests.get(runs[0], timeout=10).headers["Content-Security-Policy"]
-    assert "frame-ancestors 'self'" in policy
-    assert "script-src" not in policy
+    dated = requests.get(runs[0], timeout=10).headers
+    assert "frame-ancestors 'self'" in dated["Content-Security-Policy"]
+    assert "script-src" not in dated["Content-Security-Policy"]
+    assert dated["X-Frame-Options"] == "SAMEORIGIN"
+    # The latest report alone (/operator/report/) is framed by nothing.
+    latest_alone = requests.get(f"{server.url}/operator/report/report.html", timeout=10).headers
+    assert "frame-ancestors 'none'" in latest_alone["Content-Security-Policy"]
+    assert latest_alone["X-Frame-Options"] == "DENY"
