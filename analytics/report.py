@@ -92,6 +92,22 @@ def _sorted(rows: list[Row], *keys: str, descending: Sequence[str] = ()) -> list
     return sorted(rows, key=key)
 
 
+# The Volumes table shows each dimension's keys with the most deliveries,
+# this many: a site has a row per realm and per client in overall/volumes.
+VOLUME_ROWS = 20
+
+
+def largest_per(rows: list[Row], column: str, count: int) -> list[Row]:
+    """The first `count` rows of each value of `column`, in `rows`' order."""
+    seen: dict[Any, int] = {}
+    kept = []
+    for row in rows:
+        seen[row[column]] = seen.get(row[column], 0) + 1
+        if seen[row[column]] <= count:
+            kept.append(row)
+    return kept
+
+
 # The daily and weekly tables the report reads: key, table, sort keys.
 BY_DAY: tuple[tuple[str, str, list[str]], ...] = (
     ("shards", "shard_load", ["shard"]),
@@ -138,8 +154,12 @@ def collect(out: Path) -> dict[str, list[Row]]:
         "dead_realms": realms.report_rows(
             realms.most_dead_letters(overall("realm_load"), max(1, len(top_realms))), per_realm
         ),
-        "volumes": _sorted(
-            overall("volumes"), "dimension", "deliveries", "key", descending=["deliveries"]
+        "volumes": largest_per(
+            _sorted(
+                overall("volumes"), "dimension", "deliveries", "key", descending=["deliveries"]
+            ),
+            "dimension",
+            VOLUME_ROWS,
         ),
         "users": _sorted(overall("busiest_users"), "rank"),
         "queues": _sorted(overall("busiest_queues"), "rank"),
@@ -421,6 +441,8 @@ def render(
         _table(data["shards"], _columns(data["shards"])),
         _table(data["imbalance"], _columns(data["imbalance"])),
         "<h2>Volumes</h2>",
+        f"<p>Deliveries by event type, client and realm: each one's {VOLUME_ROWS} keys with"
+        " the most (the table overall/volumes holds every key).</p>",
         _table(data["volumes"], ["dimension", "key", "deliveries"]),
         realms.section(data["realms"], data["dead_realms"]),
         "<h2>Busiest users</h2>",
