@@ -168,10 +168,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             spark = session.build_session(
                 args.master, input_bytes=planned.input_bytes(), class_data=class_data
             )
+            stopped = False
+
+            def stop() -> None:
+                nonlocal stopped
+                if not stopped:
+                    stopped = True
+                    session.stop_session(spark, class_data)
+
             try:
-                result = job.run(spark, options, planned, Progress(sys.stderr), charts)
+                # The JVM stops while the report's charts are drawn.
+                result = job.run(spark, options, planned, Progress(sys.stderr), charts, stop)
             finally:
-                session.stop_session(spark, class_data)
+                stop()
     except AnalyticsError as exc:
         print(f"analytics: {exc}", file=sys.stderr)
         return 1

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,10 +193,13 @@ def run(
     planned: Plan | None = None,
     progress: Progress | None = None,
     painter: Painter | None = None,
+    release: Callable[[], None] | None = None,
 ) -> Result:
     """Run the job in `spark` (`planned`: `plan(options)` if already made);
     the caller owns the session. `progress`, if given, hears of each chunk;
-    `painter` draws the report's charts (by default in this process).
+    `painter` draws the report's charts (by default in this process);
+    `release`, if given, is called as soon as the run needs `spark` no more,
+    while the charts are drawn (the CLI stops its JVM then).
     Raises what `plan` raises."""
     out = options.out
     planned = planned or plan(options)
@@ -283,7 +286,7 @@ def run(
     processed = dict(done)
     processed.update(extract.partition_files({h: partitions[h] for h in todo}))
     state.save_state(out, processed)
-    summary = report.write_report(out, bound, options.limits, painter)
+    summary = report.write_report(out, bound, options.limits, painter, release)
     figures = {"hours": summary.hours, "records": summary.records,
                "deliveries": summary.deliveries, "over": summary.over}  # fmt: skip
     history.record(out, figures, dt.datetime.now(dt.UTC), options.keep_reports)

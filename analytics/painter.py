@@ -16,7 +16,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -85,16 +85,27 @@ class Painter:
             self._pool.submit(_ready)
             self.workers = workers
 
-    def draw_all(self, drawings: Sequence[Drawing], directory: Path) -> None:
+    def draw_all(
+        self,
+        drawings: Sequence[Drawing],
+        directory: Path,
+        meanwhile: Callable[[], None] | None = None,
+    ) -> None:
         """Draw every drawing into `directory`; returns when all are drawn,
-        raises the first failure."""
+        raises the first failure. `meanwhile`, if given, is called once the
+        drawings are handed to the workers, before waiting for them (without
+        workers: before drawing)."""
         if self._pool is None:
+            if meanwhile is not None:
+                meanwhile()
             for drawing in drawings:
                 draw(drawing, directory)
             return
         futures: Iterable[Future[None]] = [
             self._pool.submit(draw, drawing, directory) for drawing in drawings
         ]
+        if meanwhile is not None:
+            meanwhile()
         try:
             for future in futures:
                 future.result()

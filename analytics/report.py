@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import shutil
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -459,11 +459,13 @@ def write_report(
     bound: histogram.Bound,
     limits: thresholds.Limits | None = None,
     painter: Painter | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> Summary:
     """Render `<out>/report/` from the stored tables; returns the summary.
     `bound`: a histogram bucket's value (histogram.upper_bounds); `limits`:
     those to check over the last 24 hours; `painter` draws the charts (by
-    default here, one after the other)."""
+    default here, one after the other) while `meanwhile` runs: called once
+    `bound` is needed no more."""
     data = collect(out)
     summary = summarize(data)
     # The hourly rows read are the last two dates' (shown_dates); the oldest
@@ -489,7 +491,7 @@ def write_report(
     # The slowest chart (latency by event type) first: two workers then end
     # closer together.
     (painter or Painter()).draw_all(
-        [*images, *(d for _, drawings in windowed for d in drawings)], scratch
+        [*images, *(d for _, drawings in windowed for d in drawings)], scratch, meanwhile
     )
     (scratch / "report.html").write_text(render(data, summary, windowed, images, scratch))
     (scratch / "summary.txt").write_text("\n".join(summary.lines) + "\n")

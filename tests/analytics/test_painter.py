@@ -74,3 +74,18 @@ def test_a_worker_that_dies_is_an_error_the_operator_reads(tmp_path):
 def test_an_unknown_kind_of_chart_is_refused():
     with pytest.raises(AssertionError):
         Drawing("pie", "pie.png", "Pie", ())
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_meanwhile_runs_once_after_the_drawings_are_handed_over(tmp_path, workers):
+    calls = []
+
+    def meanwhile():
+        calls.append(sorted(p.name for p in tmp_path.iterdir()))
+
+    with Painter(workers) as painter:
+        painter.draw_all(DRAWINGS, tmp_path, meanwhile)
+    assert len(calls) == 1
+    if workers == 0:
+        assert calls == [[]]  # before drawing, in this process
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(d.name for d in DRAWINGS)
