@@ -39,7 +39,8 @@ builds the tables (tables.py). No Python UDFs: everything runs in the JVM.
 
 The query is one Spark SQL text, written here and handed to the JVM in one
 call. Built with PySpark's Column API it took about 1,400 calls from Python
-to the JVM, 0.8 ms each on a cold JVM: 1.7 s of an hourly run's 14 s
+to the JVM, near 1 ms each on a cold JVM: 1.2-1.7 s of an hourly run, where
+the text, parsed and analysed by the JVM, takes 0.9-1.0 s
 (tests/benchmarks/README.md). The text names only the columns of
 schema.USED_COLUMNS and constants written here; string constants go
 through `_literal`.
