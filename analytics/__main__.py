@@ -164,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         embedded = session.is_embedded(args.master)
         class_data = session.find_class_data(options.out) if embedded else None
         # Forked before the JVM starts (painter.py): the charts' processes.
-        with Painter(painter.usable_cores()) as charts:
+        with Painter(painter.workers_for_this_machine()) as charts:
             spark = session.build_session(
                 args.master, input_bytes=planned.input_bytes(), class_data=class_data
             )

@@ -121,25 +121,35 @@ def _clean(out: Path) -> None:
         scratch.rmdir()
 
 
-def stored_dates(out: Path, tier: str, name: str) -> list[str]:
-    """The dates (`YYYY-MM-DD`) of table `name`'s partitions in `tier`, sorted."""
+def _files(path: Path, tier: str, dates: Iterable[str] | None = None) -> list[Path]:
+    """The data files of a table's partitions under `path` in `tier` (all
+    dates, or `dates`): never a directory `_replace` set aside (`.date=...`,
+    `.hour=...`) nor a hidden or `_` file, as a dataset of the directory
+    would skip them."""
+    layout = "hour=*/*.parquet" if tier == HOURLY else "*.parquet"
+    partitions = ["date=*"] if dates is None else [f"date={day}" for day in sorted(set(dates))]
     return sorted(
-        path.name.removeprefix("date=")
-        for path in (out / tier / name).glob("date=*")
-        if path.is_dir()
+        f
+        for partition in partitions
+        for f in path.glob(f"{partition}/{layout}")
+        if not f.name.startswith((".", "_"))
     )
 
 
+def stored_dates(out: Path, tier: str, name: str) -> list[str]:
+    """The dates (`YYYY-MM-DD`) with a data file of table `name` in `tier`, sorted."""
+    path = out / tier / name
+    return sorted({f.relative_to(path).parts[0].removeprefix("date=") for f in _files(path, tier)})
+
+
 def _read(
-    path: Path, fields: list[pa.Field], name: str, where: Any, dates: Iterable[str] | None
-) -> Table:
-    """The partitions under `path` (all, or those of `dates`) of table
-    `name`: `fields` from the directory names, then its columns."""
+    path: Path, tier: str, fields: list[pa.Field], name: str, where: Any,
+    dates: Iterable[str] | None,
+) -> Table:  # fmt: skip
+    """The partitions under `path` in `tier` (all, or those of `dates`) of
+    table `name`: `fields` from the directory names, then its columns."""
     full = pa.schema([*fields, *SHAPES[name].schema([])])
-    if dates is None:
-        files = sorted(path.rglob("*.parquet"))
-    else:
-        files = sorted(f for day in set(dates) for f in (path / f"date={day}").rglob("*.parquet"))
+    files = _files(path, tier, dates)
     if not files:
         return full.empty_table()
     dataset = ds.dataset(
@@ -159,7 +169,7 @@ def read_hourly(
     (`where`: only rows matching this pyarrow.compute expression): `date`,
     `hour` (from the directory names), then its columns; rows in no
     particular order."""
-    return _read(out / HOURLY / name, list(HOUR_FIELDS), name, where, dates)
+    return _read(out / HOURLY / name, HOURLY, list(HOUR_FIELDS), name, where, dates)
 
 
 def hourly_parts(out: Path, name: str) -> Iterator[Table]:
@@ -218,7 +228,7 @@ def read_days(
     """Every stored partition of table `name` in `tier` (DAILY or WEEKLY),
     or those of `dates` only: `date`, then its columns; rows in no
     particular order."""
-    return _read(out / tier / name, [HOUR_FIELDS[0]], name, where, dates)
+    return _read(out / tier / name, tier, [HOUR_FIELDS[0]], name, where, dates)
 
 
 def read_overall(out: Path, name: str) -> Table:

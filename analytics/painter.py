@@ -3,7 +3,7 @@
 A run's report draws 13 charts with matplotlib, all CPU in Python: 2-3 s
 of an hourly run. A `Painter` with workers draws them side by side in
 processes forked when it is made, at the start of the run, while the process
-is still one thread (before the JVM and py4j's threads): each worker loads
+is still one thread (before the pool's own threads, the JVM and py4j's): each worker loads
 matplotlib and its fonts while Spark starts, which then costs the run
 nothing. Without workers it draws them here, one after the other.
 
@@ -63,9 +63,15 @@ def _ready() -> int:
     return os.getpid()
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity, not the machine's)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+# Workers at most: a report has 13 charts, and each worker holds matplotlib.
+MOST_WORKERS = 4
+
+
+def workers_for_this_machine() -> int:
+    """One worker per core this process may run on (its affinity, not the
+    machine's), at most MOST_WORKERS."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(MOST_WORKERS, cores or 1))
 
 
 class Painter:
@@ -101,9 +107,16 @@ class Painter:
             for drawing in drawings:
                 draw(drawing, directory)
             return
-        futures: Iterable[Future[None]] = [
-            self._pool.submit(draw, drawing, directory) for drawing in drawings
-        ]
+        try:
+            # (A worker that died before, killed while Spark ran, say, breaks
+            # the pool: submit raises then.)
+            futures: Iterable[Future[None]] = [
+                self._pool.submit(draw, drawing, directory) for drawing in drawings
+            ]
+        except BrokenProcessPool as exc:
+            raise AnalyticsError(
+                f"a process drawing the report's charts ended unexpectedly ({exc})"
+            ) from exc
         if meanwhile is not None:
             meanwhile()
         try:

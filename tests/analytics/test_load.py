@@ -72,3 +72,36 @@ def test_reading_a_table_never_written_gives_no_rows(tmp_path):
     empty = load.read_hourly(tmp_path, "volumes")
     assert empty.num_rows == 0
     assert empty.schema == tables.SHAPES["volumes"].schema(tables.HOUR)
+
+
+def test_reads_skip_what_a_killed_run_set_aside_and_empty_days(tmp_path):
+    stage = load.HourlyStage(tmp_path, "shard_load")
+    stage.add(load_rows((3, "s1")))
+    stage.commit(None)
+    # What _replace renames a partition to before removing it, left by a
+    # run killed in between; and a day whose hours were all removed.
+    table = tmp_path / "hourly" / "shard_load"
+    aside = table / f"date={DATE}" / ".hour=3.old-0123"
+    aside.mkdir()
+    (aside / load.PART).write_bytes(part(tmp_path, 3).read_bytes())
+    (table / ".date=2026-01-01.old-0123" / "hour=1").mkdir(parents=True)
+    (table / ".date=2026-01-01.old-0123" / "hour=1" / load.PART).write_bytes(
+        aside.joinpath(load.PART).read_bytes()
+    )
+    (table / "date=2099-01-01").mkdir()
+    load.write_day(load_rows((0, "s1")).drop_columns(tables.HOUR), tmp_path, load.WEEKLY,
+                   "shard_load", DATE)  # fmt: skip
+    weekly = tmp_path / "weekly" / "shard_load"
+    (weekly / ".date=2026-01-05.old-0123").mkdir()
+    (weekly / ".date=2026-01-05.old-0123" / load.PART).write_bytes(
+        (weekly / f"date={DATE}" / load.PART).read_bytes()
+    )
+
+    for dates in (None, [DATE], [DATE, "2099-01-01"]):
+        rows = load.read_hourly(tmp_path, "shard_load", dates=dates).to_pylist()
+        assert [(r["date"], r["hour"], r["shard"]) for r in rows] == [(DATE, 3, "s1")], dates
+    assert load.stored_dates(tmp_path, load.HOURLY, "shard_load") == [DATE]
+    assert [r["date"] for r in load.read_days(tmp_path, load.WEEKLY, "shard_load").to_pylist()] == [
+        DATE
+    ]
+    assert load.stored_dates(tmp_path, load.WEEKLY, "shard_load") == [DATE]

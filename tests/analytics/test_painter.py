@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -64,9 +65,20 @@ def test_a_chart_that_fails_in_a_worker_fails_the_report(tmp_path):
 
 
 def test_a_worker_that_dies_is_an_error_the_operator_reads(tmp_path):
+    # Killed while the charts are drawn (the pool breaks under them) ...
+    with Painter(1) as painter:
+        pid = painter._pool.submit(_ready).result()  # type: ignore[union-attr]
+        with pytest.raises(AnalyticsError, match="drawing the report's charts ended unexpectedly"):
+            painter.draw_all(DRAWINGS, tmp_path, lambda: os.kill(pid, signal.SIGKILL))
+    # ... or before, while Spark ran: the pool is known broken, and refuses
+    # the drawings.
     with Painter(1) as painter:
         pid = painter._pool.submit(_ready).result()  # type: ignore[union-attr]
         os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not painter._pool._broken:  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the pool never saw its worker die"
+            time.sleep(0.01)
         with pytest.raises(AnalyticsError, match="drawing the report's charts ended unexpectedly"):
             painter.draw_all(DRAWINGS, tmp_path)
 
