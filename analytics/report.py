@@ -115,22 +115,20 @@ BY_DAY: tuple[tuple[str, str, list[str]], ...] = (
 )
 
 
-def collect(out: Path) -> dict[str, list[Row]]:
+def collect(out: Path, dates: Dates) -> dict[str, list[Row]]:
     """The rows the report shows, sorted (they are small: per key or per hour)."""
 
     def overall(table: str) -> list[Row]:
         rows: list[Row] = load.read_overall(out, table).to_pylist()
         return rows
 
-    hour_dates, day_dates = shown_dates(out)
-
     def hourly(table: str) -> list[Row]:
-        rows: list[Row] = load.read_hourly(out, table, dates=hour_dates).to_pylist()
+        rows: list[Row] = load.read_hourly(out, table, dates=dates.hourly).to_pylist()
         return rows
 
     def by_day(tier: str, table: str) -> list[Row]:
-        dates = day_dates if tier == load.DAILY else None
-        rows: list[Row] = load.read_days(out, tier, table, dates=dates).to_pylist()
+        shown = dates.daily if tier == load.DAILY else None
+        rows: list[Row] = load.read_days(out, tier, table, dates=shown).to_pylist()
         return rows
 
     wanted = (ENQUEUED, PUBLISHED, "queue_depth", "queue_lifetime")
@@ -175,23 +173,33 @@ def collect(out: Path) -> dict[str, list[Row]]:
     }
 
 
-def shown_dates(out: Path) -> tuple[list[str], list[str]]:
+@dataclass(frozen=True)
+class Dates:
     """The dates of the hourly and of the daily partitions the windows can
-    show (windows.dates_shown), by the newest hourly partition of shard_load
-    (every hour with a record has rows in it)."""
-    dates = load.stored_dates(out, load.HOURLY, "shard_load")
-    return windows.dates_shown(dates[-1] if dates else None)
+    show (windows.dates_shown), and the oldest hourly one (where history
+    starts, with the weeks')."""
+
+    hourly: list[str]
+    daily: list[str]
+    oldest: list[str]  # none or one
+
+    @classmethod
+    def of(cls, out: Path) -> Dates:
+        """By the hourly partitions of shard_load (every hour with a record
+        has rows in it)."""
+        stored = load.stored_dates(out, load.HOURLY, "shard_load")
+        hourly, daily = windows.dates_shown(stored[-1] if stored else None)
+        return cls(hourly, daily, stored[:1])
 
 
-def latency_histograms(out: Path, tier: str) -> pa.Table:
+def latency_histograms(out: Path, tier: str, dates: Dates) -> pa.Table:
     """The stored histograms of `tier` (load.HOURLY, DAILY, WEEKLY) of the
     delivery latency over all deliveries, of the dates the windows can show."""
     overall_enqueued = (pc.field("dimension") == "all") & (pc.field("measure") == ENQUEUED)
-    hour_dates, day_dates = shown_dates(out)
     if tier == load.HOURLY:
-        return load.read_hourly(out, "histograms", overall_enqueued, hour_dates)
+        return load.read_hourly(out, "histograms", overall_enqueued, dates.hourly)
     return load.read_days(
-        out, tier, "histograms", overall_enqueued, day_dates if tier == load.DAILY else None
+        out, tier, "histograms", overall_enqueued, dates.daily if tier == load.DAILY else None
     )
 
 
@@ -466,16 +474,16 @@ def write_report(
     those to check over the last 24 hours; `painter` draws the charts (by
     default here, one after the other) while `meanwhile` runs: called once
     `bound` is needed no more."""
-    data = collect(out)
+    dates = Dates.of(out)
+    data = collect(out, dates)
     summary = summarize(data)
-    # The hourly rows read are the last two dates' (shown_dates); the oldest
+    # The hourly rows read are the last two dates' (Dates); the oldest
     # stored hour counts for where history starts, as the weeks do.
-    oldest = load.stored_dates(out, load.HOURLY, "shard_load")[:1]
     shown = windows.windows(
         {(r["date"], r["hour"]) for r in data["hourly_shards"]},
-        {r["date"] for r in data["weekly_shards"]} | set(oldest),
+        {r["date"] for r in data["weekly_shards"]} | set(dates.oldest),
     )
-    latency = {tier: latency_histograms(out, tier) for tier in TIER_OF.values()}
+    latency = {tier: latency_histograms(out, tier, dates) for tier in TIER_OF.values()}
     if limits is not None:
         last_day = next((w for w in shown if w.name == "hour"), None)
         summary.checks.extend(
