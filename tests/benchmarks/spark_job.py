@@ -298,8 +298,10 @@ def operator_run(
 ) -> tuple[float, list[str], list[str]]:
     """`command`, a run of the job writing to `out`, in a new process as an
     operator starts it: its wall time, its progress lines (stderr) and its
-    summary (stdout but the first line, which says how long it took). `out`
-    is removed before and after."""
+    summary (stdout but the line that says how long it took). `out` is
+    removed before and after. Under spark-submit the driver's stderr comes
+    out on stdout (Spark's PythonRunner merges the two): progress lines are
+    taken from both."""
     shutil.rmtree(out, ignore_errors=True)
     try:
         seconds, completed = timed(
@@ -311,8 +313,14 @@ def operator_run(
         shutil.rmtree(out, ignore_errors=True)
     if completed.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{completed.stderr[-2000:]}")
-    progress = [line for line in completed.stderr.splitlines() if line.startswith("analytics: ")]
-    return seconds, progress, completed.stdout.splitlines()[1:]
+    lines = completed.stderr.splitlines() + completed.stdout.splitlines()
+    progress = [line for line in lines if line.startswith("analytics: ")]
+    summary = [
+        line
+        for line in completed.stdout.splitlines()
+        if not line.startswith(("analytics: ", "processed "))
+    ]
+    return seconds, progress, summary
 
 
 def bench_size(
