@@ -15,9 +15,11 @@ two renames, no table), never half of one.
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,9 @@ TMP = ".tmp"
 PART = "part-00000.parquet"
 # The codec of the files Spark wrote before the tables were written from the driver.
 COMPRESSION = "zstd"
+# Threads writing an hourly table's files (one per hour): a month's full run
+# writes some 5,000.
+WRITERS = min(4, max(2, len(os.sched_getaffinity(0))))
 
 
 def _scratch(out: Path, name: str) -> Path:
@@ -56,6 +61,19 @@ def _replace(target: Path, replacement: Path | None) -> None:
 def _write(table: Table, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path, compression=COMPRESSION)
+
+
+def _write_all(files: Sequence[tuple[Table, Path]]) -> None:
+    """`_write` each (table, path) of `files`, on WRITERS threads when there
+    are several: pyarrow encodes, compresses and writes a file without the
+    interpreter lock. Raises the first error."""
+    if len(files) < 2:
+        for table, path in files:
+            _write(table, path)
+        return
+    with ThreadPoolExecutor(WRITERS, thread_name_prefix="analytics-write") as pool:
+        for _ in pool.map(lambda file: _write(*file), files):
+            pass
 
 
 def _partition(hour: Hour) -> Path:
@@ -93,12 +111,14 @@ class HourlyStage:
                          strict=True))  # fmt: skip
         rows = table.drop_columns(HOUR)
         assert hours == sorted(hours), "rows come hour by hour"
+        files = []
         start = 0
         for index in range(1, len(hours) + 1):
             if index == len(hours) or hours[index] != hours[start]:
                 path = self.directory / _partition(Hour(*hours[start])) / PART
-                _write(rows.slice(start, index - start), path)
+                files.append((rows.slice(start, index - start), path))
                 start = index
+        _write_all(files)
 
     def commit(self, hours: Iterable[Hour] | None) -> None:
         """`hours` None: the table becomes what was added. Otherwise only those
