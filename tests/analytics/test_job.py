@@ -352,3 +352,17 @@ def test_the_first_run_makes_the_jvms_class_archive_the_next_maps_it_a_damaged_o
     assert f"analytics: the JVM did not start with {archive}" in damaged.stderr
     assert damaged.stdout.splitlines()[-len(summary) :] == summary
     assert not archive.exists()
+
+
+def test_a_large_run_is_cut_into_chunks_the_driver_works_on_while_spark_reads_the_next():
+    hours = [Hour(DATE, h) for h in range(24)]
+    mib = 2**20
+    small = {h: {"s1.parquet": mib // 2} for h in hours}  # 12 MiB in all: one chunk
+    assert job.chunks(hours, small) == [hours]
+    large = {h: {"s1.parquet": mib, "s2.parquet": mib} for h in hours}  # 48 MiB: four of 12
+    assert job.chunks(hours, large) == [hours[i : i + 6] for i in range(0, 24, 6)]
+    # The configured limit still holds when it is the smaller.
+    assert job.chunks(hours, large, limit=8 * mib) == [hours[i : i + 4] for i in range(0, 24, 4)]
+    # An hour larger than a chunk is a chunk alone.
+    uneven = {**large, hours[0]: {"s1.parquet": 40 * mib}}
+    assert job.chunks(hours, uneven)[0] == [hours[0]]

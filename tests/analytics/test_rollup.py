@@ -58,6 +58,11 @@ def test_old_hours_roll_up_into_days_and_weeks(spark, tmp_path):
     chunked = tmp_path / "chunked"
     job.run(spark, job.Options(logs=logs, out=chunked, keep_hourly_days=2, chunk_bytes=1))
     assert tables_of(chunked) == tables_of(rolled)
+    # A full run writes every day's tables from its hours in memory; an
+    # incremental one reads the kept days back from their hourly tables.
+    read_back = tmp_path / "read-back"
+    job.run(spark, job.Options(logs=logs, out=read_back, keep_hourly_days=2, incremental=True))
+    assert tables_of(read_back) == tables_of(rolled)
 
     # hourly tables of the last two days only; every day and week kept
     assert days(rolled, "hourly") == ["2026-11-23", "2026-11-24"]
