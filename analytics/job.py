@@ -1,8 +1,9 @@
 """One analytics run: extract the selected hours, pre-aggregate, build the
 tables, load, report.
 
-Order of work (daily, weekly and overall tables are always merged from the
-stored hourly ones, so a full run and an incremental one agree row for row):
+Order of work (daily, weekly and overall tables are merges of hourly ones,
+stored or, for the days a run holds whole, in memory: merges are exact, so
+a full run and an incremental one agree byte for byte):
 
 1. the hours to process, in chunks of whole hours (at most CHUNK_BYTES of
    Parquet each, and at least OVERLAP_CHUNKS of them in a large run): per
@@ -56,7 +57,9 @@ from analytics.progress import Progress
 # Parquet bytes per chunk of hours (at least one hour per chunk). A chunk is
 # one Spark query; the driver holds the pre-aggregates of two chunks (the one
 # it builds tables from, the next one arriving), whose size follows the
-# queues and keys of their hours, not their records.
+# queues and keys of their hours, not their records, and the base tables of
+# the days it writes from memory until each is whole (folded past
+# tables.FOLD_ROWS rows).
 CHUNK_BYTES = 64 * 2**20
 # A run of more than OVERLAP_CHUNKS x OVERLAP_MIN_BYTES (16 MiB) is cut into
 # at least OVERLAP_CHUNKS chunks, so that Spark pre-aggregates the next one while the driver builds
@@ -96,7 +99,8 @@ class Result:
     selected: list[extract.Hour]
     summary: report.Summary
     # step ("read and pre-aggregate": what the driver waited for Spark,
-    # "hourly tables", "overall tables", "report") -> wall seconds
+    # "hourly tables" (with the daily tables written from memory), "overall
+    # tables", "report") -> wall seconds
     timings: dict[str, float]
 
 
@@ -186,20 +190,25 @@ def chunks(
 ) -> list[list[extract.Hour]]:
     """`hours` in order, cut into runs of consecutive hours whose files add
     up to at most `limit` bytes (an hour larger than that is a chunk alone),
-    and to at most a quarter (OVERLAP_CHUNKS) of all when that quarter is
-    more than OVERLAP_MIN_BYTES."""
-    total = sum(sum(files[hour].values()) for hour in hours)
+    cut near even shares of the bytes: as many as `limit` needs, and at
+    least OVERLAP_CHUNKS when a share would be more than OVERLAP_MIN_BYTES."""
+    sizes = [sum(files[hour].values()) for hour in hours]
+    total = sum(sizes)
+    parts = max(1, -(-total // limit))
     if total > OVERLAP_MIN_BYTES * OVERLAP_CHUNKS:
-        limit = min(limit, -(-total // OVERLAP_CHUNKS))
+        parts = max(parts, OVERLAP_CHUNKS)
     cut: list[list[extract.Hour]] = []
-    size = 0
-    for hour in hours:
-        hour_size = sum(files[hour].values())
-        if not cut or size + hour_size > limit:
+    size = before = 0
+    for hour, hour_size in zip(hours, sizes, strict=True):
+        # A new chunk where this one would pass the limit, or where the
+        # bytes before this hour reach the next of `parts` even shares.
+        share_done = len(cut) < parts and before * parts >= len(cut) * total
+        if not cut or size + hour_size > limit or share_done:
             cut.append([])
             size = 0
         cut[-1].append(hour)
         size += hour_size
+        before += hour_size
     return cut
 
 
@@ -216,6 +225,16 @@ def _by_date(table: tables.Table) -> list[tuple[str, tables.Table]]:
         (day, rows.slice(start, end - start))
         for day, start, end in zip(found.values.to_pylist(), starts, ends, strict=True)
     ]
+
+
+def _hold(held: list[tables.Table], name: str, rows: tables.Table) -> None:
+    """Add `rows` of base table `name` to a day's `held` parts, folded
+    (tables.merge_parts, exact) once they pass tables.FOLD_ROWS: a day
+    larger than a chunk is held as its merge so far, not as every chunk's
+    rows (which its slices would keep alive)."""
+    held.append(rows)
+    if sum(part.num_rows for part in held) >= tables.FOLD_ROWS:
+        held[:] = [tables.merge_parts(name, held)]
 
 
 def run(
@@ -259,6 +278,8 @@ def run(
     # month's full run read 2,400 files less) -> base tables of their hours
     # read so far.
     direct_days: dict[str, dict[str, list[tables.Table]]] = {}
+    # Their daily tables, put in place after the hourly ones.
+    days_stage = load.DayStage(out)
     written: set[str] = set()
     if progress is not None:
         progress.started(len(todo), len(pending))
@@ -287,13 +308,14 @@ def run(
                         old = pc.less(table.column("date"), first_kept)
                         direct = table if scope is None else table.filter(old)
                         for day, rows in _by_date(direct):
-                            direct_days.setdefault(day, {}).setdefault(name, []).append(rows)
+                            held = direct_days.setdefault(day, {}).setdefault(name, [])
+                            _hold(held, name, rows)
                         base[name] = table.filter(pc.invert(old))
                     following = pending[index + 1][0].date if index + 1 < len(pending) else None
                     complete = [d for d in direct_days if following is None or d < following]
                     for day in sorted(complete):
                         rollup.write_tier(out, load.DAILY, day, direct_days.pop(day), options.top,
-                                          bound)  # fmt: skip
+                                          bound, days_stage)  # fmt: skip
                         written.add(day)
                 derived = {
                     name: table.derive(base[table.source], options.top, bound)
@@ -311,6 +333,7 @@ def run(
             raise
     for stage in stages.values():
         stage.commit(scope)
+    days_stage.commit()
 
     touched = None if scope is None else {h.date for h in todo}
     rollup.roll_up(out, touched, options.top, bound, options.keep_hourly_days, written)

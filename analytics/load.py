@@ -40,7 +40,7 @@ PART = "part-00000.parquet"
 COMPRESSION = "zstd"
 # Threads writing an hourly table's files (one per hour): a month's full run
 # writes some 5,000.
-WRITERS = min(4, max(2, len(os.sched_getaffinity(0))))
+WRITERS = min(4, max(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2))
 
 
 def _scratch(out: Path, name: str) -> Path:
@@ -72,8 +72,13 @@ def _write_all(files: Sequence[tuple[Table, Path]]) -> None:
             _write(table, path)
         return
     with ThreadPoolExecutor(WRITERS, thread_name_prefix="analytics-write") as pool:
-        for _ in pool.map(lambda file: _write(*file), files):
-            pass
+        try:
+            for _ in pool.map(lambda file: _write(*file), files):
+                pass
+        except BaseException:
+            # A full disk, or ^C: not every other file tried first.
+            pool.shutdown(cancel_futures=True)
+            raise
 
 
 def _partition(hour: Hour) -> Path:
@@ -132,6 +137,33 @@ class HourlyStage:
                 written = self.directory / _partition(hour)
                 _replace(target / _partition(hour), written if written.is_dir() else None)
             shutil.rmtree(self.directory)
+        _clean(self.out)
+
+
+class DayStage:
+    """Daily tables a run writes before its end (job.py: the days it holds
+    whole in memory), staged under `<out>/.tmp/`; `commit` puts them in
+    place after the hourly tables, so that a run that fails before leaves
+    the earlier daily tables, as it leaves the earlier hourly ones."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        self.directory = _scratch(out, "days")
+        self.staged: list[Path] = []
+
+    def write(self, table: Table | None, tier: str, name: str, day: str) -> None:
+        """As `write_day`, staged."""
+        partition = Path(tier) / name / f"date={day}"
+        if table is not None and table.num_rows > 0:
+            _write(table, self.directory / partition / PART)
+        self.staged.append(partition)
+
+    def commit(self) -> None:
+        for partition in self.staged:
+            staged = self.directory / partition
+            _replace(self.out / partition, staged if staged.is_dir() else None)
+        self.staged = []
+        shutil.rmtree(self.directory, ignore_errors=True)
         _clean(self.out)
 
 

@@ -4,8 +4,10 @@ After the hourly tables of a run are in place:
 
 1. each day the run touched (or that has hourly tables but no daily ones:
    an output of an earlier version) gets its daily tables, the merge of its
-   hourly ones; each week of such a day gets its weekly tables, the merge of
-   its daily ones (`date` = the week's Monday);
+   hourly ones, unless the run wrote them from its hours in memory (job.py:
+   days older than the kept hours, and in a full run every day); each week
+   of such a day gets its weekly tables, the merge of its daily ones
+   (`date` = the week's Monday);
 2. the overall tables are the merge of the weekly ones;
 3. hourly tables of days before the last KEEP_HOURLY_DAYS days of the
    stored hours are removed: their days are in the daily tables.
@@ -61,14 +63,21 @@ def write_tier(
     parts: Mapping[str, Iterable[tables.Table]],
     top: int,
     bound: histogram.Bound,
+    stage: load.DayStage | None = None,
 ) -> None:
     """`tier`'s tables of `day`: the merge of each base table's `parts`
-    (without `date`, `hour`), and the derived tables of the merges."""
+    (without `date`, `hour`), and the derived tables of the merges; in
+    place, or into `stage` if given."""
     merged = {name: tables.merge_parts(name, parts.get(name, ())) for name in tables.BASE}
-    for name, table in merged.items():
-        load.write_day(table, out, tier, name, day)
-    for name, derived in tables.DERIVED.items():
-        load.write_day(derived.derive(merged[derived.source], top, bound), out, tier, name, day)
+    derived = {
+        name: table.derive(merged[table.source], top, bound)
+        for name, table in tables.DERIVED.items()
+    }
+    for name, table in {**merged, **derived}.items():
+        if stage is None:
+            load.write_day(table, out, tier, name, day)
+        else:
+            stage.write(table, tier, name, day)
 
 
 def _from(out: Path, source: str, days: Iterable[str]) -> dict[str, Iterable[tables.Table]]:
@@ -86,10 +95,10 @@ def roll_up(
 ) -> None:
     """Daily, weekly and overall tables after a run whose hourly tables are
     in place; `touched`: the days whose hours it (re)wrote, None for a full
-    run (every tier is then rebuilt from the hourly tables, and days and
-    weeks no longer in them removed); `written`: days older than the kept
-    hours whose daily tables the run wrote itself, from its hours in memory
-    (job.py). Then the old hourly tables go."""
+    run (every tier is then rebuilt, and days and weeks no longer in the
+    hourly tables removed); `written`: days whose daily tables the run wrote
+    itself, from its hours in memory (job.py), which are not read back.
+    Then the old hourly tables go."""
     names = [*tables.BASE, *tables.DERIVED]
     direct = set(written)
     hourly_days = load.stored_days(out, load.HOURLY, tables.BASE)

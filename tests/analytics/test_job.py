@@ -363,6 +363,12 @@ def test_a_large_run_is_cut_into_chunks_the_driver_works_on_while_spark_reads_th
     assert job.chunks(hours, large) == [hours[i : i + 6] for i in range(0, 24, 6)]
     # The configured limit still holds when it is the smaller.
     assert job.chunks(hours, large, limit=8 * mib) == [hours[i : i + 4] for i in range(0, 24, 4)]
+    # Even shares, not a last chunk of one hour.
+    day_and_one = [*hours, Hour("2026-11-21", 0)]
+    sizes = {h: {"s1.parquet": 2 * mib} for h in day_and_one}
+    assert [len(c) for c in job.chunks(day_and_one, sizes)] == [7, 6, 6, 6]
     # An hour larger than a chunk is a chunk alone.
     uneven = {**large, hours[0]: {"s1.parquet": 40 * mib}}
     assert job.chunks(hours, uneven)[0] == [hours[0]]
+    # Hours without files: one chunk.
+    assert job.chunks(hours, {h: {} for h in hours}) == [hours]

@@ -58,11 +58,6 @@ def test_old_hours_roll_up_into_days_and_weeks(spark, tmp_path):
     chunked = tmp_path / "chunked"
     job.run(spark, job.Options(logs=logs, out=chunked, keep_hourly_days=2, chunk_bytes=1))
     assert tables_of(chunked) == tables_of(rolled)
-    # A full run writes every day's tables from its hours in memory; an
-    # incremental one reads the kept days back from their hourly tables.
-    read_back = tmp_path / "read-back"
-    job.run(spark, job.Options(logs=logs, out=read_back, keep_hourly_days=2, incremental=True))
-    assert tables_of(read_back) == tables_of(rolled)
 
     # hourly tables of the last two days only; every day and week kept
     assert days(rolled, "hourly") == ["2026-11-23", "2026-11-24"]
@@ -88,6 +83,50 @@ def test_old_hours_roll_up_into_days_and_weeks(spark, tmp_path):
     page = (rolled / "report" / "report.html").read_text()
     assert "src='deliveries_by_week.png'" in page
     assert report_files(rolled) == report_files(kept)
+
+
+def test_a_full_run_writes_the_days_it_holds_as_reading_them_back_would(spark, tmp_path):
+    # A full run writes every day's daily tables from its hours in memory,
+    # across chunks (here one per hour); an incremental run of the same
+    # hours reads the kept days back from their hourly files. Same bytes.
+    logs = tmp_path / "logs"
+    for date, hour in [*HOURS, ("2026-11-24", 17)]:
+        write(logs, date, hour)
+    full, read_back = tmp_path / "full", tmp_path / "read-back"
+    job.run(spark, job.Options(logs=logs, out=full, keep_hourly_days=2, chunk_bytes=1))
+    job.run(spark, job.Options(logs=logs, out=read_back, keep_hourly_days=2, incremental=True))
+    assert table_bytes(full) == table_bytes(read_back)
+    assert (full / "daily" / "coverage" / "date=2026-11-24" / "part-00000.parquet").is_file()
+    [day] = pq.read_table(full / "daily" / "coverage" / "date=2026-11-24").to_pylist()
+    assert day == {"hours": 2}
+    assert not (full / ".tmp").exists()
+
+
+def table_bytes(out: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(out).as_posix(): p.read_bytes()
+        for tier in ("hourly", "daily", "weekly", "overall")
+        for p in sorted((out / tier).rglob("*.parquet"))
+    }
+
+
+def test_a_full_run_that_fails_leaves_the_earlier_daily_tables(spark, tmp_path, monkeypatch):
+    logs = tmp_path / "logs"
+    for date, hour in HOURS:
+        write(logs, date, hour)
+    out = tmp_path / "out"
+    job.run(spark, job.Options(logs=logs, out=out, keep_hourly_days=2))
+    before = table_bytes(out)
+    write(logs, "2026-11-24", 5, extra=4)  # the day's hour changed
+
+    def full_disk(self: object, hours: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    # Every day's daily tables are made before the hourly ones are committed.
+    monkeypatch.setattr(job.load.HourlyStage, "commit", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        job.run(spark, job.Options(logs=logs, out=out, keep_hourly_days=2, chunk_bytes=1))
+    assert table_bytes(out) == before
 
 
 def report_files(out: Path) -> dict[str, bytes]:
