@@ -142,3 +142,26 @@ def test_a_cluster_run_is_printed_beside_the_local_one_with_the_ratio(spark_job)
         f"  {progress}",
     ]
     assert spark_job.cluster_lines({"operator_run_secs": 12.0}) == []
+
+
+def test_an_operators_run_under_spark_submit_is_read_from_its_mixed_output(spark_job, tmp_path):
+    # Under spark-submit the driver's stderr comes out on stdout, with
+    # whatever else was said there: only the lines after "processed ..." are
+    # the summary, and progress lines are told by their form.
+    printed = "\n".join(
+        [
+            "analytics: saving the JVM's classes for the next runs",
+            "analytics: 6/24 hours, 250,012 records in 5.1 s (49,376 records/s)",
+            "a warning of some library",
+            "processed 24 of 24 hours in 9.0 s; tables and report in out",
+            "hours: 24  records: 1000",
+            "shards: 2",
+        ]
+    )
+    command = [sys.executable, "-c", f"print({printed!r})"]
+    seconds, progress, summary = spark_job.operator_run(command, tmp_path / "out")
+    assert seconds > 0
+    assert progress == ["analytics: 6/24 hours, 250,012 records in 5.1 s (49,376 records/s)"]
+    assert summary == ["hours: 24  records: 1000", "shards: 2"]
+    with pytest.raises(RuntimeError, match="printed no summary"):
+        spark_job.operator_run([sys.executable, "-c", "print('hours: 1')"], tmp_path / "out")
