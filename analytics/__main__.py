@@ -3,7 +3,8 @@
 [--max-overflowed-per-hour N] [--fail-on-threshold]` (also `eventq analytics run ...`).
 
 Prints the console summary on stdout, and on stderr a progress line per
-chunk of hours when the run has more than one (progress.py). Exits 1 with a
+chunk of hours when the run has more than one (progress.py; under
+spark-submit, Spark merges the driver's stderr into its stdout). Exits 1 with a
 message on stderr when there is nothing to read or --since is not before
 --until, 2 on arguments the parser refuses, and with --fail-on-threshold 3
 when an hour of the last 24 is over a limit (thresholds.py).

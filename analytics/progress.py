@@ -1,8 +1,9 @@
 """Progress lines of a long run, for the operator watching it.
 
-The job reads the log in chunks of whole hours (job.CHUNK_BYTES of Parquet
-each) and reports after each chunk: one line on the given stream (the CLI
-passes stderr, so stdout keeps only the console summary), e.g.
+The job reads the log in chunks of whole hours (job.chunks: at most
+job.CHUNK_BYTES of Parquet each) and reports after each chunk: one line on
+the given stream (the CLI passes stderr, so stdout keeps only the console
+summary; under spark-submit, Spark merges the two), e.g.
 
     analytics: 12/24 hours, 5,000,000 records in 21.4 s (233,600 records/s)
 

@@ -68,7 +68,7 @@ LOCAL_CONFIG = {
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
 }
 
-# A run reading at most this much Parquet (one chunk, job.CHUNK_BYTES) is a
+# A run reading at most this much Parquet (job.CHUNK_BYTES) is a
 # short job: its JVM compiles with the first JIT tier only (C1). The
 # optimizing compiler's work does not pay off before such a run ends; over
 # 5,000 records the read went from 5.4 to 4.4 s, over 1 million from 10.0 to

@@ -9,9 +9,9 @@ Two layers (this is what makes `--incremental` exact):
   tables (percentiles, rankings, shares, imbalance), computed alike from an
   hourly table (per hour) or a merged one (overall).
 
-A full run and an incremental one both compute the daily, weekly and
-overall tables from the stored hourly ones (rollup.py), so they agree row
-for row. Sums are of integers, so
+The daily, weekly and overall tables are merges of hourly ones (read back
+from storage by rollup.py, or still in memory in job.py): a full run and an
+incremental one agree byte for byte. Sums are of integers, so
 they do not depend on the order rows come in; doubles are only divided,
 once, the way Spark divides them (IEEE double division, as Python's `/`).
 
