@@ -141,10 +141,11 @@ class HourlyStage:
 
 
 class DayStage:
-    """Daily tables a run writes before its end (job.py: the days it holds
-    whole in memory), staged under `<out>/.tmp/`; `commit` puts them in
-    place after the hourly tables, so that a run that fails before leaves
-    the earlier daily tables, as it leaves the earlier hourly ones."""
+    """Daily or weekly tables staged under `<out>/.tmp/`; `commit` puts them
+    in place. A run stages the daily tables of the days it holds whole in
+    memory (job.py) until its hourly tables are in place, so that a run
+    that fails before leaves the earlier daily tables, as it leaves the
+    earlier hourly ones."""
 
     def __init__(self, out: Path):
         self.out = out
@@ -152,7 +153,9 @@ class DayStage:
         self.staged: list[Path] = []
 
     def write(self, table: Table | None, tier: str, name: str, day: str) -> None:
-        """As `write_day`, staged."""
+        """Stage `table` (no `date` column) as the partition of `day` of
+        table `name` in `tier` (DAILY or WEEKLY); None or no row: the
+        partition is removed on commit."""
         partition = Path(tier) / name / f"date={day}"
         if table is not None and table.num_rows > 0:
             _write(table, self.directory / partition / PART)
@@ -257,14 +260,9 @@ def day_parts(out: Path, tier: str, name: str, days: Iterable[str]) -> Iterator[
 def write_day(table: Table | None, out: Path, tier: str, name: str, day: str) -> None:
     """Replace the partition of `day` of table `name` in `tier` (DAILY or
     WEEKLY) with `table` (no `date` column); None or no row: remove it."""
-    target = out / tier / name / f"date={day}"
-    if table is None or table.num_rows == 0:
-        _replace(target, None)
-        return
-    scratch = _scratch(out, f"{tier}-{name}")
-    _write(table, scratch / PART)
-    _replace(target, scratch)
-    _clean(out)
+    stage = DayStage(out)
+    stage.write(table, tier, name, day)
+    stage.commit()
 
 
 def drop_days(out: Path, tier: str, names: Iterable[str], days: Iterable[str]) -> None:

@@ -66,18 +66,18 @@ def write_tier(
     stage: load.DayStage | None = None,
 ) -> None:
     """`tier`'s tables of `day`: the merge of each base table's `parts`
-    (without `date`, `hour`), and the derived tables of the merges; in
-    place, or into `stage` if given."""
+    (without `date`, `hour`), and the derived tables of the merges; put in
+    place together, or staged into `stage` if given."""
     merged = {name: tables.merge_parts(name, parts.get(name, ())) for name in tables.BASE}
     derived = {
         name: table.derive(merged[table.source], top, bound)
         for name, table in tables.DERIVED.items()
     }
+    into = load.DayStage(out) if stage is None else stage
     for name, table in {**merged, **derived}.items():
-        if stage is None:
-            load.write_day(table, out, tier, name, day)
-        else:
-            stage.write(table, tier, name, day)
+        into.write(table, tier, name, day)
+    if stage is None:
+        into.commit()
 
 
 def _from(out: Path, source: str, days: Iterable[str]) -> dict[str, Iterable[tables.Table]]:
