@@ -104,6 +104,7 @@ class Listener:
                 self._http,
                 max_body_size=self.settings.max_internal_request_bytes,
                 idle_timeout=IDLE_CONNECTION_SECS,
+                backlog=dispatcher.server.answer_slices,
             )
 
     async def serve(self) -> None:

@@ -47,6 +47,7 @@ import tornado.iostream
 from tornado.httputil import HTTPHeaders, RequestStartLine, ResponseStartLine
 
 from server.http.httpserver import IDLE_SWEEP_SECS, EventHTTPServer, close_idle
+from server.http.turns import Backlog, RequestTurns
 
 log = logging.getLogger("eventq.http")
 # Tornado's logger for exceptions a delegate let escape; its HTTP1Connection
@@ -355,7 +356,7 @@ class HTTP1Protocol(asyncio.Protocol):
             if not waiter.done():
                 waiter.set_result(None)
         if self.exchange is None:
-            self._next_request()
+            self.request_arrived()
         elif len(self.buffer) - self.body_left > _MAX_PENDING_BYTES:
             self._pause_reading()
 
@@ -410,7 +411,7 @@ class HTTP1Protocol(asyncio.Protocol):
         elif self.exchange is None and not self.closed:
             # The next request waited for the answers before it to leave.
             self._resume_reading()
-            self._next_request()
+            self.request_arrived()
 
     def _pause_reading(self) -> None:
         if self._reading:
@@ -461,11 +462,20 @@ class HTTP1Protocol(asyncio.Protocol):
         if self.buffer:
             # A pipelined request: served from the loop, not from inside the
             # answer to the one before.
-            asyncio.get_running_loop().call_soon(self._next_request)
+            asyncio.get_running_loop().call_soon(self.request_arrived)
 
     # -- requests -----------------------------------------------------------------
 
-    def _next_request(self) -> None:
+    def request_arrived(self) -> None:
+        """Serve the next request: a GET (a poll) after the answers due
+        (server/http/turns.py), a notice or any other at once."""
+        if self.buffer.startswith(b"GET "):
+            self.server.turns.ready(self)
+        else:
+            self.next_request()
+
+    def next_request(self) -> None:
+        """Serve the request at the front of `buffer` (`turns.Waiting`)."""
         if self.exchange is not None or self.closed or self.handed_off or not self.buffer:
             return
         if self._drain_waiters is not None:
@@ -518,7 +528,7 @@ class HTTP1Protocol(asyncio.Protocol):
         sink = _Head() if headers is _UNKNOWN else _Url()
         parser = httptools.HttpRequestParser(sink)
         try:
-            # `_next_request` hands the head with its blank line; tests without.
+            # `next_request` hands the head with its blank line; tests without.
             parser.feed_data(head if len(head) == end + 4 else head[:end] + _HEAD_END)
         except httptools.HttpParserError:  # an Upgrade too
             return None
@@ -739,9 +749,11 @@ class FastHTTPServer:
         *,
         max_body_size: int,
         idle_timeout: float | None,
+        backlog: Backlog | None = None,
     ):
         self.delegate = delegate
         self.lean = lean
+        self.turns = RequestTurns(backlog)  # polls wait for the answers due
         # Header blocks already taken apart (see `_Headers`), None for refused ones.
         self.heads: dict[bytes, _Headers | None] = {}
         self.tornado = tornado_server

@@ -1,0 +1,197 @@
+"""Next requests wait for the answers due (server/http/turns.py): a poll
+that comes back while a fan-out's answers are still being written is served
+once they are out, in the order the polls came, and never later than the
+longest wait; a notice is served at once."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+import time
+from collections.abc import Callable
+
+import tornado.httputil
+import tornado.web
+
+from server.delivery.longpoll import AnswerSlices
+from server.http.http1 import Exchange, FastHTTPServer
+from server.http.httpserver import EventHTTPServer, Refusals
+from server.http.turns import RequestTurns
+
+
+class _Connection:
+    """A connection whose next request is served by appending its name."""
+
+    def __init__(self, name: str, served: list[str], cost_secs: float = 0.0):
+        self.name = name
+        self.served = served
+        self.cost_secs = cost_secs
+
+    def next_request(self) -> None:
+        if self.cost_secs:
+            end = time.perf_counter() + self.cost_secs
+            while time.perf_counter() < end:
+                pass
+        self.served.append(self.name)
+
+
+class _Backlog:
+    """Answers due until `drain`."""
+
+    def __init__(self) -> None:
+        self.due = 1
+        self.callbacks: list[Callable[[], None]] = []
+
+    def __len__(self) -> int:
+        return self.due
+
+    def when_drained(self, callback: Callable[[], None]) -> None:
+        self.callbacks.append(callback)
+
+    def drain(self) -> None:
+        self.due = 0
+        callbacks, self.callbacks = self.callbacks, []
+        loop = asyncio.get_running_loop()
+        for callback in callbacks:
+            loop.call_soon(callback)
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10.0
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.001)
+
+
+def test_a_request_with_nothing_due_is_served_at_once():
+    async def scenario() -> list[str]:
+        served: list[str] = []
+        turns = RequestTurns(AnswerSlices())
+        turns.ready(_Connection("a", served))
+        return served
+
+    assert asyncio.run(scenario()) == ["a"]
+
+
+def test_requests_wait_for_every_answer_due_then_go_in_the_order_they_came():
+    async def scenario() -> list[str]:
+        served: list[str] = []
+        answers = AnswerSlices(slice_secs=0.0)  # an answer per loop iteration
+        turns = RequestTurns(answers)
+        for number in range(50):
+            answers.add(lambda reason, n=number: served.append(f"answer {n}"), "events")
+        second = _Connection("b", served)
+        turns.ready(_Connection("a", served))
+        turns.ready(second)
+        turns.ready(_Connection("c", served))
+        turns.ready(second)  # ready again while waiting: served once
+        assert served == []
+        await _until(lambda: len(served) == 53)
+        return served
+
+    served = asyncio.run(scenario())
+    assert served == [f"answer {n}" for n in range(50)] + ["a", "b", "c"]
+
+
+def test_no_request_waits_longer_than_the_longest_wait():
+    async def scenario() -> float:
+        served: list[str] = []
+        backlog = _Backlog()  # never drained
+        turns = RequestTurns(backlog, max_wait_secs=0.05)
+        started = time.monotonic()
+        turns.ready(_Connection("a", served))
+        await _until(lambda: served == ["a"])
+        waited = time.monotonic() - started
+        # Another, once the first has been served: its own wait.
+        turns.ready(_Connection("b", served))
+        await _until(lambda: served == ["a", "b"])
+        return waited
+
+    assert asyncio.run(scenario()) >= 0.05
+
+
+def test_waiting_requests_are_served_a_slice_at_a_time_and_all_of_them():
+    async def scenario() -> tuple[list[str], list[int]]:
+        served: list[str] = []
+        backlog = _Backlog()
+        turns = RequestTurns(backlog, slice_secs=0.004)
+        for number in range(20):
+            turns.ready(_Connection(str(number), served, cost_secs=0.001))
+        # A turn ends with its slice; the loop turns between them.
+        per_iteration: list[int] = []
+
+        def count() -> None:
+            per_iteration.append(len(served))
+            if len(served) < 20:
+                asyncio.get_running_loop().call_soon(count)
+
+        backlog.drain()
+        asyncio.get_running_loop().call_soon(count)
+        await _until(lambda: len(served) == 20)
+        return served, per_iteration
+
+    served, per_iteration = asyncio.run(scenario())
+    assert served == [str(number) for number in range(20)]
+    steps = [b - a for a, b in itertools.pairwise(per_iteration)]
+    assert max(steps) <= 5  # a slice of 4 ms holds at most 5 requests of 1 ms
+    assert len([step for step in steps if step]) >= 4
+
+
+class _Answers(tornado.httputil.HTTPMessageDelegate):
+    """Answers its request with its method."""
+
+    def __init__(self, exchange: Exchange, served: list[str]):
+        self.exchange = exchange
+        self.served = served
+
+    def finish(self) -> None:
+        method = self.exchange.start_line.method
+        self.served.append(method)
+        body = method.encode()
+        self.exchange.answer(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+
+def test_a_poll_waits_for_the_answers_due_and_a_notice_does_not():
+    """On the wire: a GET that comes while answers are due is answered once
+    they are out; a POST meanwhile is answered at once."""
+
+    async def scenario() -> tuple[list[str], bytes, bytes]:
+        served: list[str] = []
+        backlog = _Backlog()
+        tornado_server = EventHTTPServer(tornado.web.Application([]), refusals=Refusals(64 * 1024))
+        fast = FastHTTPServer(
+            tornado_server,
+            lambda start_line, fields, exchange: _Answers(exchange, served),
+            tornado_server,
+            max_body_size=1024,
+            idle_timeout=None,
+            backlog=backlog,
+        )
+        fast.turns.max_wait_secs = 60.0
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        sock.setblocking(False)
+        await fast.add_sockets([sock], 128)
+        try:
+            poll_r, poll_w = await asyncio.open_connection(*sock.getsockname())
+            notice_r, notice_w = await asyncio.open_connection(*sock.getsockname())
+            poll_w.write(b"GET /poll HTTP/1.1\r\nHost: x\r\n\r\n")
+            await _until(lambda: len(fast.turns) == 1)
+            notice_w.write(b"POST /notice HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+            notice = await asyncio.wait_for(notice_r.readexactly(42), 10)
+            waiting = list(served)
+            backlog.drain()
+            poll = await asyncio.wait_for(poll_r.readexactly(41), 10)
+            poll_w.close()
+            notice_w.close()
+            return waiting, notice, poll
+        finally:
+            fast.stop()
+            await fast.close_all_connections()
+
+    waiting, notice, poll = asyncio.run(scenario())
+    assert waiting == ["POST"]
+    assert notice.endswith(b"\r\n\r\nPOST")
+    assert poll.endswith(b"\r\n\r\nGET")
