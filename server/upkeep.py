@@ -44,6 +44,14 @@ READER_FLOOR_REFRESH_SECS = 60.0
 # a scrape shows figures at most one scrape old, for two small queries and
 # a passive queue.declare per server.
 NOTIFICATION_FIGURES_SECS = 15.0
+# The most of the server's time checkpoints take: after a checkpoint that
+# took T seconds, the next waits at least T / CHECKPOINT_SHARE from the
+# start of that one, if that is longer than the checkpoint period. A
+# checkpoint's cost follows the events queued, and thousands of event
+# streams hold hundreds of unacknowledged events each: every 5 s, such
+# checkpoints took a quarter of the server's time (tests/benchmarks/README.md,
+# "Requests after the answers").
+CHECKPOINT_SHARE = 0.05
 
 
 def _runner_ended(task: asyncio.Task[bool]) -> None:
@@ -90,6 +98,8 @@ class Upkeep:
         self.gc_max_secs = 0.0
         self._floor_said: tuple[int, float] = (-1, 0.0)
         self._background_task: asyncio.Task[bool] | None = None
+        # No checkpoint starts before this (time.monotonic(); CHECKPOINT_SHARE).
+        self._checkpoint_not_before = 0.0
 
     def start_timers(self) -> None:
         settings = self.settings
@@ -188,10 +198,18 @@ class Upkeep:
         self._floor_said = (floor, time.monotonic())
 
     def _checkpoint_soon(self) -> None:
-        if not self.saved.checkpointing and not self.stopping():
+        if (
+            not self.saved.checkpointing
+            and not self.stopping()
+            and time.monotonic() >= self._checkpoint_not_before
+        ):
             asyncio.get_running_loop().create_task(self.checkpoint())
 
     async def checkpoint(self, slice_secs: float = CHECKPOINT_SLICE_SECS) -> float:
         """Save every queue for recovery after a crash; returns the seconds
-        it took (`SavedQueues.checkpoint`)."""
-        return await self.saved.checkpoint(slice_secs)
+        it took (`SavedQueues.checkpoint`). The periodic checkpoints after it
+        wait for as long as CHECKPOINT_SHARE says."""
+        started = time.monotonic()
+        took = await self.saved.checkpoint(slice_secs)
+        self._checkpoint_not_before = started + took / CHECKPOINT_SHARE
+        return took
