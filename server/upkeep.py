@@ -44,14 +44,16 @@ READER_FLOOR_REFRESH_SECS = 60.0
 # a scrape shows figures at most one scrape old, for two small queries and
 # a passive queue.declare per server.
 NOTIFICATION_FIGURES_SECS = 15.0
-# The most of the server's time checkpoints take: after a checkpoint that
-# took T seconds, the next waits at least T / CHECKPOINT_SHARE from the
-# start of that one, if that is longer than the checkpoint period. A
-# checkpoint's cost follows the events queued, and thousands of event
-# streams hold hundreds of unacknowledged events each: every 5 s, such
-# checkpoints took a quarter of the server's time (tests/benchmarks/README.md,
-# "Requests after the answers").
+# The most of the server's CPU time checkpoints take: after a checkpoint of
+# C seconds of CPU (its slices on the loop and the file's writing, not the
+# waits for the disk), the next starts no sooner than C / CHECKPOINT_SHARE
+# after that one's start, nor later than MAX_CHECKPOINT_GAP_SECS after it
+# (the timer's next tick after either). A checkpoint's cost follows the
+# events queued, and thousands of event streams hold hundreds of
+# unacknowledged events each: every 5 s, such checkpoints took a quarter of
+# the server's time (tests/benchmarks/README.md, "Requests after the answers").
 CHECKPOINT_SHARE = 0.05
+MAX_CHECKPOINT_GAP_SECS = 60.0
 
 
 def _runner_ended(task: asyncio.Task[bool]) -> None:
@@ -211,5 +213,6 @@ class Upkeep:
         wait for as long as CHECKPOINT_SHARE says."""
         started = time.monotonic()
         took = await self.saved.checkpoint(slice_secs)
-        self._checkpoint_not_before = started + took / CHECKPOINT_SHARE
+        cpu = self.saved.last_checkpoint.get("cpu_ms", 0.0) / 1000
+        self._checkpoint_not_before = started + min(cpu / CHECKPOINT_SHARE, MAX_CHECKPOINT_GAP_SECS)
         return took

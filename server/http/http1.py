@@ -469,10 +469,14 @@ class HTTP1Protocol(asyncio.Protocol):
     def request_arrived(self) -> None:
         """Serve the next request: a GET (a poll) after the answers due
         (server/http/turns.py), a notice or any other at once."""
-        if self.buffer.startswith(b"GET "):
+        buffer = self.buffer
+        end = buffer.find(_HEAD_END) if buffer.startswith(b"GET ") else -1
+        if 0 <= end <= self.server.max_header_bytes - 4:
+            if len(buffer) > _MAX_PENDING_BYTES:
+                self._pause_reading()  # resumed once it is served
             self.server.turns.ready(self)
         else:
-            self.next_request()
+            self.next_request()  # a head still coming, too large, not a GET
 
     def next_request(self) -> None:
         """Serve the request at the front of `buffer` (`turns.Waiting`)."""
@@ -793,6 +797,7 @@ class FastHTTPServer:
 
     def stop(self) -> None:
         """Stop accepting connections; the open ones go on."""
+        self.turns.stop()
         for server in self._servers:
             server.close()
         self._servers = []

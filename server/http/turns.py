@@ -9,15 +9,17 @@ work as an answer) put them ahead of the answers still due, and the last
 client of a fan-out to 5,000 waited twice as long as the answers alone take
 (tests/benchmarks/README.md, "Requests after the answers").
 
-So while answers are due, a connection whose next request has arrived
-waits its turn (`RequestTurns.ready`): the connections are remembered in
-the order their requests came and served once the answers are out, a slice
-of the loop at a time, all those that were waiting when their turn came
-(the answers their requests cause wait for the next turn). No request
-waits longer than `MAX_WAIT_SECS`: once one has, the waiting requests are
-served in slices between the answers, whatever is still due (answers that
-never stop, such as a stream of deliveries from the broker to event
-streams, hold no request back for longer).
+So while answers are due, a connection whose next `GET` has arrived whole
+waits its turn (`RequestTurns.ready`; server/http/http1.py decides which
+requests wait: notices and any other method are served at once). The
+connections are remembered in the order their requests came and served
+once the answers are out, a slice of the loop at a time; when a slice ends
+with connections left and answers due again (those the served requests
+caused), the rest wait for those. Once the first waiting request has waited
+`MAX_WAIT_SECS`, the waiting ones are served a slice per loop iteration
+between the answers, whatever is still due (answers that never stop, such
+as deliveries from the broker to event streams, hold requests back no
+longer). When the server stops, every request is served at once.
 """
 
 from __future__ import annotations
@@ -46,17 +48,28 @@ class Backlog(Protocol):
 
 
 class Waiting(Protocol):
-    """A connection whose next request has arrived (whole or in part)."""
+    """A connection whose next request has arrived."""
 
     def next_request(self) -> None:
         """Serve it, if it is still there to serve."""
+
+    def close(self) -> None:
+        """Close the connection (serving its request failed)."""
 
 
 class RequestTurns:
     """The order in which connections' next requests are served (see the
     module's docstring); without a backlog, each at once."""
 
-    __slots__ = ("_backlog", "_drain_asked", "_timer", "_waiting", "max_wait_secs", "slice_secs")
+    __slots__ = (
+        "_backlog",
+        "_drain_asked",
+        "_stopped",
+        "_timer",
+        "_waiting",
+        "max_wait_secs",
+        "slice_secs",
+    )
 
     def __init__(
         self,
@@ -72,6 +85,8 @@ class RequestTurns:
         self._waiting: dict[Waiting, float] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._drain_asked = False
+        # Once the server stops, requests are served at once (refused, most).
+        self._stopped = False
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -82,13 +97,31 @@ class RequestTurns:
         waiting = self._waiting
         if not waiting:
             backlog = self._backlog
-            if backlog is None or not len(backlog):
+            if backlog is None or not len(backlog) or self._stopped:
                 connection.next_request()
                 return
             waiting[connection] = time.monotonic()
             self._schedule()
         elif connection not in waiting:
             waiting[connection] = time.monotonic()
+
+    def stop(self) -> None:
+        """The server stops: the waiting requests are served now (answered
+        as a stopping server answers them), and any later one at once."""
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        waiting, self._waiting = self._waiting, {}
+        for connection in waiting:
+            self._serve(connection)
+
+    def _serve(self, connection: Waiting) -> None:
+        try:
+            connection.next_request()
+        except Exception:
+            log.exception("serving a request that waited its turn failed")
+            connection.close()
 
     def _schedule(self) -> None:
         """Serve the waiting connections once the backlog is drained, or
@@ -121,10 +154,7 @@ class RequestTurns:
         deadline = time.perf_counter() + self.slice_secs
         for connection in turn:
             del waiting[connection]
-            try:
-                connection.next_request()
-            except Exception:
-                log.exception("serving a request that waited its turn failed")
+            self._serve(connection)
             if time.perf_counter() >= deadline:
                 break
         if waiting:

@@ -28,7 +28,12 @@ class _Connection:
         self.served = served
         self.cost_secs = cost_secs
 
+    def close(self) -> None:
+        self.served.append(f"{self.name} closed")
+
     def next_request(self) -> None:
+        if self.name == "broken":
+            raise RuntimeError("a bug")
         if self.cost_secs:
             end = time.perf_counter() + self.cost_secs
             while time.perf_counter() < end:
@@ -78,7 +83,8 @@ def test_requests_wait_for_every_answer_due_then_go_in_the_order_they_came():
     async def scenario() -> list[str]:
         served: list[str] = []
         answers = AnswerSlices(slice_secs=0.0)  # an answer per loop iteration
-        turns = RequestTurns(answers)
+        # The answers' end, not the longest wait, lets them go.
+        turns = RequestTurns(answers, max_wait_secs=60.0)
         for number in range(50):
             answers.add(lambda reason, n=number: served.append(f"answer {n}"), "events")
         second = _Connection("b", served)
@@ -88,10 +94,14 @@ def test_requests_wait_for_every_answer_due_then_go_in_the_order_they_came():
         turns.ready(second)  # ready again while waiting: served once
         assert served == []
         await _until(lambda: len(served) == 53)
+        # Again: the answers' end is told each time.
+        answers.add(lambda reason: served.append("answer 50"), "events")
+        turns.ready(_Connection("d", served))
+        await _until(lambda: len(served) == 55)
         return served
 
     served = asyncio.run(scenario())
-    assert served == [f"answer {n}" for n in range(50)] + ["a", "b", "c"]
+    assert served == [f"answer {n}" for n in range(50)] + ["a", "b", "c", "answer 50", "d"]
 
 
 def test_no_request_waits_longer_than_the_longest_wait():
@@ -108,7 +118,39 @@ def test_no_request_waits_longer_than_the_longest_wait():
         await _until(lambda: served == ["a", "b"])
         return waited
 
-    assert asyncio.run(scenario()) >= 0.05
+    waited = asyncio.run(scenario())
+    assert 0.05 <= waited < 1.0
+
+
+def test_a_request_that_fails_closes_its_connection_and_the_others_go_on():
+    async def scenario() -> list[str]:
+        served: list[str] = []
+        backlog = _Backlog()
+        turns = RequestTurns(backlog)
+        turns.ready(_Connection("broken", served))
+        turns.ready(_Connection("a", served))
+        backlog.drain()
+        await _until(lambda: len(served) == 2)
+        return served
+
+    assert asyncio.run(scenario()) == ["broken closed", "a"]
+
+
+def test_when_the_server_stops_every_request_is_served_at_once():
+    async def scenario() -> tuple[list[str], list[str]]:
+        served: list[str] = []
+        backlog = _Backlog()  # never drained
+        turns = RequestTurns(backlog, max_wait_secs=60.0)
+        turns.ready(_Connection("a", served))
+        turns.ready(_Connection("b", served))
+        before = list(served)
+        turns.stop()
+        turns.ready(_Connection("c", served))
+        return before, served
+
+    before, served = asyncio.run(scenario())
+    assert before == []
+    assert served == ["a", "b", "c"]
 
 
 def test_waiting_requests_are_served_a_slice_at_a_time_and_all_of_them():
@@ -194,4 +236,47 @@ def test_a_poll_waits_for_the_answers_due_and_a_notice_does_not():
     waiting, notice, poll = asyncio.run(scenario())
     assert waiting == ["POST"]
     assert notice.endswith(b"\r\n\r\nPOST")
+    assert poll.endswith(b"\r\n\r\nGET")
+
+
+def test_a_waiting_poll_stops_reading_past_the_pending_limit():
+    """A client that sends more behind a poll waiting its turn is read no
+    further than a client behind a poll being served: the server's buffer
+    stays bounded, and the poll is answered in its turn."""
+
+    async def scenario() -> tuple[int, bytes]:
+        served: list[str] = []
+        backlog = _Backlog()
+        tornado_server = EventHTTPServer(tornado.web.Application([]), refusals=Refusals(64 * 1024))
+        fast = FastHTTPServer(
+            tornado_server,
+            lambda start_line, fields, exchange: _Answers(exchange, served),
+            tornado_server,
+            max_body_size=1024,
+            idle_timeout=None,
+            backlog=backlog,
+        )
+        fast.turns.max_wait_secs = 60.0
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        sock.setblocking(False)
+        await fast.add_sockets([sock], 128)
+        try:
+            reader, writer = await asyncio.open_connection(*sock.getsockname())
+            writer.write(b"GET /poll HTTP/1.1\r\nHost: x\r\n\r\n" + b"x" * (8 << 20))
+            await _until(lambda: len(fast.turns) == 1)
+            (connection,) = fast.connections
+            await _until(lambda: not connection._reading)
+            buffered = len(connection.buffer)
+            backlog.drain()
+            poll = await asyncio.wait_for(reader.readexactly(41), 10)
+            writer.transport.abort()
+            return buffered, poll
+        finally:
+            fast.stop()
+            await fast.close_all_connections()
+
+    buffered, poll = asyncio.run(scenario())
+    assert buffered < 2 << 20
     assert poll.endswith(b"\r\n\r\nGET")
