@@ -49,6 +49,16 @@ async def _turns(count: int) -> None:
         await asyncio.sleep(0)
 
 
+async def _runs_of(saved: _Saved, calls: int) -> int:
+    """The checkpoints run when the timer calls `calls` times, one after
+    the other."""
+    upkeep = _upkeep(saved)
+    for _ in range(calls):
+        upkeep._checkpoint_soon()
+        await _turns(3)
+    return saved.runs
+
+
 def test_a_long_checkpoint_holds_the_periodic_ones_back_for_its_share():
     async def scenario() -> tuple[list[int], float]:
         saved = _Saved(cpu=0.01)
@@ -74,15 +84,7 @@ def test_a_long_checkpoint_holds_the_periodic_ones_back_for_its_share():
 def test_a_checkpoint_that_waited_for_the_disk_holds_nothing_back():
     """Its time waiting for a slow disk is not the server's time."""
 
-    async def scenario() -> int:
-        saved = _Saved(cpu=0.0, wall=30.0)
-        upkeep = _upkeep(saved)
-        for _ in range(2):
-            upkeep._checkpoint_soon()
-            await _turns(3)
-        return saved.runs
-
-    assert asyncio.run(scenario()) == 2
+    assert asyncio.run(_runs_of(_Saved(cpu=0.0, wall=30.0), calls=2)) == 2
 
 
 def test_the_hold_back_has_a_ceiling(monkeypatch):
@@ -101,12 +103,4 @@ def test_the_hold_back_has_a_ceiling(monkeypatch):
 
 
 def test_short_checkpoints_keep_their_period():
-    async def scenario() -> int:
-        saved = _Saved(cpu=0.0)
-        upkeep = _upkeep(saved)
-        for _ in range(3):
-            upkeep._checkpoint_soon()
-            await _turns(3)
-        return saved.runs
-
-    assert asyncio.run(scenario()) == 3
+    assert asyncio.run(_runs_of(_Saved(cpu=0.0), calls=3)) == 3

@@ -6,10 +6,11 @@ longest wait; a notice is served at once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import tornado.httputil
 import tornado.web
@@ -194,6 +195,34 @@ class _Answers(tornado.httputil.HTTPMessageDelegate):
         self.exchange.answer(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
 
 
+@contextlib.asynccontextmanager
+async def _serving(
+    backlog: _Backlog, served: list[str]
+) -> AsyncIterator[tuple[FastHTTPServer, tuple[str, int]]]:
+    """eventq's HTTP server on a loopback port, its requests answered by
+    `_Answers`, its GETs waiting for `backlog` (never for long)."""
+    tornado_server = EventHTTPServer(tornado.web.Application([]), refusals=Refusals(64 * 1024))
+    fast = FastHTTPServer(
+        tornado_server,
+        lambda start_line, fields, exchange: _Answers(exchange, served),
+        tornado_server,
+        max_body_size=1024,
+        idle_timeout=None,
+        backlog=backlog,
+    )
+    fast.turns.max_wait_secs = 60.0
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        sock.setblocking(False)
+        await fast.add_sockets([sock], 128)
+        try:
+            yield fast, sock.getsockname()
+        finally:
+            fast.stop()
+            await fast.close_all_connections()
+
+
 def test_a_poll_waits_for_the_answers_due_and_a_notice_does_not():
     """On the wire: a GET that comes while answers are due is answered once
     they are out; a POST meanwhile is answered at once."""
@@ -201,24 +230,9 @@ def test_a_poll_waits_for_the_answers_due_and_a_notice_does_not():
     async def scenario() -> tuple[list[str], bytes, bytes]:
         served: list[str] = []
         backlog = _Backlog()
-        tornado_server = EventHTTPServer(tornado.web.Application([]), refusals=Refusals(64 * 1024))
-        fast = FastHTTPServer(
-            tornado_server,
-            lambda start_line, fields, exchange: _Answers(exchange, served),
-            tornado_server,
-            max_body_size=1024,
-            idle_timeout=None,
-            backlog=backlog,
-        )
-        fast.turns.max_wait_secs = 60.0
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        sock.setblocking(False)
-        await fast.add_sockets([sock], 128)
-        try:
-            poll_r, poll_w = await asyncio.open_connection(*sock.getsockname())
-            notice_r, notice_w = await asyncio.open_connection(*sock.getsockname())
+        async with _serving(backlog, served) as (fast, address):
+            poll_r, poll_w = await asyncio.open_connection(*address)
+            notice_r, notice_w = await asyncio.open_connection(*address)
             poll_w.write(b"GET /poll HTTP/1.1\r\nHost: x\r\n\r\n")
             await _until(lambda: len(fast.turns) == 1)
             notice_w.write(b"POST /notice HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
@@ -229,9 +243,6 @@ def test_a_poll_waits_for_the_answers_due_and_a_notice_does_not():
             poll_w.close()
             notice_w.close()
             return waiting, notice, poll
-        finally:
-            fast.stop()
-            await fast.close_all_connections()
 
     waiting, notice, poll = asyncio.run(scenario())
     assert waiting == ["POST"]
@@ -247,23 +258,8 @@ def test_a_waiting_poll_stops_reading_past_the_pending_limit():
     async def scenario() -> tuple[int, bytes]:
         served: list[str] = []
         backlog = _Backlog()
-        tornado_server = EventHTTPServer(tornado.web.Application([]), refusals=Refusals(64 * 1024))
-        fast = FastHTTPServer(
-            tornado_server,
-            lambda start_line, fields, exchange: _Answers(exchange, served),
-            tornado_server,
-            max_body_size=1024,
-            idle_timeout=None,
-            backlog=backlog,
-        )
-        fast.turns.max_wait_secs = 60.0
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        sock.setblocking(False)
-        await fast.add_sockets([sock], 128)
-        try:
-            reader, writer = await asyncio.open_connection(*sock.getsockname())
+        async with _serving(backlog, served) as (fast, address):
+            reader, writer = await asyncio.open_connection(*address)
             writer.write(b"GET /poll HTTP/1.1\r\nHost: x\r\n\r\n" + b"x" * (8 << 20))
             await _until(lambda: len(fast.turns) == 1)
             (connection,) = fast.connections
@@ -273,9 +269,6 @@ def test_a_waiting_poll_stops_reading_past_the_pending_limit():
             poll = await asyncio.wait_for(reader.readexactly(41), 10)
             writer.transport.abort()
             return buffered, poll
-        finally:
-            fast.stop()
-            await fast.close_all_connections()
 
     buffered, poll = asyncio.run(scenario())
     assert buffered < 2 << 20
