@@ -267,7 +267,7 @@ class ClientDescriptor:
             options = self.options.to_dict()
             if option_forms is not None:
                 option_forms[self.options] = options
-        return {
+        saved = {
             "queue_id": self.queue_id,
             "user_id": self.user_id,
             "realm_id": self.realm_id,
@@ -275,14 +275,12 @@ class ClientDescriptor:
             "idle_secs": max(0.0, now - self.last_active),
             "age_secs": max(0.0, now - self.created_at),
             "event_queue": self.event_queue.to_dict(embed),
-        } | (
-            ({"covered": sorted(self.covered)} if self.covered else {})
-            | (
-                {"notifiable": [list(entry) for entry in self.notifiable]}
-                if self.notifiable
-                else {}
-            )
-        )
+        }
+        if self.covered:
+            saved["covered"] = sorted(self.covered)
+        if self.notifiable:
+            saved["notifiable"] = [list(entry) for entry in self.notifiable]
+        return saved
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], now: float, encode: Encoder) -> ClientDescriptor:

@@ -220,19 +220,29 @@ class EventQueue:
         """The queue as plain JSON-able data (stored form, internal keys kept).
         With `embed`, each event is its encoding wrapped by `embed` (for the
         encoder that writes the snapshot), else a dict decoded from it."""
-        return {
-            "next_event_id": self.next_event_id,
-            "newest_pruned_id": self.newest_pruned_id,
-            "events": [
+        flat = self._flat
+        # Most queues are empty: a checkpoint saves thousands of them.
+        events = (
+            [
                 payload.stored_event(event_id)
                 if embed is None
                 else embed(payload.stored_json(event_id))
-                for event_id, payload in self._held()
-            ],
+                for event_id, payload in zip(flat[::2], flat[1::2], strict=True)
+            ]
+            if flat
+            else []
+        )
+        virtual = self._virtual
+        return {
+            "next_event_id": self.next_event_id,
+            "newest_pruned_id": self.newest_pruned_id,
+            "events": events,
             "virtual_events": {
                 key: {**collapsing.merged_event(), "id": collapsing.event_id}
-                for key, collapsing in self._virtual.items()
-            },
+                for key, collapsing in virtual.items()
+            }
+            if virtual
+            else {},
         }
 
     @classmethod
