@@ -9,7 +9,7 @@ from typing import Any, Literal, Protocol
 from queues.errors import BadNarrow
 from queues.event_queue import EventQueue
 from queues.narrow import Narrow, parse_narrow
-from queues.payload import Embed, Encoder
+from queues.payload import Embed, Encoder, SharedPayloads
 
 # Client capabilities a queue can hold (register's `client_capabilities`, or the
 # flags of an implicit GET /events). Only some change
@@ -283,8 +283,15 @@ class ClientDescriptor:
         return saved
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], now: float, encode: Encoder) -> ClientDescriptor:
-        """Rebuild a descriptor saved by `to_dict`; raises ValueError on bad data."""
+    def from_dict(
+        cls,
+        data: Mapping[str, Any],
+        now: float,
+        encode: Encoder,
+        shared: SharedPayloads | None = None,
+    ) -> ClientDescriptor:
+        """Rebuild a descriptor saved by `to_dict` (its events' payloads from
+        `shared`: `EventQueue.from_dict`); raises ValueError on bad data."""
         queue_id = data.get("queue_id")
         user_id = data.get("user_id")
         realm_id = data.get("realm_id")
@@ -307,7 +314,7 @@ class ClientDescriptor:
                 realm_id,
                 QueueOptions.from_dict(options),
                 now - float(age),
-                EventQueue.from_dict(event_queue, encode),
+                EventQueue.from_dict(event_queue, encode, shared),
             )
         except (ValueError, BadNarrow) as exc:
             raise ValueError(f"queue {queue_id}: {exc}") from exc

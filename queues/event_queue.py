@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from queues.errors import EventAlreadyPruned, EventNotInQueue
-from queues.payload import Embed, Encoder, Event, Payload
+from queues.payload import Embed, Encoder, Event, Payload, SharedPayloads
 
 Item = tuple[int, Payload]
 
@@ -246,14 +246,20 @@ class EventQueue:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], encode: Encoder) -> EventQueue:
-        """Rebuild a queue saved by `to_dict`; raises ValueError if it is inconsistent."""
+    def from_dict(
+        cls, data: dict[str, Any], encode: Encoder, shared: SharedPayloads | None = None
+    ) -> EventQueue:
+        """Rebuild a queue saved by `to_dict`, its payloads from `shared` (the
+        restore's, for the queues restored together); raises ValueError if it
+        is inconsistent."""
         queue = cls(encode)
+        if shared is None:
+            shared = SharedPayloads(encode)
         queue.next_event_id = _int(data, "next_event_id")
         queue.newest_pruned_id = _int(data, "newest_pruned_id", default=-1)
         previous = queue.newest_pruned_id
         for raw in _list(data, "events"):
-            event_id, payload = _stored_item(raw, encode)
+            event_id, payload = _stored_item(raw, shared)
             if event_id <= previous:
                 raise ValueError(f"event ids out of order at {event_id}")
             previous = event_id
@@ -265,7 +271,7 @@ class EventQueue:
             raise ValueError("virtual_events is not an object")
         held = set(queue._flat[::2])
         for key, raw in virtual.items():
-            event_id, payload = _stored_item(raw, encode)
+            event_id, payload = _stored_item(raw, shared)
             if payload.collapse != key:
                 raise ValueError(f"virtual event {key!r} has another type")
             if event_id <= queue.newest_pruned_id or event_id in held:
@@ -299,7 +305,7 @@ def _list(data: dict[str, Any], key: str) -> list[Any]:
     return value
 
 
-def _stored_item(raw: object, encode: Encoder) -> Item:
+def _stored_item(raw: object, shared: SharedPayloads) -> Item:
     if not isinstance(raw, dict):
         raise ValueError("a stored event is not an object")
     event = dict(raw)
@@ -308,4 +314,4 @@ def _stored_item(raw: object, encode: Encoder) -> Item:
         raise ValueError("a stored event has no integer id")
     if not isinstance(event.get("type"), str):
         raise ValueError(f"stored event {event_id} has no string type")
-    return event_id, Payload.build(event, encode)
+    return event_id, shared.build(event)

@@ -137,3 +137,27 @@ class Payload:
         out = self.stored(decode)
         out["id"] = event_id
         return out
+
+
+class SharedPayloads:
+    """Payloads rebuilt from saved queues (a snapshot, the queue journal),
+    one per distinct event, for one restore.
+
+    A notice delivered to many queues is one payload shared by all of them,
+    but a snapshot saves each queue's events on their own: rebuilt one by
+    one, 2,000 queues holding the same 20 events of 2 KB came back as 89 MB
+    of copies instead of the 40 KB they had taken. Events of the same
+    encoding get the same payload here, as delivery had given them (which
+    never modifies a payload)."""
+
+    __slots__ = ("_built", "encode")
+
+    def __init__(self, encode: Encoder) -> None:
+        self.encode = encode
+        self._built: dict[tuple[bytes, bytes | None], Payload] = {}
+
+    def build(self, event: Event) -> Payload:
+        """`Payload.build(event)`, or the payload built already for an event
+        of the same encoding."""
+        payload = Payload.build(event, self.encode)
+        return self._built.setdefault((payload.tail, payload.internal), payload)

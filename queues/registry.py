@@ -25,7 +25,7 @@ from queues.client import (
 )
 from queues.errors import BadQueueId, TooManyQueues
 from queues.event_queue import EventQueue, Item
-from queues.payload import Embed, Encoder, Event, Payload
+from queues.payload import Embed, Encoder, Event, Payload, SharedPayloads
 from queues.specialize import NoticePayloads, is_public_channel_message
 
 # Why a queue ended; passed to end hooks and, for some, shown to its client.
@@ -572,9 +572,10 @@ class QueueRegistry:
         clients: list[ClientDescriptor] = []
         errors: list[str] = []
         seen: set[str] = set()
+        shared = self.shared_payloads()
         for index, raw in enumerate(raw_queues):
             try:
-                client = self._restore_one(raw, now)
+                client = self._restore_one(raw, now, shared)
             except ValueError as exc:
                 errors.append(f"saved queue {index}: {exc}")
                 continue
@@ -597,19 +598,30 @@ class QueueRegistry:
                 self._tombstones[entry[0]] = (entry[1], entry[2])
         return clients, errors
 
-    def restore_queue(self, raw: object, now: float) -> ClientDescriptor:
-        """Load one saved queue (`ClientDescriptor.to_dict`) into the registry;
-        ValueError for bad data or a queue that is already here."""
-        client = self._restore_one(raw, now)
+    def shared_payloads(self) -> SharedPayloads:
+        """What the queues restored together share their events' payloads
+        through (`restore_queue`)."""
+        return SharedPayloads(self.encode)
+
+    def restore_queue(
+        self, raw: object, now: float, shared: SharedPayloads | None = None
+    ) -> ClientDescriptor:
+        """Load one saved queue (`ClientDescriptor.to_dict`) into the registry,
+        its events' payloads shared with the other queues restored with
+        `shared` (`shared_payloads`); ValueError for bad data or a queue
+        that is already here."""
+        client = self._restore_one(raw, now, shared)
         if client.queue_id in self._clients:
             raise ValueError(f"queue {client.queue_id} appears twice")
         self._insert(client)
         return client
 
-    def _restore_one(self, raw: object, now: float) -> ClientDescriptor:
+    def _restore_one(
+        self, raw: object, now: float, shared: SharedPayloads | None
+    ) -> ClientDescriptor:
         if not isinstance(raw, dict):
             raise ValueError("a saved queue is not an object")
-        client = ClientDescriptor.from_dict(raw, now, self.encode)
+        client = ClientDescriptor.from_dict(raw, now, self.encode, shared)
         # Limits may have changed since the save: keep the lifespan within them.
         lifespan = min(client.options.lifespan_secs, self.limits.max_lifespan_secs)
         if lifespan != client.options.lifespan_secs:

@@ -329,6 +329,14 @@ class ServerProcess:
         body: dict[str, Any] = response.json()
         return body
 
+    def rss_kb(self) -> int:
+        """The server process's resident memory (VmRSS), in KiB."""
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
     def stats(self, user_id: int | None = None) -> dict[str, Any]:
         fields: dict[str, Any] = {} if user_id is None else {"user_id": user_id}
         response = self.internal("stats", **fields)

@@ -7,6 +7,7 @@ read, `event_queues.json.last`; with a shard name S, `event_queues.S.json` and
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import time
@@ -60,6 +61,22 @@ def save_encoded(
         | snapshot
     )
     return _write(path, b"".join([head[:-1], b',"queues":[', b",".join(queues), b"]}"]))
+
+
+def release_freed_memory() -> None:
+    """Give the system back the memory a loaded snapshot was read into.
+
+    Python frees the file's decoded form once its queues are restored, but
+    glibc's allocator keeps most of it (it returns only what lies at the top
+    of its heap): a file of 200 queues holding the same 20 events of 16 KB
+    (64 MB of copies) left the process 61 MB larger than its queues need.
+    `malloc_trim` hands the free pages back. Nothing where the C library
+    has no such function."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return
+    trim(0)
 
 
 def _write(path: Path, body: bytes) -> int:

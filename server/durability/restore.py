@@ -83,6 +83,9 @@ async def restore_queues(saved: SavedQueues) -> None:
         )
     if saved.consumer is not None:
         saved.consumer.remember(data.get("notice_ids"))
+    # The file's decoded form is no longer needed: its memory goes back.
+    data = None
+    persistence.release_freed_memory()
     if crashed:
         await loop.run_in_executor(None, checkpoint.unlink)
     else:
@@ -170,6 +173,8 @@ async def _load_saved(
     waiting.sort(key=lambda entry: entry[:2])
     clients: list[ClientDescriptor] = []
     cursor = 0
+    # The queues' events, each once however many queues hold it.
+    shared = saved.registry.shared_payloads()
 
     def bring_back(below: int) -> None:
         nonlocal cursor
@@ -177,7 +182,7 @@ async def _load_saved(
             _, index, raw = waiting[cursor]
             cursor += 1
             try:
-                clients.append(saved.registry.restore_queue(raw, now))
+                clients.append(saved.registry.restore_queue(raw, now, shared))
             except ValueError as exc:
                 errors.append(f"saved queue {index}: {exc}")
 

@@ -7,6 +7,7 @@ options, unread collapsed events and idle age; a bad one loads nothing.
 from __future__ import annotations
 
 import json
+import tracemalloc
 
 import pytest
 
@@ -119,6 +120,54 @@ def test_a_snapshot_with_embedded_encodings_is_the_same_snapshot():
         return {q["queue_id"]: q["event_queue"] for q in snapshot["queues"]}
 
     assert by_id(again) == by_id(decoded)
+
+
+def test_events_many_queues_hold_come_back_once_not_once_per_queue():
+    """A notice to many queues is one payload in all of them; the snapshot
+    saves it in each queue, and the restore shares it again: the memory the
+    restored queues hold is that of the events once, not once per queue."""
+    registry = make_registry()
+    users = [1, 2, 3, 4]
+    for user in users:
+        for _ in range(50):
+            registry.allocate(user, REALM, options(), 0.0)
+    for n in range(10):
+        registry.deliver({"type": "test", "n": n, "body": "x" * 4000}, users, REALM, 1.0 + n)
+    saved = _saved(registry, 100.0)
+    held_before = [client_events(client) for client in registry]
+
+    tracemalloc.start()
+    try:
+        restored = make_registry()
+        loaded, errors = restored.restore(saved, 100.0)
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+
+    assert (len(loaded), errors) == (200, [])
+    assert [client_events(client) for client in restored] == held_before
+    # 200 queues x 10 events x 4 KB would be 8 MB of copies.
+    assert held < 1_000_000, held
+    # The payloads are the restored registry's from now on: a queue
+    # acknowledging or receiving anything changes no other queue.
+    first, second = list(restored)[:2]
+    first.event_queue.prune(5)
+    restored.deliver({"type": "test", "n": 10}, [1], REALM, 101.0)
+    assert [e["n"] for e in client_events(second)] == [*range(10), 10]
+    assert [e["n"] for e in client_events(first)] == [6, 7, 8, 9, 10]
+
+
+def test_events_that_differ_only_in_their_internal_keys_stay_apart():
+    registry = make_registry()
+    mentioned = registry.allocate(1, REALM, options(), 0.0)
+    other = registry.allocate(2, REALM, options(), 0.0)
+    registry.deliver(message_event(internal_data={"mentioned": True}), [1], REALM, 1.0)
+    registry.deliver(message_event(internal_data={"mentioned": False}), [2], REALM, 1.0)
+    restored = make_registry()
+    restored.restore(_saved(registry, 10.0), 10.0)
+    for client, flag in ((mentioned, True), (other, False)):
+        [event] = restored.get(client.queue_id, client.user_id).event_queue.to_dict()["events"]
+        assert event["internal_data"] == {"mentioned": flag}
 
 
 def test_restored_queue_continues_its_ids_and_acknowledgements():

@@ -16,7 +16,6 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import requests
@@ -257,7 +256,7 @@ def test_clients_that_stop_reading_do_not_hurt_the_others(start_server, load_on)
     load, watchers = load_on(server, per_sec=200.0)
     dead, slow, live = watchers[0], watchers[1], watchers[2:]
     dead.paused.set()
-    rss_before = _rss_kb(server)
+    rss_before = server.rss_kb()
     for _ in range(5):  # the slow one reads now and then
         slow.paused.set()
         target = load.count + 60
@@ -266,17 +265,9 @@ def test_clients_that_stop_reading_do_not_hurt_the_others(start_server, load_on)
         wait_for(slow.has_all, 30, "the slow client to catch up")
     wait_for(lambda: load.count >= 600, 60, "600 events")
     drain(load, [*live, slow])
-    rss_after = _rss_kb(server)
+    rss_after = server.rss_kb()
     rows = report("dead and slow clients", load, watchers)
     assert_nothing_lost([r for r in rows if r["user"] != dead.user.user_id])
     # The dead client's queue was ended at 200 events, not grown without bound.
     assert f"queue {dead.queue_id} of user {dead.user.user_id} overflowed" in server.settled_log()
     assert rss_after - rss_before < 20 * 1024, (rss_before, rss_after)
-
-
-def _rss_kb(server: ServerProcess) -> int:
-    assert server.proc is not None
-    for line in Path(f"/proc/{server.proc.pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
