@@ -9,7 +9,7 @@ from typing import Any, Literal, Protocol
 from queues.errors import BadNarrow
 from queues.event_queue import EventQueue
 from queues.narrow import Narrow, parse_narrow
-from queues.payload import Embed, Encoder, SharedPayloads
+from queues.payload import Embed, Encoder, PayloadTable, SharedPayloads
 
 # Client capabilities a queue can hold (register's `client_capabilities`, or the
 # flags of an implicit GET /events). Only some change
@@ -255,13 +255,14 @@ class ClientDescriptor:
         now: float,
         option_forms: dict[QueueOptions, dict[str, Any]] | None = None,
         embed: Embed | None = None,
+        table: PayloadTable | None = None,
     ) -> dict[str, Any]:
         """Saved form. Clock values are stored as ages, so a restart's downtime
         does not count against a queue's idle time. `option_forms` keeps the
         saved form of each distinct QueueOptions for a caller saving many
         queues (most share a few): building it was 40 % of the work. Those
         forms are then shared between the queues' saved forms: not to be
-        modified. `embed`: see `EventQueue.to_dict`."""
+        modified. `embed`, `table`: see `EventQueue.to_dict`."""
         options = None if option_forms is None else option_forms.get(self.options)
         if options is None:
             options = self.options.to_dict()
@@ -274,7 +275,7 @@ class ClientDescriptor:
             "options": options,
             "idle_secs": max(0.0, now - self.last_active),
             "age_secs": max(0.0, now - self.created_at),
-            "event_queue": self.event_queue.to_dict(embed),
+            "event_queue": self.event_queue.to_dict(embed, table),
         }
         if self.covered:
             saved["covered"] = sorted(self.covered)

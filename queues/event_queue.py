@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from queues.errors import EventAlreadyPruned, EventNotInQueue
-from queues.payload import Embed, Encoder, Event, Payload, SharedPayloads
+from queues.payload import Embed, Encoder, Event, Payload, PayloadTable, SharedPayloads
 
 Item = tuple[int, Payload]
 
@@ -216,22 +216,31 @@ class EventQueue:
                 newest = collapsing.event_id
         return newest
 
-    def to_dict(self, embed: Embed | None = None) -> dict[str, Any]:
+    def to_dict(
+        self, embed: Embed | None = None, table: PayloadTable | None = None
+    ) -> dict[str, Any]:
         """The queue as plain JSON-able data (stored form, internal keys kept).
-        With `embed`, each event is its encoding wrapped by `embed` (for the
-        encoder that writes the snapshot), else a dict decoded from it."""
+        With `table`, each event is [its id, its payload's index in `table`]
+        (a snapshot's); else with `embed`, each event is its encoding wrapped
+        by `embed` (for the encoder that writes the snapshot), else a dict
+        decoded from it. Collapsed flag changes not yet read are saved whole."""
         flat = self._flat
         # Most queues are empty: a checkpoint saves thousands of them.
-        events = (
-            [
+        if not flat:
+            events: list[Any] = []
+        elif table is not None:
+            index = table.index
+            events = [
+                [event_id, index(payload)]
+                for event_id, payload in zip(flat[::2], flat[1::2], strict=True)
+            ]
+        else:
+            events = [
                 payload.stored_event(event_id)
                 if embed is None
                 else embed(payload.stored_json(event_id))
                 for event_id, payload in zip(flat[::2], flat[1::2], strict=True)
             ]
-            if flat
-            else []
-        )
         virtual = self._virtual
         return {
             "next_event_id": self.next_event_id,
@@ -306,6 +315,14 @@ def _list(data: dict[str, Any], key: str) -> list[Any]:
 
 
 def _stored_item(raw: object, shared: SharedPayloads) -> Item:
+    if isinstance(raw, list):
+        # [id, index in the snapshot's table of payloads]
+        if len(raw) != 2:
+            raise ValueError("a stored event is not [id, payload index]")
+        event_id, index = raw
+        if not isinstance(event_id, int) or isinstance(event_id, bool):
+            raise ValueError("a stored event has no integer id")
+        return event_id, shared.at(index)
     if not isinstance(raw, dict):
         raise ValueError("a stored event is not an object")
     event = dict(raw)

@@ -109,6 +109,13 @@ class Payload:
         # tail ends with "}", internal begins with "{" and holds a key at least.
         return head + self.tail[:-1] + b"," + self.internal[1:]
 
+    def stored_body(self) -> bytes:
+        """The encoding of `stored`, from the encodings held (a snapshot's
+        table of payloads: `PayloadTable`)."""
+        if self.internal is None:
+            return b"{" + self.tail
+        return b"{" + self.tail[:-1] + b"," + self.internal[1:]
+
     def stored(self, decode: Decoder = json.loads) -> Event:
         """The event as stored (internal keys included), as a new dict."""
         if self._event is not None:
@@ -139,22 +146,77 @@ class Payload:
         return out
 
 
+class PayloadTable:
+    """The payloads of the queues a snapshot saves, each once: a queue saves
+    an event as its id and the payload's index here (`EventQueue.to_dict`),
+    and the snapshot the table beside the queues. A notice delivered to
+    5,000 queues is then saved once, not 5,000 times."""
+
+    __slots__ = ("_index", "payloads")
+
+    def __init__(self) -> None:
+        # By id(): the table holds each payload, so no id is reused meanwhile.
+        self._index: dict[int, int] = {}
+        self.payloads: list[Payload] = []
+
+    def index(self, payload: Payload) -> int:
+        """`payload`'s index in the table (added if new)."""
+        key = id(payload)
+        index = self._index.get(key)
+        if index is None:
+            index = self._index[key] = len(self.payloads)
+            self.payloads.append(payload)
+        return index
+
+    def saved(self, embed: Embed | None = None) -> list[Any]:
+        """The table as a snapshot holds it: each payload's stored event
+        (`Payload.stored`, without an id), or its encoding wrapped by `embed`."""
+        if embed is None:
+            return [payload.stored() for payload in self.payloads]
+        return [embed(payload.stored_body()) for payload in self.payloads]
+
+
 class SharedPayloads:
     """Payloads rebuilt from saved queues (a snapshot, the queue journal),
     one per distinct event, for one restore.
 
-    A notice delivered to many queues is one payload shared by all of them,
-    but a snapshot saves each queue's events on their own: rebuilt one by
-    one, 2,000 queues holding the same 20 events of 2 KB came back as 89 MB
-    of copies instead of the 40 KB they had taken. Events of the same
-    encoding get the same payload here, as delivery had given them (which
-    never modifies a payload)."""
+    A notice delivered to many queues is one payload shared by all of them.
+    A snapshot saves it once (its table, `PayloadTable`), and the queues of
+    that snapshot share what is built from that entry; events saved on
+    their own (the queue journal, snapshots of format version 1, which saved
+    each queue's events in it) get the payload of the same encoding built
+    already: 2,000 queues holding the same 20 events of 2 KB came back as
+    89 MB of copies instead of the 40 KB they had taken. Delivery never
+    modifies a payload, and neither does a queue."""
 
-    __slots__ = ("_built", "encode")
+    __slots__ = ("_built", "_table", "_table_built", "encode")
 
-    def __init__(self, encode: Encoder) -> None:
+    def __init__(self, encode: Encoder, table: object = None) -> None:
+        """`table`: the snapshot's saved `PayloadTable` (None: none); a
+        ValueError if it is not a list."""
+        if table is None:
+            table = []
+        if not isinstance(table, list):
+            raise ValueError("payloads is not a list")
         self.encode = encode
         self._built: dict[tuple[bytes, bytes | None], Payload] = {}
+        self._table: list[Any] = table
+        self._table_built: dict[int, Payload] = {}
+
+    def at(self, index: object) -> Payload:
+        """The payload of the table's entry `index`, built on first use (a
+        bad entry costs only the queues that hold it: ValueError)."""
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise ValueError("a saved event's payload index is not an integer")
+        payload = self._table_built.get(index)
+        if payload is None:
+            if not 0 <= index < len(self._table):
+                raise ValueError(f"no saved payload {index}")
+            event = self._table[index]
+            if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+                raise ValueError(f"saved payload {index} is not an event with a string type")
+            payload = self._table_built[index] = self.build(dict(event))
+        return payload
 
     def build(self, event: Event) -> Payload:
         """`Payload.build(event)`, or the payload built already for an event

@@ -25,7 +25,7 @@ from queues.client import (
 )
 from queues.errors import BadQueueId, TooManyQueues
 from queues.event_queue import EventQueue, Item
-from queues.payload import Embed, Encoder, Event, Payload, SharedPayloads
+from queues.payload import Embed, Encoder, Event, Payload, PayloadTable, SharedPayloads
 from queues.specialize import NoticePayloads, is_public_channel_message
 
 # Why a queue ended; passed to end hooks and, for some, shown to its client.
@@ -42,9 +42,11 @@ NoticeUser = int | Mapping[str, Any]
 # it was its user's last queue on this process (for offline notifications).
 EndHook = Callable[[ClientDescriptor, EndReason, bool], None]
 
-SNAPSHOT_VERSION = 1
-# Older snapshot versions this reader still accepts (none yet).
-SNAPSHOT_VERSIONS_READ = frozenset({1})
+# 2: the queues' payloads in a table of their own, each once ("payloads"), a
+# queue's events [id, index in it]. 1: each queue's events whole in it.
+SNAPSHOT_VERSION = 2
+# Older snapshot versions this reader still accepts.
+SNAPSHOT_VERSIONS_READ = frozenset({1, 2})
 
 HEARTBEAT_EVENT: Event = {"type": "heartbeat"}
 # Distinct QueueOptions values the registry shares before it starts again.
@@ -537,16 +539,22 @@ class QueueRegistry:
     # -- snapshots ----------------------------------------------------------
 
     def snapshot(self, now: float) -> dict[str, Any]:
-        """Every queue as plain data (parked requests are not saved)."""
+        """Every queue as plain data (parked requests are not saved), their
+        events' payloads each once (`PayloadTable`)."""
+        table = PayloadTable()
+        queues = [
+            client.to_dict(now, embed=self.embed, table=table) for client in self._clients.values()
+        ]
         return {
             "version": SNAPSHOT_VERSION,
-            "queues": [client.to_dict(now, embed=self.embed) for client in self._clients.values()],
+            "payloads": table.saved(self.embed),
+            "queues": queues,
             "tombstones": [[qid, user, reason] for qid, (user, reason) in self._tombstones.items()],
         }
 
     def snapshot_without_queues(self) -> dict[str, Any]:
-        """The parts of a `snapshot` other than the queues (which the caller
-        saves in slices)."""
+        """The parts of a `snapshot` other than the queues and their payloads
+        (which the caller saves in slices, and then the table of payloads)."""
         return {
             "version": SNAPSHOT_VERSION,
             "tombstones": [[qid, user, reason] for qid, (user, reason) in self._tombstones.items()],
@@ -572,7 +580,7 @@ class QueueRegistry:
         clients: list[ClientDescriptor] = []
         errors: list[str] = []
         seen: set[str] = set()
-        shared = self.shared_payloads()
+        shared = self.shared_payloads(data.get("payloads"))
         for index, raw in enumerate(raw_queues):
             try:
                 client = self._restore_one(raw, now, shared)
@@ -598,10 +606,11 @@ class QueueRegistry:
                 self._tombstones[entry[0]] = (entry[1], entry[2])
         return clients, errors
 
-    def shared_payloads(self) -> SharedPayloads:
+    def shared_payloads(self, table: object = None) -> SharedPayloads:
         """What the queues restored together share their events' payloads
-        through (`restore_queue`)."""
-        return SharedPayloads(self.encode)
+        through (`restore_queue`): a snapshot's table of payloads (its
+        "payloads"), if any. ValueError if that is not a list."""
+        return SharedPayloads(self.encode, table)
 
     def restore_queue(
         self, raw: object, now: float, shared: SharedPayloads | None = None

@@ -174,7 +174,7 @@ async def _load_saved(
     clients: list[ClientDescriptor] = []
     cursor = 0
     # The queues' events, each once however many queues hold it.
-    shared = saved.registry.shared_payloads()
+    shared = saved.registry.shared_payloads(data.get("payloads"))
 
     def bring_back(below: int) -> None:
         nonlocal cursor

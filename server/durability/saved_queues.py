@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from queues.client import ClientDescriptor, QueueOptions
+from queues.payload import PayloadTable
 from queues.registry import QueueRegistry
 from server.config import Settings
 from server.database.db import Database
@@ -141,6 +142,7 @@ class SavedQueues:
             clients = list(self.registry)
             saved: list[bytes] = []
             option_forms: dict[QueueOptions, dict[str, Any]] = {}
+            table = PayloadTable()
             index = 0
             longest = busy = time.perf_counter() - slice_started
             while index < len(clients):
@@ -153,7 +155,7 @@ class SavedQueues:
                     if client in self.registry:
                         saved.append(
                             orjson.dumps(
-                                client.to_dict(now, option_forms, orjson.Fragment)
+                                client.to_dict(now, option_forms, orjson.Fragment, table)
                                 | {"stream_position": position}
                             )
                         )
@@ -164,6 +166,7 @@ class SavedQueues:
                     await asyncio.sleep(0)
             slice_started = time.perf_counter()
             body = self.registry.snapshot_without_queues() | self._snapshot_extras()
+            body["payloads"] = table.saved(orjson.Fragment)
             body["journal_from"] = began
             took_slice = time.perf_counter() - slice_started
             longest = max(longest, took_slice)

@@ -7,6 +7,7 @@ options, unread collapsed events and idle age; a bad one loads nothing.
 from __future__ import annotations
 
 import json
+import re
 import tracemalloc
 
 import pytest
@@ -30,6 +31,20 @@ REALM = 1
 def _saved(registry, now):
     """The snapshot as it would come back from disk."""
     return json.loads(json.dumps(registry.snapshot(now)))
+
+
+def _queues(snapshot):
+    """A snapshot's queues by id, each queue's events whole: [id, index]
+    pairs (format version 2) joined with the snapshot's table of payloads."""
+    table = snapshot.get("payloads", [])
+    queues = {}
+    for queue in snapshot["queues"]:
+        saved = queue["event_queue"]
+        events = [
+            {**table[e[1]], "id": e[0]} if isinstance(e, list) else e for e in saved["events"]
+        ]
+        queues[queue["queue_id"]] = {**saved, "events": events}
+    return queues
 
 
 def _populated():
@@ -103,23 +118,19 @@ def test_a_snapshot_with_embedded_encodings_is_the_same_snapshot():
     registry.embed = orjson.Fragment
     embedded = orjson.loads(orjson.dumps(registry.snapshot(1000.0)))
     assert embedded == decoded
-    assert any("internal_data" in e for q in embedded["queues"] for e in q["event_queue"]["events"])
+    assert any("internal_data" in e for q in _queues(embedded).values() for e in q["events"])
     # Payloads merged from collapsed flags, and payloads restored from a file.
     fancy.event_queue.contents()
     registry.embed = None
     decoded = _saved(registry, 1000.0)
     assert {**flag_event("read", "add", [7, 8], 301), "id": 4} in [
-        e for q in decoded["queues"] for e in q["event_queue"]["events"]
+        e for q in _queues(decoded).values() for e in q["events"]
     ]
     restored = make_registry()
     restored.restore(decoded, 1000.0)
     restored.embed = orjson.Fragment
     again = orjson.loads(orjson.dumps(restored.snapshot(1000.0)))
-
-    def by_id(snapshot):
-        return {q["queue_id"]: q["event_queue"] for q in snapshot["queues"]}
-
-    assert by_id(again) == by_id(decoded)
+    assert _queues(again) == _queues(decoded)
 
 
 def test_events_many_queues_hold_come_back_once_not_once_per_queue():
@@ -135,6 +146,10 @@ def test_events_many_queues_hold_come_back_once_not_once_per_queue():
         registry.deliver({"type": "test", "n": n, "body": "x" * 4000}, users, REALM, 1.0 + n)
     saved = _saved(registry, 100.0)
     held_before = [client_events(client) for client in registry]
+    # Saved once each, the queues holding their ids and indexes.
+    assert [event["n"] for event in saved["payloads"]] == list(range(10))
+    # (Each queue's events whole in it, as format version 1 saved them: 8 MB.)
+    assert len(json.dumps(saved)) < 400_000
 
     tracemalloc.start()
     try:
@@ -155,6 +170,64 @@ def test_events_many_queues_hold_come_back_once_not_once_per_queue():
     restored.deliver({"type": "test", "n": 10}, [1], REALM, 101.0)
     assert [e["n"] for e in client_events(second)] == [*range(10), 10]
     assert [e["n"] for e in client_events(first)] == [6, 7, 8, 9, 10]
+
+
+def test_a_snapshot_of_format_version_1_still_restores():
+    """Version 1 saved each queue's events whole in it (no table of payloads):
+    a file an older eventq wrote comes back the same, its events shared."""
+    registry, _, _ = _populated()
+    for user in (1, 2):
+        registry.allocate(user, REALM, options(), 500.0)
+    registry.deliver({"type": "realm", "n": 3, "body": "x" * 4000}, [1, 2], REALM, 600.0)
+    saved = _saved(registry, 1000.0)
+    whole = _queues(saved)
+    old = {
+        "version": 1,
+        "queues": [{**q, "event_queue": whole[q["queue_id"]]} for q in saved["queues"]],
+        "tombstones": saved["tombstones"],
+    }
+    assert "payloads" not in old
+
+    restored = make_registry()
+    loaded, errors = restored.restore(old, 1000.0)
+
+    assert (len(loaded), errors) == (4, [])
+    assert _queues(_saved(restored, 1000.0)) == whole
+    last = [client.event_queue.contents()[-1][1] for client in restored]
+    assert all(payload is last[0] for payload in last)
+
+
+@pytest.mark.parametrize(
+    ("event", "message"),
+    [
+        ([0, 99], "no saved payload 99"),
+        ([0, "0"], "payload index is not an integer"),
+        ([0], r"not \[id, payload index\]"),
+        (["0", 0], "no integer id"),
+    ],
+)
+def test_a_bad_reference_to_the_payloads_costs_only_its_queue(event, message):
+    registry = make_registry()
+    for user in (1, 2):
+        registry.allocate(user, REALM, options(), 0.0)
+    registry.deliver({"type": "realm", "n": 0}, [1, 2], REALM, 1.0)
+    saved = _saved(registry, 10.0)
+    saved["queues"][0]["event_queue"]["events"] = [event]
+
+    restored = make_registry()
+    loaded, errors = restored.restore(saved, 10.0)
+
+    assert [client.queue_id for client in loaded] == [saved["queues"][1]["queue_id"]]
+    [error] = errors
+    assert re.search(message, error), error
+
+
+def test_a_table_of_payloads_that_is_not_a_list_loads_nothing():
+    registry, _, _ = _populated()
+    saved = _saved(registry, 1000.0)
+    saved["payloads"] = {"0": {"type": "realm"}}
+    with pytest.raises(ValueError, match="payloads is not a list"):
+        make_registry().restore(saved, 1000.0)
 
 
 def test_events_that_differ_only_in_their_internal_keys_stay_apart():
@@ -269,7 +342,7 @@ def test_restore_caps_a_saved_lifespan_at_the_current_maximum():
 def test_empty_registry_round_trips():
     saved = _saved(make_registry(), 0.0)
 
-    assert saved == {"version": SNAPSHOT_VERSION, "queues": [], "tombstones": []}
+    assert saved == {"version": SNAPSHOT_VERSION, "payloads": [], "queues": [], "tombstones": []}
     assert make_registry().restore(saved, 0.0) == ([], [])
 
 
@@ -284,7 +357,7 @@ def _assert_nothing_loaded(registry, saved):
     assert registry.restore({"version": SNAPSHOT_VERSION, "queues": []}, 0.0) == ([], [])
 
 
-@pytest.mark.parametrize("version", [None, 0, 2, "1"])
+@pytest.mark.parametrize("version", [None, 0, 3, "1"])
 def test_restore_rejects_unknown_versions(version):
     registry, _, _ = _populated()
     saved = _saved(registry, 1000.0)
