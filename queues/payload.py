@@ -215,11 +215,17 @@ class SharedPayloads:
             event = self._table[index]
             if not isinstance(event, dict) or not isinstance(event.get("type"), str):
                 raise ValueError(f"saved payload {index} is not an event with a string type")
+            if "id" in event:
+                raise ValueError(f"saved payload {index} has an id (each queue gives its own)")
             payload = self._table_built[index] = self.build(dict(event))
         return payload
 
     def build(self, event: Event) -> Payload:
         """`Payload.build(event)`, or the payload built already for an event
-        of the same encoding."""
-        payload = Payload.build(event, self.encode)
+        of the same encoding. ValueError for one the encoder refuses (a
+        file edited by hand: nested past its limit, say)."""
+        try:
+            payload = Payload.build(event, self.encode)
+        except TypeError as exc:  # orjson's JSONEncodeError among them
+            raise ValueError(f"a saved event cannot be encoded: {exc}") from None
         return self._built.setdefault((payload.tail, payload.internal), payload)

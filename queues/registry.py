@@ -572,11 +572,14 @@ class QueueRegistry:
         """
         assert not self._clients, "restore into a registry that has queues"
         version = data.get("version")
-        if version not in SNAPSHOT_VERSIONS_READ:
+        if not isinstance(version, int) or version not in SNAPSHOT_VERSIONS_READ:
             raise ValueError(f"unsupported queue snapshot version {version!r}")
         raw_queues = data.get("queues")
         if not isinstance(raw_queues, list):
             raise ValueError("queues is not a list")
+        tombstones = data.get("tombstones", [])
+        if not isinstance(tombstones, list):
+            raise ValueError("tombstones is not a list")
         clients: list[ClientDescriptor] = []
         errors: list[str] = []
         seen: set[str] = set()
@@ -594,7 +597,7 @@ class QueueRegistry:
             clients.append(client)
         for client in sorted(clients, key=lambda c: c.last_active):
             self._insert(client)
-        for entry in data.get("tombstones", []):
+        for entry in tombstones:
             if (
                 isinstance(entry, list)
                 and len(entry) == 3

@@ -71,11 +71,12 @@ def release_freed_memory() -> None:
     of its heap): after a file of 200 queues holding 20 events of 16 KB each
     of their own (61 MB), the process was 124 MB larger, twice what its
     queues hold. `malloc_trim` hands the free pages back (62 MB of them
-    there). Nothing where the C library has no such function."""
+    there). Nothing where the C library has no such function (glibc has)."""
     try:
         trim = ctypes.CDLL(None).malloc_trim
-    except (AttributeError, OSError):
+    except (AttributeError, OSError, TypeError):
         return
+    trim.argtypes = [ctypes.c_size_t]
     trim(0)
 
 

@@ -121,9 +121,15 @@ async def _load_saved(
     journal_from = data.get("journal_from")
     if isinstance(journal_from, int | float):
         # Queues registered after the file was begun, journaled at register.
-        known = {raw.get("queue_id") for raw in raw_queues if isinstance(raw, dict)}
+        known = {
+            queue_id
+            for raw in raw_queues
+            if isinstance(raw, dict) and isinstance(queue_id := raw.get("queue_id"), str)
+        }
         later = [
-            d for d in await saved.journal.since(journal_from) if d.get("queue_id") not in known
+            d
+            for d in await saved.journal.since(journal_from)
+            if not (isinstance(queue_id := d.get("queue_id"), str) and queue_id in known)
         ]
         if later:
             log.info(
@@ -187,9 +193,10 @@ async def _load_saved(
                 errors.append(f"saved queue {index}: {exc}")
 
     start = waiting[0][0] if waiting else (default if isinstance(default, int) else 0)
-    saved.eventlog.reader.allow_late(
-        p for p in data.get("late_positions", []) if isinstance(p, int)
-    )
+    late_positions = data.get("late_positions", [])
+    if not isinstance(late_positions, list):
+        late_positions = []
+    saved.eventlog.reader.allow_late(p for p in late_positions if isinstance(p, int))
     # Queues saved at the lowest position (all of them after a graceful
     # stop) come back now. After a graceful stop they get the restart
     # event before what they missed. After a crash it comes last: the

@@ -222,6 +222,43 @@ def test_a_bad_reference_to_the_payloads_costs_only_its_queue(event, message):
     assert re.search(message, error), error
 
 
+def _nested(depth):
+    value = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"type": "realm", "id": 7}, "saved payload 0 has an id"),
+        ({"n": 1}, "saved payload 0 is not an event with a string type"),
+        ("realm", "saved payload 0 is not an event"),
+        # The encoder refuses it (orjson: 254 levels at most).
+        ({"type": "realm", "deep": _nested(300)}, "a saved event cannot be encoded"),
+    ],
+)
+def test_a_bad_entry_of_the_payloads_costs_only_the_queues_holding_it(entry, message):
+    orjson = pytest.importorskip("orjson")
+    registry = make_registry()
+    holding, other = (registry.allocate(user, REALM, options(), 0.0) for user in (1, 2))
+    registry.deliver({"type": "realm", "n": 0}, [1], REALM, 1.0)
+    registry.deliver({"type": "realm", "n": 1}, [2], REALM, 1.0)
+    saved = _saved(registry, 10.0)
+    assert [e["n"] for e in saved["payloads"]] == [0, 1]
+    saved["payloads"][0] = entry
+
+    restored = make_registry()
+    restored.encode = orjson.dumps  # the server's encoder
+    loaded, errors = restored.restore(saved, 10.0)
+
+    assert [client.queue_id for client in loaded] == [other.queue_id]
+    [error] = errors
+    assert holding.queue_id in error, error
+    assert message in error, error
+
+
 def test_a_table_of_payloads_that_is_not_a_list_loads_nothing():
     registry, _, _ = _populated()
     saved = _saved(registry, 1000.0)
@@ -357,7 +394,7 @@ def _assert_nothing_loaded(registry, saved):
     assert registry.restore({"version": SNAPSHOT_VERSION, "queues": []}, 0.0) == ([], [])
 
 
-@pytest.mark.parametrize("version", [None, 0, 3, "1"])
+@pytest.mark.parametrize("version", [None, 0, 3, "1", [2]])
 def test_restore_rejects_unknown_versions(version):
     registry, _, _ = _populated()
     saved = _saved(registry, 1000.0)
@@ -446,6 +483,18 @@ def test_restore_rejects_queues_that_are_not_a_list():
         restored.restore({"version": SNAPSHOT_VERSION, "queues": {}}, 0.0)
 
     assert len(restored) == 0
+
+
+def test_restore_rejects_tombstones_that_are_not_a_list():
+    registry, _, _ = _populated()
+    saved = _saved(registry, 1000.0)
+    saved["tombstones"] = 5
+    restored = make_registry()
+
+    with pytest.raises(ValueError, match="tombstones is not a list"):
+        restored.restore(saved, 1000.0)
+
+    _assert_nothing_loaded(restored, saved)
 
 
 def test_tombstones_survive_a_restore():
