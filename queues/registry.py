@@ -583,7 +583,7 @@ class QueueRegistry:
         clients: list[ClientDescriptor] = []
         errors: list[str] = []
         seen: set[str] = set()
-        shared = self.shared_payloads(data.get("payloads"))
+        shared = SharedPayloads(self.encode, data.get("payloads"))
         for index, raw in enumerate(raw_queues):
             try:
                 client = self._restore_one(raw, now, shared)
@@ -609,19 +609,13 @@ class QueueRegistry:
                 self._tombstones[entry[0]] = (entry[1], entry[2])
         return clients, errors
 
-    def shared_payloads(self, table: object = None) -> SharedPayloads:
-        """What the queues restored together share their events' payloads
-        through (`restore_queue`): a snapshot's table of payloads (its
-        "payloads"), if any. ValueError if that is not a list."""
-        return SharedPayloads(self.encode, table)
-
     def restore_queue(
         self, raw: object, now: float, shared: SharedPayloads | None = None
     ) -> ClientDescriptor:
         """Load one saved queue (`ClientDescriptor.to_dict`) into the registry,
         its events' payloads shared with the other queues restored with
-        `shared` (`shared_payloads`); ValueError for bad data or a queue
-        that is already here."""
+        `shared` (made with this registry's encoder); ValueError for bad
+        data or a queue that is already here."""
         client = self._restore_one(raw, now, shared)
         if client.queue_id in self._clients:
             raise ValueError(f"queue {client.queue_id} appears twice")

@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 
 from queues.client import ClientDescriptor
+from queues.payload import SharedPayloads
 from server.database.db import DatabaseUnavailable
 from server.durability import persistence
 from server.durability.saved_queues import SavedQueues
@@ -180,7 +181,7 @@ async def _load_saved(
     clients: list[ClientDescriptor] = []
     cursor = 0
     # The queues' events, each once however many queues hold it.
-    shared = saved.registry.shared_payloads(data.get("payloads"))
+    shared = SharedPayloads(saved.registry.encode, data.get("payloads"))
 
     def bring_back(below: int) -> None:
         nonlocal cursor
