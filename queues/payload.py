@@ -103,18 +103,20 @@ class Payload:
 
     def stored_json(self, event_id: int) -> bytes:
         """`stored_event`'s encoding, from the encodings held."""
-        head = b'{"id":%d,' % event_id
-        if self.internal is None:
-            return head + self.tail
-        # tail ends with "}", internal begins with "{" and holds a key at least.
-        return head + self.tail[:-1] + b"," + self.internal[1:]
+        return b'{"id":%d,' % event_id + self._stored_tail()
 
     def stored_body(self) -> bytes:
         """The encoding of `stored`, from the encodings held (a snapshot's
         table of payloads: `PayloadTable`)."""
+        return b"{" + self._stored_tail()
+
+    def _stored_tail(self) -> bytes:
+        """`tail` with the internal keys joined in (the stored event's
+        encoding without its opening brace)."""
         if self.internal is None:
-            return b"{" + self.tail
-        return b"{" + self.tail[:-1] + b"," + self.internal[1:]
+            return self.tail
+        # tail ends with "}", internal begins with "{" and holds a key at least.
+        return self.tail[:-1] + b"," + self.internal[1:]
 
     def stored(self, decode: Decoder = json.loads) -> Event:
         """The event as stored (internal keys included), as a new dict."""
