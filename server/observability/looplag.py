@@ -251,6 +251,11 @@ class GcPauses:
 
     def stats(self) -> GcPauseStats:
         now = time.monotonic()
+        # A copy first: building the answer allocates, which may start a
+        # collection, whose callback appends to `recent` mid-iteration.
+        # list() allocates its list before it iterates, and nothing the
+        # collector tracks while it does (tuple() would: its tuple).
+        recent = list(self.recent)
         return {
             "count": list(self.count),
             "total_ms": [round(t * 1000, 3) for t in self.total_secs],
@@ -262,6 +267,6 @@ class GcPauses:
                     "ms": round(secs * 1000, 3),
                     "cpu_ms": round(cpu * 1000, 3),
                 }
-                for ended, g, secs, cpu in self.recent
+                for ended, g, secs, cpu in recent
             ],
         }

@@ -179,6 +179,25 @@ def test_each_collection_is_timed_by_generation():
     assert pauses.stats()["count"] == count
 
 
+def test_stats_taken_while_collections_run_answer():
+    """Building the stats allocates, and a collection it starts appends to
+    the recent pauses as they are read: an operator's stats request once
+    answered 500 for it ("deque mutated during iteration")."""
+    pauses = GcPauses(keep=8, min_secs=0.0)
+    threshold = gc.get_threshold()
+    pauses.start()
+    try:
+        for _ in range(8):
+            gc.collect(0)
+        gc.set_threshold(1)  # a young collection at nearly every allocation
+        stats = [pauses.stats() for _ in range(50)]
+    finally:
+        gc.set_threshold(*threshold)
+        pauses.stop()
+    assert all(len(each["recent"]) == 8 for each in stats)
+    assert stats[-1]["count"][0] > 8
+
+
 def test_only_pauses_as_long_as_the_floor_are_kept_as_recent():
     pauses = GcPauses(min_secs=3600.0)
     pauses.start()
