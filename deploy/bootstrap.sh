@@ -400,6 +400,24 @@ find_python() {  # prints a python >= 3.11 that can create venvs
     return 1
 }
 
+# What setup.py compiles the delivery path with (mypyc's C, docs/architecture.md
+# "Compiled modules"): without them the package installs as Python, slower.
+ensure_compiler() {
+    local py="$1" include
+    command -v gcc >/dev/null || (apt_install gcc libc6-dev) ||
+        say "gcc: not installed; the package installs as Python"
+    include="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+    [[ -f $include/Python.h ]] || (apt_install python3-dev) ||
+        say "python3-dev: not installed; the package installs as Python"
+}
+
+# Whether the modules setup.py compiled differ from their source now
+# (queues/compiled.py): the build is run again.
+compiled_stale() {
+    (cd "$EVENTQ_REPO" && "$EVENTQ_VENV/bin/python" -c \
+        'import sys, queues.compiled as c; sys.exit(0 if c.stale_modules() else 1)' 2>/dev/null)
+}
+
 ensure_venv() {
     local stamp="$EVENTQ_VAR/.installed" py
     if ! python_ok "$EVENTQ_VENV/bin/python"; then
@@ -412,8 +430,10 @@ ensure_venv() {
         "$py" -m venv --clear "$EVENTQ_VENV" || die "python: could not create $EVENTQ_VENV"
         rm -f "$stamp"
     fi
-    if [[ ! -f $stamp || $EVENTQ_REPO/pyproject.toml -nt $stamp || ! -x $EVENTQ_VENV/bin/eventq ]]; then
-        say "python: pip install -e '.[test]' into .venv"
+    if [[ ! -f $stamp || $EVENTQ_REPO/pyproject.toml -nt $stamp || $EVENTQ_REPO/setup.py -nt $stamp ||
+        ! -x $EVENTQ_VENV/bin/eventq ]] || compiled_stale; then
+        ensure_compiler "$EVENTQ_VENV/bin/python"
+        say "python: pip install -e '.[test]' into .venv (the delivery path compiled: about a minute)"
         (cd "$EVENTQ_REPO" && "$EVENTQ_VENV/bin/python" -m pip install -q -e '.[test]') ||
             die "python: pip install failed"
         touch "$stamp"

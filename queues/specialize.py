@@ -25,7 +25,7 @@ a channel message to the empty topic carries `EMPTY_TOPIC_DISPLAY_NAME` as its
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from queues.client import AS_SENT, DROPPED, ClientDescriptor, ClientRule, forms_for
 from queues.narrow import narrow_matches
@@ -61,10 +61,10 @@ class NoticePayloads:
     # address of `inaccessible_email`, under generation.accounts
     # .FAKE_EMAIL_DOMAIN); `queues` imports only the standard library, and
     # tests/domain/test_access_messages.py checks they agree.
-    WITHOUT_ACCESS_TO_SENDER = "user_ids_without_access_to_sender"
-    UNKNOWN_SENDER_NAME = "Unknown user"
-    UNKNOWN_SENDER_AVATAR = "/static/unknown-user-avatar.svg"
-    UNKNOWN_SENDER_DOMAIN = "eventq.invalid"
+    WITHOUT_ACCESS_TO_SENDER: Final = "user_ids_without_access_to_sender"
+    UNKNOWN_SENDER_NAME: Final = "Unknown user"
+    UNKNOWN_SENDER_AVATAR: Final = "/static/unknown-user-avatar.svg"
+    UNKNOWN_SENDER_DOMAIN: Final = "eventq.invalid"
 
     def __init__(
         self,

@@ -18,6 +18,7 @@ import orjson
 
 from generation.config import api_key_secret
 from generation.events import CLIENT_RULES
+from queues import compiled
 from queues.client import ClientDescriptor
 from queues.registry import QueueRegistry
 from server.config import Settings
@@ -84,6 +85,7 @@ class EventServer:
         # Identifies this run of the server to clients (Zulip: start time, s).
         self.server_generation = int(time.time())
         self.started_at = time.monotonic()
+        self.delivery_path = compiled.describe()
         self.loop_lag = LoopLagMonitor()
         self.gc_pauses = GcPauses()
         # Woken parked requests are answered a slice per loop iteration.
@@ -335,6 +337,8 @@ class EventServer:
         body: dict[str, Any] = {
             "server_generation": self.server_generation,
             "uptime_secs": round(time.monotonic() - self.started_at, 3),
+            # Whether the delivery path runs compiled (queues/compiled.py).
+            "delivery_path": self.delivery_path,
             "queues": len(self.registry),
             "users": self.registry.users(),
             "parked": self.registry.parked,

@@ -109,11 +109,22 @@ class QueueMaking(HandlerApi, Protocol):
         next checkpoint has it."""
 
 
+class DeliveredPositions(Protocol):
+    """What the long poll reads of the event log's reader
+    (server/delivery/eventlog.py `EventLogReader`): how far it has delivered."""
+
+    @property
+    def position(self) -> int: ...
+
+    @property
+    def handed(self) -> int: ...
+
+
 class PollApi(QueueMaking, Protocol):
     """The long poll (server/handlers/longpoll_flow.py, both paths)."""
 
     @property
-    def eventlog(self) -> EventLogReader:
+    def eventlog(self) -> DeliveredPositions:
         """Positioned notices in position order (server/delivery/eventlog.py)."""
         ...
 
@@ -245,3 +256,6 @@ class PagesApi(InternalApi, Protocol):
 
 class ServerApi(DomainApi, PollApi, RegisterApi, PagesApi, MetricsApi, Protocol):
     """One server process, every role: what the routes hand each handler."""
+
+    @property
+    def eventlog(self) -> EventLogReader: ...

@@ -29,6 +29,7 @@ from generation.actions.base import ActionError
 from generation.config import SecretInvalid
 from generation.errors import BadNotice
 from generation.send import PublishError
+from queues import compiled
 from server.admin.analytics_commands import add_analytics_command
 from server.admin.db_commands import add_db_commands
 from server.admin.demo_commands import add_demo_command
@@ -145,7 +146,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         import uvloop  # noqa: PLC0415 (only when serving)
 
         loop_factory = uvloop.new_event_loop
-    log.info("event loop: %s", settings.event_loop)
+    log.info("event loop: %s; delivery path: %s", settings.event_loop, compiled.describe())
     with logs_off_the_loop(), asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(_serve(settings, args.port, args.host))
 

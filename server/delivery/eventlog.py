@@ -125,6 +125,9 @@ class EventLogReader:
         finally:
             self._recorders.remove(recorder)
 
+    def _is_stopped(self) -> bool:
+        return self._stopped_at is not None
+
     @property
     def position(self) -> int:
         """Every logged event at or below this has been delivered here."""
@@ -250,7 +253,10 @@ class EventLogReader:
         behind, self._behind = self._behind, []
         self._stopped_at = None
         self._hand_on([(position, (notice, published_at)), *behind], position, result, will_retry)
-        if self._stopped_at is None:
+        # Read through a call: `_hand_on` may have stopped the stream again,
+        # which the type checker (and the compiled module, queues/compiled.py)
+        # would not see after the assignment above.
+        if not self._is_stopped():
             self._end_stop()
             if result and isinstance(result[0], BaseException):
                 log.error(

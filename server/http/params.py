@@ -109,7 +109,9 @@ class Params:
 
     def string(self, name: str, *, max_length: int = MAX_STRING) -> str | None:
         value = self.raw(name)
-        return value if value is None else check_length(name, value, max_length)
+        if value is None:
+            return None
+        return check_length(name, value, max_length)
 
     def required_string(self, name: str, *, max_length: int = MAX_STRING) -> str:
         value = self.string(name, max_length=max_length)

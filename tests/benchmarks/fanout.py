@@ -342,6 +342,21 @@ class ServerProcess:
             f" ({last_error})\n{self.tail()}"
         )
 
+    def delivery_path(self) -> str:
+        """How its compiled modules run (its stats' `delivery_path`)."""
+        conn = http.client.HTTPConnection(HOST, self.port, timeout=10)
+        try:
+            conn.request(
+                "POST",
+                "/api/internal/stats",
+                urllib.parse.urlencode({"secret": self.secret}),
+                {"Content-Type": "application/x-www-form-urlencoded"},
+            )
+            path: str = json.loads(conn.getresponse().read())["delivery_path"]
+            return path
+        finally:
+            conn.close()
+
     def check(self) -> None:
         """Raise with the tail of its log if the server has exited."""
         if self.proc is not None and self.proc.poll() is not None:
@@ -2467,6 +2482,8 @@ def render(results: dict[str, Any]) -> str:
         out.write(f"deliveries, {group}: {verdict}: {', '.join(parts) or 'no scenario'}\n")
     for name, server in results["servers"].items():
         out.write(f"\n{name}:\n")
+        if server.get("delivery_path"):
+            out.write(f"  delivery path: {server['delivery_path']}\n")
         memory = server.get("memory")
         if memory:
             out.write(
@@ -2572,10 +2589,13 @@ def render_sharded(results: dict[str, Any], sharded: dict[str, Any]) -> str:
 # -- main -------------------------------------------------------------------
 
 
-def eventq_env(workdir: Path, http_server: str | None = None) -> dict[str, str]:
+def eventq_env(
+    workdir: Path, http_server: str | None = None, pure_python: bool = False
+) -> dict[str, str]:
     """What the measured eventq runs with, beside ServerProcess' defaults
     (no heartbeat during a measurement, no broker); `http_server` None: the
-    server's default HTTP server."""
+    server's default HTTP server; `pure_python`: the compiled modules run
+    from their source (queues/compiled.py)."""
     log_dir = workdir / "deliverylog"
     log_dir.mkdir(exist_ok=True)
     env = {
@@ -2588,6 +2608,8 @@ def eventq_env(workdir: Path, http_server: str | None = None) -> dict[str, str]:
     }
     if http_server is not None:
         env["EVENTQ_HTTP_SERVER"] = http_server
+    if pure_python:
+        env["EVENTQ_PURE_PYTHON"] = "1"
     return env
 
 
@@ -2688,6 +2710,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--http-server",
         choices=("eventq", "tornado"),
         help="eventq's EVENTQ_HTTP_SERVER (default: the server's default)",
+    )
+    parser.add_argument(
+        "--pure-python",
+        action="store_true",
+        help="eventq's compiled modules run as Python (EVENTQ_PURE_PYTHON=1), to measure"
+        " what compiling them gives",
     )
     parser.add_argument(
         "--shards",
@@ -2845,7 +2873,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             finally:
                 results["servers"]["nchan"]["warnings"] = nginx.warnings()
                 nginx.stop()
-            env = eventq_env(workdir, args.http_server)
+            env = eventq_env(workdir, args.http_server, args.pure_python)
             if args.quick:  # its sweeps measured in a short run too
                 env["EVENTQ_GC_INTERVAL_SECS"] = "1"
             if "rabbitmq" in args.small_sources:
@@ -2857,6 +2885,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             server = ServerGroup([ServerProcess(database.url, workdir, secret, env)])
             server.start()
             results["servers"]["eventq"]["pids"] = [member.pid for member in server.members]
+            results["servers"]["eventq"]["delivery_path"] = server.members[0].delivery_path()
             recorder = Recorder()
             subject = EventqSubject(
                 args, server, users, recorder, messages, vhost.url if vhost else None
@@ -2884,7 +2913,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     secret,
                     args.shards,
                     database.realm_id,
-                    eventq_env(workdir, args.http_server),
+                    eventq_env(workdir, args.http_server, args.pure_python),
                 )
                 shards.start()
                 recorder = Recorder()

@@ -62,6 +62,7 @@ import subprocess
 import sys
 import threading
 import uuid
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +75,7 @@ import requests
 import zulip
 from psycopg import conninfo
 
+from queues.compiled import COMPILED
 from tests.notifications.mailbox import Mailbox, SmtpServer
 from tests.shards import Nginx, free_ports
 from tests.support import rabbitmqctl, wait_for
@@ -100,7 +102,7 @@ NOTIFICATION_QUEUE = "eventq.notifications"  # the env example leaves the defaul
 # does not have.
 NOT_SOURCE = shutil.ignore_patterns(
     ".git", ".venv", "var", "build", "dist", "*.egg-info", "__pycache__", ".*_cache",
-    ".schemathesis",
+    ".schemathesis", "*.so", "compiled.json",
 )  # fmt: skip
 # The browser's files the shards serve (server/handlers/pages.py), from the
 # wheel's package data, with a line each must hold.
@@ -921,6 +923,31 @@ def test_the_installed_package_imports_nothing_from_the_checkout(installed: Inst
     site_packages = next((installed.venv / "lib").glob("python3.*/site-packages"))
     for module_file in where.stdout.split():
         assert Path(module_file).is_relative_to(site_packages), module_file
+
+
+@pytest.mark.timeout(INSTALLING_TIMEOUT_SECS)
+def test_the_wheel_runs_the_delivery_path_compiled(installed: Installed):
+    """The wheel holds the modules setup.py compiles (queues/compiled.py),
+    and the installed server loads them, not their sources beside them."""
+    names = zipfile.ZipFile(installed.wheel).namelist()
+    assert "queues/compiled.json" in names
+    loaded = subprocess.run(
+        [str(installed.venv / "bin" / "python"), "-c",
+         "import importlib, queues.compiled as c\n"
+         "for name in c.COMPILED: print(importlib.import_module(name).__file__)\n"
+         "print(c.describe())"],
+        capture_output=True, text=True, cwd=installed.root, env={"PATH": os.environ["PATH"]},
+        check=False,
+    )  # fmt: skip
+    assert loaded.returncode == 0, loaded.stderr
+    *files, described = loaded.stdout.splitlines()
+    assert len(files) == len(COMPILED) > 20
+    for module_file in files:
+        assert module_file.endswith(".so"), module_file
+        assert Path(module_file).relative_to(installed.venv).parts[0] == "lib"
+        assert Path(module_file).name in {Path(name).name for name in names}
+    assert described == f"compiled to C ({len(COMPILED)} modules)"
+    assert loaded.stderr == ""
 
 
 @pytest.mark.timeout(900)

@@ -7,22 +7,34 @@ and a poll's arguments (`poll_arguments` beside `Params`)."""
 from __future__ import annotations
 
 import random
-import types
 
 import pytest
 import tornado.escape
+import tornado.web
 from tornado.httputil import HTTPHeaders
 
 from server.errors import ApiError
 from server.handlers.poll import MAX_QUEUE_ID, poll_arguments
-from server.http.http1 import HTTP1Protocol
+from server.http.http1 import FastHTTPServer, HTTP1Protocol
+from server.http.httpserver import EventHTTPServer, Refusals
 from server.http.params import Params, form_fields
 from server.routes import query_arguments
 
 
+def fast_server(max_body_size: int = 1000) -> FastHTTPServer:
+    """eventq's HTTP server, not listening: what a connection reads of it."""
+    tornado_server = EventHTTPServer(tornado.web.Application([]), refusals=Refusals(64 * 1024))
+    return FastHTTPServer(
+        tornado_server,
+        lambda start_line, fields, exchange: None,
+        tornado_server,
+        max_body_size=max_body_size,
+        idle_timeout=None,
+    )
+
+
 def parse(head: bytes, max_body_size: int = 1000) -> object:
-    server = types.SimpleNamespace(max_body_size=max_body_size, heads={})
-    protocol = HTTP1Protocol(server)  # type: ignore[arg-type]
+    protocol = HTTP1Protocol(fast_server(max_body_size))
     parsed = protocol._parse(head)
     # A second request with the same headers is served from what the first left.
     assert protocol._parse(head) == parsed
@@ -154,8 +166,8 @@ def test_query_arguments_are_tornados_for_random_queries():
 
 
 def test_header_blocks_taken_apart_are_remembered_within_bounds():
-    server = types.SimpleNamespace(max_body_size=1000, heads={})
-    protocol = HTTP1Protocol(server)  # type: ignore[arg-type]
+    server = fast_server()
+    protocol = HTTP1Protocol(server)
     for n in range(5000):
         head = b"GET /?n=%d HTTP/1.1\r\nHost: a\r\nX-N: %d" % (n, n % 4500)
         parsed = protocol._parse(head)

@@ -9,7 +9,10 @@ import json
 import math
 import socket
 
+from queues.client import ClientDescriptor, QueueOptions
+from queues.event_queue import EventQueue
 from server.delivery.longpoll import Heartbeats
+from tests.queues.helpers import FakeWaiter, encode
 from tests.support import Api, wait_for
 
 
@@ -250,20 +253,24 @@ def test_heartbeat_deadlines_fire_once_per_waiter_at_most_a_tick_late():
         a_secs = (math.floor(started / tick_secs) + 3.5) * tick_secs - started
         b_secs = a_secs + 0.1
 
-        def fire(client: object) -> None:
-            fired.append((str(client), loop.time() - started))
+        def fire(client: ClientDescriptor) -> None:
+            fired.append((client.queue_id, loop.time() - started))
             if len(fired) == 2:
                 done.set_result(None)
 
+        def queue(queue_id: str) -> ClientDescriptor:
+            return ClientDescriptor(queue_id, 1, 1, QueueOptions(), 0.0, EventQueue(encode))
+
         heartbeats = Heartbeats(fire, 45.0, 10.0, tick_secs=tick_secs)
-        first, second, third = object(), object(), object()
-        tick = heartbeats.start(first, "queue-a", a_secs)  # type: ignore[arg-type]
-        assert heartbeats.start(second, "queue-a", a_secs) == tick  # type: ignore[arg-type]
-        heartbeats.start(third, "queue-b", b_secs)  # type: ignore[arg-type]
+        first, second, third = FakeWaiter(), FakeWaiter(), FakeWaiter()
+        queue_a, queue_b = queue("queue-a"), queue("queue-b")
+        tick = heartbeats.start(first, queue_a, a_secs)
+        assert heartbeats.start(second, queue_a, a_secs) == tick
+        heartbeats.start(third, queue_b, b_secs)
         assert len(heartbeats) == 3
-        heartbeats.cancel(tick, first)  # type: ignore[arg-type]
+        heartbeats.cancel(tick, first)
         # A second cancel changes nothing.
-        heartbeats.cancel(tick, first)  # type: ignore[arg-type]
+        heartbeats.cancel(tick, first)
         await asyncio.wait_for(done, 5)
         assert len(heartbeats) == 0
         return fired, a_secs, b_secs

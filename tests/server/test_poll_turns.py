@@ -27,10 +27,12 @@ USER = AuthUser(user_id=7, realm_id=1, email="u@example.test", full_name="U", ro
 
 
 class _Stream:
-    position: int | None = None
+    """What the long poll reads of the event log's reader."""
+
+    position: int = 0
 
     @property
-    def handed(self) -> int | None:
+    def handed(self) -> int:
         return self.position
 
 
@@ -142,8 +144,9 @@ def test_a_poll_with_events_waiting_is_answered_in_its_turn_then_its_queue_is_id
         assert len(server.heartbeats) == 0  # parked only until its turn
         await _turns()
         assert conn.answers == [
-            (200, {"result": "success", "msg": "", "events": [{"id": 0, "type": "test", "n": 1}]})
-        ]
+            (200, {"result": "success", "msg": "", "events": [{"id": 0, "type": "test", "n": 1}],
+                   "stream_position": 0})
+        ]  # fmt: skip
         assert server.responses[0][:2] == ("events", 1)
         assert server.registry.parked == 0
         # Idle again: collected once its lifespan (600 s) has passed.
@@ -165,7 +168,7 @@ def test_events_that_arrive_before_its_turn_go_out_in_the_same_answer():
         assert conn.answers == [
             (200, {"result": "success", "msg": "", "events": [
                 {"id": 0, "type": "test", "n": 1}, {"id": 1, "type": "test", "n": 2},
-            ]})
+            ], "stream_position": 0})
         ]  # fmt: skip
         assert server.responses[0][:2] == ("events", 2)
         assert server.registry.parked == 0
@@ -262,8 +265,9 @@ def test_a_heartbeat_wake_up_before_its_turn_answers_its_events():
         server.registry.wake_for_heartbeat(client, server.clock())
         await _turns()
         assert [body for _, body in conn.answers] == [
-            {"result": "success", "msg": "", "events": [{"id": 0, "type": "test", "n": 1}]}
-        ]
+            {"result": "success", "msg": "", "events": [{"id": 0, "type": "test", "n": 1}],
+             "stream_position": 0}
+        ]  # fmt: skip
 
     _run(scenario)
 
