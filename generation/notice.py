@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from generation.errors import BadNotice
+from generation.events.messages import USER_IDS_WITHOUT_ACCESS_TO_SENDER
 
 NoticeUser = int | dict[str, Any]
 
@@ -88,6 +89,11 @@ def make_notice(
         raise BadNotice("event must not carry an 'id': ids are assigned per queue")
     if event_type == "message" and not isinstance(event.get("message"), Mapping):
         raise BadNotice("a message event needs a 'message' object")
+    without = event.get(USER_IDS_WITHOUT_ACCESS_TO_SENDER)
+    if without is not None and (
+        not isinstance(without, list) or not all(_is_int(user_id) for user_id in without)
+    ):
+        raise BadNotice(f"event's {USER_IDS_WITHOUT_ACCESS_TO_SENDER!r} is not a list of user ids")
     if isinstance(users, str | bytes) or not isinstance(users, Sequence):
         raise BadNotice("users is not a list")
     if realm_id is not None and not _is_int(realm_id):

@@ -151,6 +151,17 @@ def test_wire_form_without_realm_id_omits_it():
             b'{"event": {"type": "realm"}, "users": [1], "realm_id": 1.0}',
             "realm_id is not an integer",
         ),
+        # Delivery builds a set of these (queues/specialize.py).
+        (
+            b'{"event": {"type": "message", "message": {},'
+            b' "user_ids_without_access_to_sender": [{"id": 2}]}, "users": [1]}',
+            "'user_ids_without_access_to_sender' is not a list of user ids",
+        ),
+        (
+            b'{"event": {"type": "message", "message": {},'
+            b' "user_ids_without_access_to_sender": 2}, "users": [1]}',
+            "'user_ids_without_access_to_sender' is not a list of user ids",
+        ),
     ],
 )
 def test_invalid_notice_is_rejected_with_a_clear_message(raw, message):
