@@ -909,17 +909,25 @@ def deployment(
             deployment.nginx.stop()
 
 
-@pytest.mark.timeout(INSTALLING_TIMEOUT_SECS)
-def test_the_installed_package_imports_nothing_from_the_checkout(installed: Installed):
-    where = subprocess.run(
-        [str(installed.venv / "bin" / "python"), "-c",
-         "import analytics, apply_events, generation, queues, server, server.migrations;"
-         "print('\\n'.join(m.__file__ for m in (analytics, apply_events, generation, queues,"
-         " server, server.migrations)))"],
+def installed_python(installed: Installed, script: str) -> subprocess.CompletedProcess[str]:
+    """`script` run by the installed venv's Python, outside the checkout."""
+    done = subprocess.run(
+        [str(installed.venv / "bin" / "python"), "-c", script],
         capture_output=True, text=True, cwd=installed.root, env={"PATH": os.environ["PATH"]},
         check=False,
     )  # fmt: skip
-    assert where.returncode == 0, where.stderr
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.mark.timeout(INSTALLING_TIMEOUT_SECS)
+def test_the_installed_package_imports_nothing_from_the_checkout(installed: Installed):
+    where = installed_python(
+        installed,
+        "import analytics, apply_events, generation, queues, server, server.migrations;"
+        "print('\\n'.join(m.__file__ for m in (analytics, apply_events, generation, queues,"
+        " server, server.migrations)))",
+    )
     site_packages = next((installed.venv / "lib").glob("python3.*/site-packages"))
     for module_file in where.stdout.split():
         assert Path(module_file).is_relative_to(site_packages), module_file
@@ -931,15 +939,12 @@ def test_the_wheel_runs_the_delivery_path_compiled(installed: Installed):
     and the installed server loads them, not their sources beside them."""
     names = zipfile.ZipFile(installed.wheel).namelist()
     assert "queues/compiled.json" in names
-    loaded = subprocess.run(
-        [str(installed.venv / "bin" / "python"), "-c",
-         "import importlib, queues.compiled as c\n"
-         "for name in c.COMPILED: print(importlib.import_module(name).__file__)\n"
-         "print(c.describe())"],
-        capture_output=True, text=True, cwd=installed.root, env={"PATH": os.environ["PATH"]},
-        check=False,
-    )  # fmt: skip
-    assert loaded.returncode == 0, loaded.stderr
+    loaded = installed_python(
+        installed,
+        "import importlib, queues.compiled as c\n"
+        "for name in c.COMPILED: print(importlib.import_module(name).__file__)\n"
+        "print(c.describe())",
+    )
     *files, described = loaded.stdout.splitlines()
     assert len(files) == len(COMPILED) > 20
     for module_file in files:
