@@ -11,8 +11,7 @@ once a source has changed.
 
 from __future__ import annotations
 
-import ast
-import hashlib
+import importlib.util
 import json
 import os
 import sys
@@ -23,28 +22,29 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
-MANIFEST = Path("queues") / "compiled.json"
 # The shared library of the compiled modules, inside a package (not beside them).
 GROUP = "queues.native"
 
 
-def compiled_modules() -> list[str]:
-    """`COMPILED` of queues/compiled.py, read without importing it."""
-    tree = ast.parse((ROOT / "queues" / "compiled.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(target, ast.Name) and target.id == "COMPILED" for target in node.targets
-        ):
-            return list(ast.literal_eval(node.value))
-    raise SystemExit("setup.py: queues/compiled.py has no COMPILED")
+def load_compiled() -> Any:
+    """queues/compiled.py on its own (standard library only), not the
+    package: what to compile, where the manifest goes, how a source is hashed."""
+    path = ROOT / "queues" / "compiled.py"
+    spec = importlib.util.spec_from_file_location("_eventq_compiled", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"setup.py: cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+GUARD = load_compiled()
+MANIFEST = GUARD.MANIFEST.relative_to(ROOT)
 
 
 def source(module: str) -> Path:
-    return ROOT.joinpath(*module.split(".")).with_suffix(".py")
-
-
-def digest(module: str) -> str:
-    return hashlib.sha256(source(module).read_bytes()).hexdigest()
+    path: Path = GUARD.source_path(module)
+    return path
 
 
 def say(message: str) -> None:
@@ -94,7 +94,7 @@ class BuildExt(build_ext):  # type: ignore[misc]
             if self.inplace:
                 forget_compiled(MODULES)
             return
-        built = {module: digest(module) for module in MODULES}
+        built = {module: GUARD.source_hash(source(module)) for module in MODULES}
         target = (ROOT if self.inplace else Path(self.build_lib)) / MANIFEST
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps({"modules": built}, indent=1) + "\n")
@@ -104,7 +104,7 @@ class BuildExt(build_ext):  # type: ignore[misc]
         return [*super().get_outputs(), str(Path(self.build_lib) / MANIFEST)]
 
 
-MODULES = compiled_modules()
+MODULES: list[str] = list(GUARD.COMPILED)
 # setuptools runs this file for the package's metadata too: mypyc only for a build.
 BUILDING = not {"build", "build_ext", "bdist_wheel", "editable_wheel", "install"}.isdisjoint(
     sys.argv[1:]

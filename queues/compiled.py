@@ -23,6 +23,7 @@ Standard library only, as the rest of `queues`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.abc
 import importlib.machinery
@@ -147,8 +148,10 @@ def _names(modules: Sequence[str]) -> str:
     return ", ".join(modules[:3]) + (", ..." if len(modules) > 3 else "")
 
 
+@functools.cache
 def describe() -> str:
-    """How the compiled modules run in this process, for the server's log."""
+    """How the compiled modules run in this process (once: it does not change
+    once they are imported), for the server's log and stats."""
     import queues.registry  # noqa: PLC0415 (the question is how it was loaded)
 
     if is_compiled(queues.registry):
