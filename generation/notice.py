@@ -77,8 +77,27 @@ def make_notice(
     realm_id: int | None = None,
     notify: object = None,
 ) -> Notice:
-    """Validate the parts of a notice; raises `BadNotice` saying what is wrong."""
-    if not isinstance(event, Mapping):
+    """Validate the parts of a notice; raises `BadNotice` saying what is wrong.
+    The notice holds copies of `event` and of the users' objects: the caller
+    may change its own afterwards."""
+    return _validated(event, users, realm_id, notify, None, copy=True)
+
+
+def _validated(
+    event: object,
+    users: object,
+    realm_id: object,
+    notify: object,
+    position: int | None,
+    *,
+    copy: bool,
+) -> Notice:
+    """`make_notice`'s checks; `copy` False for parts this module decoded
+    itself, which nobody else holds. A notice is delivered once per arrival
+    and a channel message names every subscriber, so the common shapes (a
+    dict, a list, ints, `{"id", "flags"}` objects) are tested by their exact
+    type first and the abstract ones only for the rest."""
+    if type(event) is not dict and not isinstance(event, Mapping):
         raise BadNotice("event is not an object")
     event_type = event.get("type")
     if not isinstance(event_type, str) or not event_type:
@@ -94,44 +113,56 @@ def make_notice(
         not isinstance(without, list) or not all(_is_int(user_id) for user_id in without)
     ):
         raise BadNotice(f"event's {USER_IDS_WITHOUT_ACCESS_TO_SENDER!r} is not a list of user ids")
-    if isinstance(users, str | bytes) or not isinstance(users, Sequence):
+    if type(users) is not list and (
+        isinstance(users, str | bytes) or not isinstance(users, Sequence)
+    ):
         raise BadNotice("users is not a list")
     if realm_id is not None and not _is_int(realm_id):
         raise BadNotice("realm_id is not an integer")
+    # Keys of a user's object that its own data may not set: the event's
+    # (its type above all); "id" is the user's.
+    taken = event.keys() | {"type"}
+    taken.discard("id")
     seen: set[int] = set()
     clean: list[NoticeUser] = []
     for index, user in enumerate(users):
         entry: NoticeUser
-        if isinstance(user, int) and not isinstance(user, bool):
+        if type(user) is int:
             user_id = user
             entry = user
-        elif isinstance(user, Mapping):
+        elif type(user) is dict or (not isinstance(user, int) and isinstance(user, Mapping)):
             raw_id = user.get("id")
             if not isinstance(raw_id, int) or isinstance(raw_id, bool):
                 raise BadNotice(f"users[{index}] has no integer 'id'")
             user_id = raw_id
+            flags = user.get("flags")
             if "flags" in user and (
-                not isinstance(user["flags"], list)
-                or not all(isinstance(flag, str) for flag in user["flags"])
+                not isinstance(flags, list) or not all(isinstance(flag, str) for flag in flags)
             ):
                 raise BadNotice(f"users[{index}].flags is not a list of strings")
-            # A user's own data is added to their copy of the event; it may
-            # not replace what the event says (its type, above all).
-            shadowed = sorted(
-                key for key in user if key != "id" and (key in event or key == "type")
-            )
-            if shadowed:
+            if not taken.isdisjoint(user.keys()):
+                shadowed = sorted(taken.intersection(user.keys()))
                 raise BadNotice(
                     f"users[{index}] would override the event's {', '.join(map(repr, shadowed))}"
                 )
-            entry = dict(user)
+            entry = dict(user) if copy or type(user) is not dict else user
+        elif _is_int(user):  # an int subclass
+            user_id = int(user)
+            entry = user_id
         else:
             raise BadNotice(f"users[{index}] is neither a user id nor an object with 'id'")
         if user_id in seen:
             continue
         seen.add(user_id)
         clean.append(entry)
-    return Notice(dict(event), clean, realm_id, notify=_check_notify(notify, event_type, seen))
+    checked_notify = _check_notify(notify, event_type, seen)
+    return Notice(
+        dict(event) if copy or type(event) is not dict else event,
+        clean,
+        realm_id,  # type: ignore[arg-type]  # an int or None, checked above
+        position,
+        checked_notify,
+    )
 
 
 def _check_notify(notify: object, event_type: str, users: set[int]) -> dict[str, list[int]] | None:
@@ -170,20 +201,23 @@ def _decode(raw: bytes | str) -> dict[str, Any]:
     return data
 
 
-def _with_position(notice: Notice, data: Mapping[str, Any]) -> Notice:
+def _position(data: Mapping[str, Any]) -> int | None:
     position = data.get("position")
-    if position is None:
-        return notice
-    if not _is_int(position) or position <= 0:
+    if position is not None and (not _is_int(position) or position <= 0):
         raise BadNotice("position is not a positive integer")
-    return dataclasses.replace(notice, position=position)
+    return position
 
 
 def parse_notice(raw: bytes | str) -> Notice:
     """Decode and validate a notice from its wire form."""
     data = _decode(raw)
-    return _with_position(
-        make_notice(data["event"], data["users"], data.get("realm_id"), data.get("notify")), data
+    return _validated(
+        data["event"],
+        data["users"],
+        data.get("realm_id"),
+        data.get("notify"),
+        _position(data),
+        copy=False,
     )
 
 
@@ -207,10 +241,14 @@ def parse_notice_for(raw: bytes | str, user_id: int, position: int | None = None
         ):
             own.append(user)
             break
-    notice = make_notice(data["event"], own, data.get("realm_id"))
-    if position is None:
-        return _with_position(notice, data)
-    return Notice(notice.event, notice.users, notice.realm_id, position)
+    return _validated(
+        data["event"],
+        own,
+        data.get("realm_id"),
+        None,
+        _position(data) if position is None else position,
+        copy=False,
+    )
 
 
 def encode_notice(notice: Notice) -> bytes:

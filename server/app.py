@@ -212,10 +212,9 @@ class EventServer:
         if settings.scheduled_messages:
             self.scheduler = Scheduler(self.db, self.sink, self.metrics_registry)
 
-    @staticmethod
-    def clock() -> float:
-        """The registry's clock: seconds, never going back."""
-        return time.monotonic()
+    # The registry's clock: seconds, never going back. The builtin itself, so
+    # that the compiled delivery path calls it without a Python frame.
+    clock = staticmethod(time.monotonic)
 
     # -- lifecycle ----------------------------------------------------------
 

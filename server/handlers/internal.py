@@ -30,7 +30,7 @@ from server.handlers.base import (
     request_params,
 )
 from server.handlers.lean import INTERNAL_ERROR, Connection, http_date, remote_ip, write_answer
-from server.http.params import Params
+from server.http.params import Params, form_fields
 from server.http.responses import success_body
 from server.interface import InternalApi
 
@@ -116,7 +116,14 @@ class LeanNotify(tornado.httputil.HTTPMessageDelegate):
             chunks = self.chunks
             body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             self.chunks = []
-            params = request_params({}, body, "application/x-www-form-urlencoded")
+            # Its common body straight to the compiled parser; any other
+            # through request_params, as the full handler takes it.
+            fields = form_fields(body)
+            params = (
+                Params(fields)
+                if fields is not None
+                else request_params({}, body, "application/x-www-form-urlencoded")
+            )
             if not secret_given(params, server.shared_secret):
                 internal_log.warning(
                     "internal request to %s from %s refused", NOTIFY_PATH, remote_ip(self.conn)

@@ -60,6 +60,9 @@ class Metrics(Observer):
     def __init__(self, registry: CollectorRegistry):
         self.registry = registry
         self._event_types: set[str] = set()
+        # Each event type's child of `events_delivered`, found once: its
+        # `labels()` costs more than the increment, on every notice.
+        self._delivered_by_type: dict[str, Counter] = {}
         self.events_delivered = Counter(
             "eventq_events_delivered",
             "Events put into client queues, by event type (one per receiving queue)",
@@ -126,7 +129,13 @@ class Metrics(Observer):
     def notice_delivered(self, event_type: str, report: DeliveryReport, now: float) -> None:
         self.notices.inc()
         if report.queues:
-            self.events_delivered.labels(self._type_label(event_type)).inc(report.queues)
+            child = self._delivered_by_type.get(event_type)
+            if child is None:
+                label = self._type_label(event_type)
+                child = self.events_delivered.labels(label)
+                if label == event_type:  # at most MAX_EVENT_TYPES of them
+                    self._delivered_by_type[event_type] = child
+            child.inc(report.queues)
 
     def responded(
         self,
