@@ -63,6 +63,7 @@ COMPILED = (
     "server.http.responses",
     "server.http.sessions",
     "server.http.turns",
+    "server.observability.pollrecords",
     "server.routes",
     "server.telling",
 )

@@ -47,7 +47,8 @@ from server.observability.logfiles import (
     prune,
     try_compact,
 )
-from server.observability.observe import Observer, PollOutcome, is_origin
+from server.observability.observe import Observer, PollOutcome
+from server.observability.pollrecords import poll_records
 
 if TYPE_CHECKING:
     from server.config import Settings
@@ -55,7 +56,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("eventq.deliverylog")
 
 _TIME = NAMES.index("time")
-_BATCH = NAMES.index("batch_events")
 # Every column null: what `DeliveryLog._record` fills in.
 _BLANK: dict[str, Any] = dict.fromkeys(NAMES)
 # At most one warning a minute about failing writes: a full disk fails every
@@ -344,45 +344,9 @@ class DeliveryLog(Observer):
         waited_secs: float,
         now: float,
     ) -> None:
-        shard = self.shard
-        realm_id = client.realm_id
-        user_id = client.user_id
-        queue_id = client.queue_id
-        name = client.options.client_name
-        depth = len(client.event_queue)
-        records: list[Record] = []
-        batch = 0
-        if items and outcome != "heartbeat":
-            batch = len(items)
-            for event_id, payload in items:
-                event_type = payload.type
-                if event_type == "heartbeat":
-                    batch -= 1
-                    continue
-                origin = payload.origin
-                if is_origin(origin):
-                    enqueued_at: float | None = origin[0]
-                    published_at = origin[1]
-                else:  # restored from a saved queue, or a collapsed event
-                    enqueued_at = published_at = None
-                records.append(
-                    (
-                        FORMAT_VERSION, "delivery", now, shard, realm_id, user_id, queue_id,
-                        name, event_id, event_type, enqueued_at, published_at, response_bytes,
-                        len(items), depth, None, None, None, None, None, None, None, None,
-                        None, None,
-                    )
-                )  # fmt: skip
-            if batch != len(items):  # a heartbeat shared the response: rare
-                records = [(*r[:_BATCH], batch, *r[_BATCH + 1 :]) for r in records]
-        records.append(
-            (
-                FORMAT_VERSION, "poll", now, shard, realm_id, user_id, queue_id, name, None,
-                None, None, None, response_bytes, batch, depth, outcome, None, waited_secs,
-                None, None, None, None, None, None, None,
-            )
-        )  # fmt: skip
-        self._add(records)
+        self._add(
+            poll_records(self.shard, client, items, response_bytes, outcome, waited_secs, now)
+        )
 
     def _record(self, kind: str, now: float, **fields: Any) -> Record:
         """A record of a rarer kind, by column name (the hot path, `responded`,
