@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from generation.accounts import ROLE_GUEST
 from generation.errors import BadNotice
-from generation.events.realm import deactivated_realm_id
-from generation.events.users import AccessChange, access_change, is_control
+from generation.events.realm import REALM_EVENT_TYPE, deactivated_realm_id
+from generation.events.users import ACCESS_EVENT_TYPES, AccessChange, access_change, is_control
 from generation.notice import Notice, encode_notice, parse_notice
 from generation.send import PublishError, publish_encoded
 from generation.sharding import reach_of
@@ -40,6 +40,10 @@ from server.notifications.away import AwayNotifier
 from server.observability.observe import Observers, make_origin
 
 log = logging.getLogger("eventq.server")
+
+# The event types that may change what this shard must know of a user or a
+# realm; the checks for those changes are skipped for every other event.
+WATCHED_TYPES = ACCESS_EVENT_TYPES | {REALM_EVENT_TYPE}
 
 
 class Delivery:
@@ -175,7 +179,8 @@ class Delivery:
     def deliver_now(self, notice: Notice, published_at: float | None) -> DeliveryReport:
         """The event log reader's hand-off: the notice's turn has come."""
         now = self.clock()
-        if is_control(notice.event):
+        watched = notice.event["type"] in WATCHED_TYPES
+        if watched and is_control(notice.event):
             change = access_change(notice.event)
             if change is not None:
                 self._access_changed(change, now)
@@ -194,12 +199,13 @@ class Delivery:
         if notifier is not None and presence:
             notifier.after_delivery(notice, presence, wall)
         self.observers.notice_delivered(notice.event["type"], report, wall)
-        change = access_change(notice.event)
-        if change is not None:
-            self._access_changed(change, now)
-        realm_id = deactivated_realm_id(notice.event)
-        if realm_id is not None:
-            self._realm_deactivated(realm_id, notice, now)
+        if watched:
+            change = access_change(notice.event)
+            if change is not None:
+                self._access_changed(change, now)
+            realm_id = deactivated_realm_id(notice.event)
+            if realm_id is not None:
+                self._realm_deactivated(realm_id, notice, now)
         if report.foreign:
             log.warning(
                 "notice for realm %s named users whose queues are in another realm;"

@@ -60,10 +60,14 @@ TYPES: tuple[EventType, ...] = (
 )
 
 
+# The type of the events `deactivated_realm_id` looks at.
+REALM_EVENT_TYPE = "realm"
+
+
 def deactivated_realm_id(event: Mapping[str, Any]) -> int | None:
     """The realm an event says was deactivated, or None: every shard forgets
     what it cached of the realm's users and ends their queues on seeing it."""
-    if event.get("type") != "realm" or event.get("op") != "deactivated":
+    if event.get("type") != REALM_EVENT_TYPE or event.get("op") != "deactivated":
         return None
     realm_id = event.get("realm_id")
     return realm_id if isinstance(realm_id, int) and not isinstance(realm_id, bool) else None

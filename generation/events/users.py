@@ -420,9 +420,16 @@ class AccessChange:
     role: int | None = None
 
 
+# The only event types `access_change` reports a change for (and
+# `is_control` is one): the delivery path asks it of these alone.
+ACCESS_EVENT_TYPES = frozenset({CREDENTIALS_CHANGED, "realm_user"})
+
+
 def access_change(event: Mapping[str, Any]) -> AccessChange | None:
     """The change of a user's access an event reports, or None."""
     kind = event.get("type")
+    if kind not in ACCESS_EVENT_TYPES:
+        return None
     if kind == CREDENTIALS_CHANGED:
         user_id = event.get("user_id")
         valid = isinstance(user_id, int) and not isinstance(user_id, bool)
