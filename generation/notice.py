@@ -88,7 +88,7 @@ def _validated(
     users: object,
     realm_id: object,
     notify: object,
-    position: int | None,
+    position: object,
     *,
     copy: bool,
 ) -> Notice:
@@ -156,6 +156,11 @@ def _validated(
         seen.add(user_id)
         clean.append(entry)
     checked_notify = _check_notify(notify, event_type, seen)
+    # Last: a notice with other faults as well reports those first.
+    if position is not None and (
+        not isinstance(position, int) or isinstance(position, bool) or position <= 0
+    ):
+        raise BadNotice("position is not a positive integer")
     return Notice(
         dict(event) if copy or type(event) is not dict else event,
         clean,
@@ -201,13 +206,6 @@ def _decode(raw: bytes | str) -> dict[str, Any]:
     return data
 
 
-def _position(data: Mapping[str, Any]) -> int | None:
-    position = data.get("position")
-    if position is not None and (not _is_int(position) or position <= 0):
-        raise BadNotice("position is not a positive integer")
-    return position
-
-
 def parse_notice(raw: bytes | str) -> Notice:
     """Decode and validate a notice from its wire form."""
     data = _decode(raw)
@@ -216,7 +214,7 @@ def parse_notice(raw: bytes | str) -> Notice:
         data["users"],
         data.get("realm_id"),
         data.get("notify"),
-        _position(data),
+        data.get("position"),
         copy=False,
     )
 
@@ -246,7 +244,7 @@ def parse_notice_for(raw: bytes | str, user_id: int, position: int | None = None
         own,
         data.get("realm_id"),
         None,
-        _position(data) if position is None else position,
+        data.get("position") if position is None else position,
         copy=False,
     )
 

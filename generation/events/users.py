@@ -428,7 +428,7 @@ ACCESS_EVENT_TYPES = frozenset({CREDENTIALS_CHANGED, "realm_user"})
 def access_change(event: Mapping[str, Any]) -> AccessChange | None:
     """The change of a user's access an event reports, or None."""
     kind = event.get("type")
-    if kind not in ACCESS_EVENT_TYPES:
+    if not isinstance(kind, str) or kind not in ACCESS_EVENT_TYPES:
         return None
     if kind == CREDENTIALS_CHANGED:
         user_id = event.get("user_id")

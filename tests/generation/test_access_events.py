@@ -46,3 +46,8 @@ def test_a_realm_deactivation_is_reported_for_its_type_only():
 def test_the_delivery_path_watches_every_type_that_can_change_access():
     assert ACCESS_EVENT_TYPES | {REALM_EVENT_TYPE} == WATCHED_TYPES
     assert credentials_changed(7)["type"] in WATCHED_TYPES
+
+
+def test_an_event_whose_type_is_not_a_string_is_no_change():
+    assert access_change({"type": ["realm_user"], "op": "update"}) is None
+    assert deactivated_realm_id({"type": ["realm"], "op": "deactivated", "realm_id": 3}) is None

@@ -287,3 +287,16 @@ def test_a_shards_part_keeps_only_its_users_in_notify():
     part = notice.for_users([{"id": 3, "flags": []}])
     assert part.notify == {"email": [3], "push": [3]}
     assert part.users == [{"id": 3, "flags": []}]
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b'{"event": 5, "users": [1], "position": -1}', "event is not an object"),
+        (b'{"event": {"type": "x"}, "users": [true], "position": 0}', "users[0]"),
+        (b'{"event": {"type": "x"}, "users": [1], "position": -1}', "position"),
+    ],
+)
+def test_a_bad_position_is_reported_after_the_notices_other_faults(raw, message):
+    with pytest.raises(BadNotice, match=re.escape(message)):
+        parse_notice(raw)
