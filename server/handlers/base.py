@@ -10,7 +10,7 @@ import logging
 import re
 import time
 import urllib.parse
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from typing import Any, NoReturn
 
 import orjson
@@ -32,7 +32,7 @@ from server.http.forward import (
     accel_redirect,
     forward,
 )
-from server.http.params import Params, form_fields
+from server.http.params import Params, request_params
 from server.http.responses import success_body
 from server.http.sessions import CSRF_HEADER, USER_HEADER, check_csrf, cookie_names
 from server.interface import HandlerApi
@@ -135,7 +135,6 @@ def owned_queue(server: HandlerApi, queue_id: str, user: AuthUser) -> ClientDesc
         raise
 
 
-_FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 _DIGITS = re.compile(r"[0-9]{1,18}")
 
 
@@ -145,41 +144,6 @@ def clean_client_name(name: str) -> str:
     characters; "Unspecified" if nothing is left."""
     cleaned = "".join(c for c in name if c.isprintable())[:30]
     return cleaned or "Unspecified"
-
-
-def request_params(
-    query: Mapping[str, list[bytes]],
-    body: bytes,
-    content_type: str,
-    headers: tornado.httputil.HTTPHeaders | None = None,
-) -> Params:
-    """A request's parameters: its query string's, then its form body's
-    (which win); a body that is not a form is refused (415). `headers`: the
-    request's, for Tornado's refusal of an encoded form."""
-    raw: dict[str, list[bytes]] = {k: list(v) for k, v in query.items()}
-    if body:
-        if not content_type.startswith(_FORM_TYPES):
-            raise ApiError(
-                "Unsupported Content-Type: send parameters form-encoded"
-                " (application/x-www-form-urlencoded)",
-                "UNSUPPORTED_MEDIA_TYPE",
-                415,
-            )
-        body_args = (
-            form_fields(body)
-            if content_type.startswith(_FORM_TYPES[0])
-            and (headers is None or "Content-Encoding" not in headers)
-            else None
-        )
-        if body_args is None:
-            body_args = {}
-            try:
-                tornado.httputil.parse_body_arguments(content_type, body, body_args, {}, headers)
-            except tornado.httputil.HTTPInputError as exc:
-                raise ApiError(f"Malformed request body: {exc}") from None
-        for name, values in body_args.items():
-            raw.setdefault(name, []).extend(values)
-    return Params(raw)
 
 
 @tornado.web.stream_request_body

@@ -27,10 +27,9 @@ from server.handlers.base import (
     access_log,
     internal_log,
     log_access,
-    request_params,
 )
 from server.handlers.lean import INTERNAL_ERROR, Connection, http_date, remote_ip, write_answer
-from server.http.params import Params, form_fields
+from server.http.params import Params, request_params
 from server.http.responses import success_body
 from server.interface import InternalApi
 
@@ -116,14 +115,7 @@ class LeanNotify(tornado.httputil.HTTPMessageDelegate):
             chunks = self.chunks
             body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             self.chunks = []
-            # Its common body straight to the compiled parser; any other
-            # through request_params, as the full handler takes it.
-            fields = form_fields(body)
-            params = (
-                Params(fields)
-                if fields is not None
-                else request_params({}, body, "application/x-www-form-urlencoded")
-            )
+            params = request_params({}, body, "application/x-www-form-urlencoded")
             if not secret_given(params, server.shared_secret):
                 internal_log.warning(
                     "internal request to %s from %s refused", NOTIFY_PATH, remote_ip(self.conn)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
+import tornado.httputil
 
 from server.errors import ApiError, missing_argument
 
@@ -55,6 +56,44 @@ def form_fields(body: bytes) -> dict[str, list[bytes]] | None:
                 return None
         fields.setdefault(name.decode("ascii"), []).append(value)
     return fields
+
+
+_FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def request_params(
+    query: Mapping[str, list[bytes]],
+    body: bytes,
+    content_type: str,
+    headers: tornado.httputil.HTTPHeaders | None = None,
+) -> Params:
+    """A request's parameters: its query string's, then its form body's
+    (which win); a body that is not a form is refused (415). `headers`: the
+    request's, for Tornado's refusal of an encoded form."""
+    raw: dict[str, list[bytes]] = {k: list(v) for k, v in query.items()}
+    if body:
+        if not content_type.startswith(_FORM_TYPES):
+            raise ApiError(
+                "Unsupported Content-Type: send parameters form-encoded"
+                " (application/x-www-form-urlencoded)",
+                "UNSUPPORTED_MEDIA_TYPE",
+                415,
+            )
+        body_args = (
+            form_fields(body)
+            if content_type.startswith(_FORM_TYPES[0])
+            and (headers is None or "Content-Encoding" not in headers)
+            else None
+        )
+        if body_args is None:
+            body_args = {}
+            try:
+                tornado.httputil.parse_body_arguments(content_type, body, body_args, {}, headers)
+            except tornado.httputil.HTTPInputError as exc:
+                raise ApiError(f"Malformed request body: {exc}") from None
+        for name, values in body_args.items():
+            raw.setdefault(name, []).extend(values)
+    return Params(raw)
 
 
 def decode_json(name: str, value: str) -> Any:
