@@ -1760,6 +1760,12 @@ async def measure_throughput(
 # With many small events, one notice in this many goes to every client; the
 # others go to one user's.
 SMALL_TO_ALL = 100
+# With many small events, the publishers start at most this many notices in
+# a second of wall time (both servers alike): nchan numbers a channel's
+# messages within a second in a signed 16-bit tag, and past 32,767 its ids
+# wrap round (`1795979241:-30771`), and a long poll following the last one
+# it read never gets the rest. A fast machine's generator reached that.
+SMALL_NOTICES_PER_SEC = 30_000
 # With many small events, the publishers wait while the clients have this
 # many reads still to make: nchan answers a publish before its subscriber
 # reads it, and a publisher far ahead would only overflow one channel's
@@ -1815,6 +1821,7 @@ async def measure_small_events(
         targets=targets,
         user_of=user_of,
         backlog=SMALL_BACKLOG_READS,
+        per_second=SMALL_NOTICES_PER_SEC,
         broker_cpu=broker_cpu,
         spy=spy,
         spy_output=args.py_spy,
@@ -1831,6 +1838,7 @@ async def drive(
     targets: Callable[[int], Sequence[int] | None] | None = None,
     user_of: Callable[[Client], int] | None = None,
     backlog: int | None = None,
+    per_second: int | None = None,
     broker_cpu: Callable[[], float] | None = None,
     spy: Callable[[], subprocess.Popen[bytes]] | None = None,
     spy_output: Path | None = None,
@@ -1838,7 +1846,9 @@ async def drive(
     """Each of `publishers` keeps `pipeline` notices in flight for `duration`
     s, each notice to `targets(seq)` (None: every user; `user_of` tells a
     client's user), while the clients have fewer than `backlog` reads
-    still to make; then every client is waited for until it has read every
+    still to make, and at most `per_second` notices start in a second of
+    wall time ("paced_secs": the seconds in which that held them back);
+    then every client is waited for until it has read every
     notice for it. Events read by clients per second inside the window, the
     server's CPU per event (and the broker's, from `broker_cpu`), latency;
     the delivery check. `spy` starts py-spy
@@ -1852,9 +1862,12 @@ async def drive(
         user_of(client) for client in subject.clients if user_of is not None
     )
     reads = recorder.events  # reads to come: `reads` - recorder.events
+    # The second of wall time notices are starting in, and how many have.
+    second, started_in_second = 0, 0
+    paced: set[int] = set()
 
     async def pump(publisher: Publisher) -> None:
-        nonlocal reads
+        nonlocal reads, second, started_in_second
         pending: collections.deque[tuple[int, asyncio.Future[int]]] = collections.deque()
         while running or pending:
             while running and len(pending) < pipeline:
@@ -1863,6 +1876,17 @@ async def drive(
                         break  # an answer first
                     await asyncio.sleep(0.0005)
                     continue
+                if per_second is not None:
+                    now = time.time()
+                    if int(now) != second:
+                        second, started_in_second = int(now), 0
+                    if started_in_second >= per_second:
+                        paced.add(second)
+                        if pending:
+                            break  # an answer first
+                        await asyncio.sleep(second + 1 - now)
+                        continue
+                    started_in_second += 1
                 seq = recorder.next_seq()
                 users = aimed[seq] = targets(seq) if targets is not None else None
                 reads += size if users is None else sum(readers[user] for user in users)
@@ -1941,6 +1965,7 @@ async def drive(
         "pipeline": pipeline,
         "elapsed_secs": round(elapsed, 3),
         "notices": len(published),
+        "paced_secs": len(paced),
         "events_in_window": events,
         "events_per_sec": round(events / elapsed, 1),
         "events_per_response": round(events / responses, 2) if responses else None,
@@ -2523,6 +2548,11 @@ def render(results: dict[str, Any]) -> str:
                 out.write(f"    RabbitMQ's CPU share of a core: {window['broker_cpu_share']:.0%}\n")
             if window["generator_cpu_share"] > 0.9:
                 out.write("  WARNING: the load generator was saturated\n")
+            if window.get("paced_secs"):
+                out.write(
+                    f"  paced: {window['paced_secs']} s held at {SMALL_NOTICES_PER_SEC:,}"
+                    " notices/s (nchan's ids)\n"
+                )
         lag = server.get("loop_lag_largest_fanout")
         if lag:
             out.write(
