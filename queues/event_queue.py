@@ -180,15 +180,20 @@ class EventQueue:
         collapsed events are merged in first, as by `contents`."""
         self._materialize()
         flat = self._flat
-        low, high = 0, len(flat) // 2
+        end = len(flat)
+        # A stream that keeps up has written all but the newest event.
+        if end == 0 or flat[end - 2] <= event_id:
+            return []
+        if end == 2 or flat[end - 4] <= event_id:
+            return [(flat[end - 2], flat[end - 1])]
+        low, high = 0, end // 2
         while low < high:
             middle = (low + high) // 2
             if flat[2 * middle] <= event_id:
                 low = middle + 1
             else:
                 high = middle
-        rest = flat[2 * low :]
-        return list(zip(rest[::2], rest[1::2], strict=True))
+        return [(flat[i], flat[i + 1]) for i in range(2 * low, end, 2)]
 
     def _held(self) -> list[Item]:
         """The events of `_flat` as (id, payload) pairs, in id order."""

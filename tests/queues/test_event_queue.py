@@ -557,3 +557,21 @@ def test_a_queued_message_is_one_object_for_the_gc():
         "id": 5
     }
     assert json.loads(built.stored_json(5)) == built.stored_event(5) == event | {"id": 5}
+
+
+def test_after_gives_the_events_above_an_id_in_order():
+    """What an event stream writes next (`after`): every event above the
+    id it has written, from an empty queue, one event, or many, whether
+    it is up to date, one behind or further."""
+    queue = EventQueue(encode)
+    assert queue.after(-1) == []
+    for count in range(1, 6):
+        push(queue, dict(ARBITRARY, y=count))
+        held = queue.contents()
+        for written in range(-1, count + 1):
+            after = queue.after(written)
+            assert [event_id for event_id, _ in after] == list(range(written + 1, count))
+            assert after == [item for item in held if item[0] > written]
+    queue.prune(2)
+    assert [event_id for event_id, _ in queue.after(0)] == [3, 4]
+    assert [event_id for event_id, _ in queue.after(3)] == [4]
