@@ -42,7 +42,8 @@ class Heartbeats:
     deadline in it, not one per parked request (a timer costs about 1.3 us
     to start and cancel under uvloop, and memory for as long as its request
     is parked). A deadline fires at the end of its tick, `fire(client)`,
-    unless cancelled first."""
+    unless cancelled first, and only while its request is still the one
+    parked on `client`."""
 
     __slots__ = ("_due", "_fire", "_loop", "base_secs", "jitter_secs", "tick_secs")
 
@@ -90,8 +91,17 @@ class Heartbeats:
         if due is not None:
             due.pop(waiter, None)
 
+    def pending(self, tick: int, waiter: Waiter) -> bool:
+        """Whether `waiter`'s deadline in `tick` is still to fire."""
+        due = self._due.get(tick)
+        return due is not None and waiter in due
+
     def _run(self, tick: int) -> None:
-        for client in self._due.pop(tick, {}).values():
+        for waiter, client in self._due.pop(tick, {}).items():
+            if client.waiter is not waiter:
+                # Not parked there now (an event stream between two writes
+                # keeps its deadline): a heartbeat is its own waiter's only.
+                continue
             try:
                 self._fire(client)
             except Exception:

@@ -131,7 +131,10 @@ class EventsHandler(BaseHandler):
         # nginx passes each write on at once (the generated site's event
         # locations, and any other proxy honouring it).
         self.set_header("X-Accel-Buffering", "no")
-        events = stream.EventStream(self.server, client, self)
+        connection = self.request.connection
+        assert connection is not None
+        target = stream.DirectTarget(self, connection)
+        events = stream.EventStream(self.server, client, target)
         self._parked = events
         events.start()
         last = await events.ended

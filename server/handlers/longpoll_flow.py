@@ -160,7 +160,7 @@ class ParkedPoll(abc.ABC):
         self._parked_at = parked_at = server.clock()
         server.registry.park(client, self, parked_at)
         if not self._unread(client):
-            self._heartbeat = server.heartbeats.start(self, client)
+            self._start_heartbeat(client)
         else:
             self._ready = True
             server.answer_slices.add(self._take_turn, "events")
@@ -173,7 +173,7 @@ class ParkedPoll(abc.ABC):
         """`queues.client.Waiter`: the registry detached this poll. It is
         answered in its turn: the one it has already (it found events
         waiting), else the next one."""
-        self._cancel_heartbeat()
+        self._woken_heartbeat(reason)
         if self._ready:
             self._woken = reason
         else:
@@ -242,6 +242,14 @@ class ParkedPoll(abc.ABC):
             server = self.server
             if server.registry.unpark(client, self, server.clock()):
                 log.debug("client disconnected from queue %s", client.queue_id)
+        self._cancel_heartbeat()
+
+    def _start_heartbeat(self, client: ClientDescriptor) -> None:
+        self._heartbeat = self.server.heartbeats.start(self, client)
+
+    def _woken_heartbeat(self, reason: WakeReason) -> None:
+        """Its heartbeat once woken: no longer to come (an event stream's
+        keeps coming, `stream.EventStream`)."""
         self._cancel_heartbeat()
 
     def _cancel_heartbeat(self) -> None:

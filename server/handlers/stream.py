@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 import orjson
@@ -42,6 +42,7 @@ from queues.errors import QueueError
 from queues.event_queue import Item
 from server.errors import ApiError, bad_queue_id, from_queue_error
 from server.handlers.longpoll_flow import ParkedPoll, answer_position
+from server.http.http1 import Exchange
 from server.http.responses import EVENT_STREAM_TYPE
 from server.interface import PollApi
 
@@ -90,11 +91,66 @@ def named(event: str, data: bytes) -> bytes:
 
 
 class StreamTarget(Protocol):
-    """The response a stream writes on (`events.EventsHandler`)."""
+    """What a stream writes on: `write` buffers, `flush` sends what is
+    buffered, its future done once the connection takes more (None: it
+    takes more now)."""
 
     def write(self, chunk: bytes) -> None: ...
 
-    def flush(self) -> Awaitable[None]: ...
+    def flush(self) -> asyncio.Future[None] | None: ...
+
+
+class Response(Protocol):
+    """The handler whose answer a stream is (`events.EventsHandler`): its
+    own `flush` sends the head (status and headers) with the first chunk."""
+
+    def write(self, chunk: bytes) -> None: ...
+
+    def flush(self) -> asyncio.Future[None]: ...
+
+
+class Connection(Protocol):
+    """The HTTP connection under the handler (`server.http.http1.Exchange`,
+    or Tornado's `HTTP1Connection`): `write` frames a chunk of the body."""
+
+    def write(self, chunk: bytes) -> asyncio.Future[None]: ...
+
+
+class DirectTarget:
+    """A stream's writes, on the handler until its head is sent, then
+    straight on the connection (`Exchange.send` where it is ours: no future
+    made while the connection takes more): every later write would otherwise go
+    through Tornado's `RequestHandler.write` and `flush` in Python (output
+    transforms, of which the application has none: `compress_response` is
+    off; and the HEAD check: the events route takes no HEAD). The handler
+    still finishes the answer (`finish`) once the stream ends."""
+
+    __slots__ = ("_connection", "_exchange", "_head_sent", "_pending", "_response")
+
+    def __init__(self, response: Response, connection: Connection) -> None:
+        self._response = response
+        self._connection = connection
+        self._exchange = connection if isinstance(connection, Exchange) else None
+        self._head_sent = False
+        self._pending: list[bytes] = []
+
+    def write(self, chunk: bytes) -> None:
+        if self._head_sent:
+            self._pending.append(chunk)
+        else:
+            self._response.write(chunk)
+
+    def flush(self) -> asyncio.Future[None] | None:
+        if not self._head_sent:
+            self._head_sent = True
+            return self._response.flush()
+        pending = self._pending
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        pending.clear()
+        exchange = self._exchange
+        if exchange is not None:
+            return exchange.send(data)
+        return self._connection.write(data)
 
 
 # How a stream ended: the message to write last (None: none), or
@@ -134,6 +190,18 @@ class EventStream(ParkedPoll):
         self._woken = None
         super().park(client)
 
+    def _woken_heartbeat(self, reason: WakeReason) -> None:
+        """Woken by events, a stream keeps its heartbeat deadline: it parks
+        again at once, and starting a deadline at every write costs more
+        than a comment line every 45-55 s on a busy stream."""
+        if reason != "events":
+            self._cancel_heartbeat()
+
+    def _start_heartbeat(self, client: ClientDescriptor) -> None:
+        tick = self._heartbeat
+        if tick is None or not self.server.heartbeats.pending(tick, self):
+            super()._start_heartbeat(client)
+
     def _unread(self, client: ClientDescriptor) -> bool:
         newest = client.event_queue.last_id()
         return newest is not None and newest > self.written
@@ -152,7 +220,12 @@ class EventStream(ParkedPoll):
             self._end(named("displaced", b"{}"))
             return
         elif reason == "deleted":
-            self._write_new()  # what it still held
+            self._write_new()  # what it still held, sent before the last message
+            try:
+                self._target.flush()
+            except tornado.iostream.StreamClosedError:
+                self.disconnected()
+                return
             self._end(ended(self.server, self._queue()))
             return
         else:  # overflow: the queue is gone, the client registers a new one
@@ -172,26 +245,28 @@ class EventStream(ParkedPoll):
         if not items:
             return
         body = frames(items)
-        target = self._target
-        target.write(body)
         self.written = items[-1][0]
         self.count += len(items)
         server = self.server
         # The queue held nothing more: its position is the stream's.
         stream_position = answer_position(server, client, None)
-        if stream_position is not None:
-            target.write(position(stream_position))
+        if stream_position is None:
+            self._target.write(body)
+        else:
+            self._target.write(body + position(stream_position))
         server.observe_response(client, items, len(body), "events", self.waited)
 
     def _flush_then_park(self) -> None:
         """Send what was written; park again once the connection takes more
         (a client slow to read holds its stream back, not the server)."""
         try:
-            flushed = asyncio.ensure_future(self._target.flush())
+            flushed = self._target.flush()
         except tornado.iostream.StreamClosedError:
             self.disconnected()
             return
-        if flushed.done():
+        if flushed is None:
+            self._sent()
+        elif flushed.done():
             self._flushed(flushed)
         else:
             flushed.add_done_callback(self._flushed)
@@ -202,6 +277,10 @@ class EventStream(ParkedPoll):
         if flushed.cancelled() or flushed.exception() is not None:
             self.disconnected()
             return
+        self._sent()
+
+    def _sent(self) -> None:
+        """Its write is sent, and the connection takes more."""
         server = self.server
         client = self._queue()
         if must_end(server, client, self.count):

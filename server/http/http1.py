@@ -246,6 +246,12 @@ class Exchange(tornado.httputil.HTTPConnection):
     def write(self, chunk: bytes) -> asyncio.Future[None]:
         return self.protocol.write(self._frame(chunk))
 
+    def send(self, chunk: bytes) -> asyncio.Future[None] | None:
+        """`write` for a writer that goes on at once unless told to wait (an
+        event stream): None when the connection takes more, without making
+        a future for it, else `write`'s future."""
+        return self.protocol.send(self._frame(chunk))
+
     def _frame(self, chunk: bytes) -> bytes:
         if self._remaining is not None:
             self._remaining -= len(chunk)
@@ -424,6 +430,13 @@ class HTTP1Protocol(asyncio.Protocol):
             self.transport.resume_reading()  # type: ignore[union-attr]
 
     # -- for Exchange -----------------------------------------------------------
+
+    def send(self, data: bytes) -> asyncio.Future[None] | None:
+        """`Exchange.send`: `write`, but None where its future would be done."""
+        if self.closed or self._drain_waiters is not None:
+            return self.write(data)
+        self.transport.write(data)  # type: ignore[union-attr]
+        return None
 
     def write(self, data: bytes) -> asyncio.Future[None]:
         """Write `data`; the future is done once the transport takes more."""

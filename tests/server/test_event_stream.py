@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -108,6 +109,42 @@ def test_a_stream_sends_heartbeats_as_comments(start_server, world):
         assert stream.message() == {"comment": "heartbeat"}
         server.notify({"type": "test"}, [alice.user.user_id])
         assert stream.events(1)[0]["data"] == {"type": "test", "id": 0}
+    finally:
+        stream.conn.close()
+        alice.close()
+
+
+def test_a_busy_stream_still_gets_its_heartbeats(start_server, world):
+    """A stream written to more often than the heartbeat period keeps its
+    heartbeat deadline (it is not restarted at each write): the comment
+    comes on time between events, and no event is lost or repeated."""
+    server = start_server(EVENTQ_HEARTBEAT_SECS="0.5", EVENTQ_HEARTBEAT_JITTER_SECS="0")
+    alice, queue_id, stream = _streaming(server, world)
+    try:
+        assert stream.message() == {"retry": "500"}
+        server.wait_parked(alice.user.user_id, queue_id)
+        ids: list[int] = []
+        deadline = time.monotonic() + 20
+        heartbeat_after: int | None = None
+        while heartbeat_after is None:
+            assert time.monotonic() < deadline, f"no heartbeat after {len(ids)} events"
+            # An event every 50 ms: ten times the heartbeat period's rate,
+            # and far from the events that end a stream (stream.py's
+            # MAX_UNACKNOWLEDGED) before the heartbeat's time.
+            time.sleep(0.05)
+            server.notify({"type": "test", "n": len(ids)}, [alice.user.user_id])
+            while True:
+                message = stream.message()
+                assert message, f"the stream ended after {len(ids)} events"
+                if message == {"comment": "heartbeat"}:
+                    heartbeat_after = len(ids)
+                elif "id" in message:
+                    ids.append(int(message["id"]))
+                elif message.get("event") == "position":
+                    break
+        # Events kept coming while the heartbeat did: well within 0.5 s each.
+        assert heartbeat_after >= 2
+        assert ids == list(range(len(ids)))
     finally:
         stream.conn.close()
         alice.close()

@@ -262,13 +262,19 @@ def test_heartbeat_deadlines_fire_once_per_waiter_at_most_a_tick_late():
             return ClientDescriptor(queue_id, 1, 1, QueueOptions(), 0.0, EventQueue(encode))
 
         heartbeats = Heartbeats(fire, 45.0, 10.0, tick_secs=tick_secs)
-        first, second, third = FakeWaiter(), FakeWaiter(), FakeWaiter()
+        first, second, third, gone = FakeWaiter(), FakeWaiter(), FakeWaiter(), FakeWaiter()
         queue_a, queue_b = queue("queue-a"), queue("queue-b")
+        queue_a.waiter, queue_b.waiter = second, third
         tick = heartbeats.start(first, queue_a, a_secs)
         assert heartbeats.start(second, queue_a, a_secs) == tick
         heartbeats.start(third, queue_b, b_secs)
-        assert len(heartbeats) == 3
+        # A deadline of a waiter no longer parked on its queue (an event
+        # stream between two writes keeps its own) wakes nobody.
+        assert heartbeats.start(gone, queue_b, a_secs) == tick
+        assert heartbeats.pending(tick, gone)
+        assert len(heartbeats) == 4
         heartbeats.cancel(tick, first)
+        assert not heartbeats.pending(tick, first)
         # A second cancel changes nothing.
         heartbeats.cancel(tick, first)
         await asyncio.wait_for(done, 5)
