@@ -220,13 +220,7 @@ class EventStream(ParkedPoll):
             self._end(named("displaced", b"{}"))
             return
         elif reason == "deleted":
-            self._write_new()  # what it still held, sent before the last message
-            try:
-                self._target.flush()
-            except tornado.iostream.StreamClosedError:
-                self.disconnected()
-                return
-            self._end(ended(self.server, self._queue()))
+            self._end_with_queue()
             return
         else:  # overflow: the queue is gone, the client registers a new one
             error = bad_queue_id(self._queue().queue_id, "overflow")
@@ -286,11 +280,21 @@ class EventStream(ParkedPoll):
         if must_end(server, client, self.count):
             self._end(None)
         elif client not in server.registry:
-            self._end(ended(server, client))  # while it wrote
+            self._end_with_queue()  # it ended while the stream wrote
         elif client.waiter is not None:
             self._end(named("displaced", b"{}"))  # a newer reader parked meanwhile
         else:
             self.park(client)
+
+    def _end_with_queue(self) -> None:
+        """Its queue ended: what it still held is written, then why."""
+        self._write_new()
+        try:
+            self._target.flush()
+        except tornado.iostream.StreamClosedError:
+            self.disconnected()
+            return
+        self._end(ended(self.server, self._queue()))
 
     def disconnected(self) -> None:
         """Its connection closed."""

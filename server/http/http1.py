@@ -432,22 +432,25 @@ class HTTP1Protocol(asyncio.Protocol):
     # -- for Exchange -----------------------------------------------------------
 
     def send(self, data: bytes) -> asyncio.Future[None] | None:
-        """`Exchange.send`: `write`, but None where its future would be done."""
-        if self.closed or self._drain_waiters is not None:
-            return self.write(data)
-        self.transport.write(data)  # type: ignore[union-attr]
-        return None
-
-    def write(self, data: bytes) -> asyncio.Future[None]:
-        """Write `data`; the future is done once the transport takes more."""
+        """`Exchange.send`: `write`, but None where its future would be done
+        (the transport takes more, this write included)."""
         if self.closed:
             return _closed_future()
         self.transport.write(data)  # type: ignore[union-attr]
+        # Paused by this very write, or before it.
+        waiters = self._drain_waiters
+        if waiters is None:
+            return None
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if self._drain_waiters is None:
+        waiters.append(future)
+        return future
+
+    def write(self, data: bytes) -> asyncio.Future[None]:
+        """Write `data`; the future is done once the transport takes more."""
+        future = self.send(data)
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
             future.set_result(None)
-        else:
-            self._drain_waiters.append(future)
         return future
 
     def close(self) -> None:
