@@ -59,9 +59,12 @@ class StreamFloors:
     async def lowest(self, user_id: int) -> int | None:
         """The lowest stream position registers gave `user_id`, those of
         this process's registers not yet written included (not waited for:
-        under a flood of registers the writer is never done)."""
+        under a flood of registers the writer is never done). Looked at
+        before the read too: a floor whose write commits while the read
+        runs is in neither the read's answer nor, once written, here."""
+        before = self.unwritten(user_id)
         written = await self.db.stream_floor(user_id)
-        floors = [f for f in (written, self.unwritten(user_id)) if f is not None]
+        floors = [f for f in (before, written, self.unwritten(user_id)) if f is not None]
         return min(floors, default=None)
 
     async def drain(self) -> None:

@@ -585,6 +585,47 @@ def test_a_users_floor_stays_the_lowest_they_were_given_whatever_was_pruned(own_
     assert asyncio.run(floors()) == [None, 100]
 
 
+def test_a_floor_written_while_a_resume_reads_the_floors_is_not_missed(own_database):
+    """A register's floor is written after its answer (server/durability/
+    floors.py); a resume right after it reads the table while that write
+    runs. The read started before the write committed, and the write was
+    done when the read came back: the floor was in neither place, and the
+    resume was refused as RESUME_POSITION_UNKNOWN (seen once in CI)."""
+    import asyncio
+
+    from server.database.db import Database
+    from server.durability.floors import StreamFloors
+
+    user = World(own_database).user()
+
+    async def lowest() -> int | None:
+        db = Database(own_database)
+        await db.open()
+        floors = StreamFloors(db)
+        read = db.stream_floor
+        with psycopg.connect(own_database) as lock:
+            try:
+                # The writer's INSERT waits behind this lock; reads do not.
+                lock.execute("LOCK TABLE user_stream_floors IN EXCLUSIVE MODE")
+
+                async def read_then_the_write_commits(user_id: int) -> int | None:
+                    found = await read(user_id)  # before the write commits
+                    lock.commit()
+                    await floors.drain()
+                    return found
+
+                db.stream_floor = read_then_the_write_commits  # type: ignore[method-assign]
+                floors.record(user.user_id, 42)
+                await asyncio.sleep(0)  # the writer starts, and waits on the lock
+                return await floors.lowest(user.user_id)
+            finally:
+                lock.rollback()
+                await floors.drain()
+                await db.close()
+
+    assert asyncio.run(lowest()) == 42
+
+
 def test_what_a_resume_replays_is_judged_by_every_message_and_channel_an_event_names():
     from server.durability.resume import ReplayFacts, replayable
 
