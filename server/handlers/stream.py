@@ -90,16 +90,6 @@ def named(event: str, data: bytes) -> bytes:
     return b"event: %s\ndata: %s\n\n" % (event.encode("ascii"), data)
 
 
-class StreamTarget(Protocol):
-    """What a stream writes on: `write` buffers, `flush` sends what is
-    buffered, its future done once the connection takes more (None: it
-    takes more now)."""
-
-    def write(self, chunk: bytes) -> None: ...
-
-    def flush(self) -> asyncio.Future[None] | None: ...
-
-
 class Response(Protocol):
     """The handler whose answer a stream is (`events.EventsHandler`): its
     own `flush` sends the head (status and headers) with the first chunk."""
@@ -117,7 +107,11 @@ class Connection(Protocol):
 
 
 class DirectTarget:
-    """A stream's writes, on the handler until its head is sent, then
+    """What a stream writes on: `write` buffers, `flush` sends what is
+    buffered, its future done once the connection takes more (None: it
+    takes more now).
+
+    Its writes go on the handler until its head is sent, then
     straight on the connection (`Exchange.send` where it is ours: no future
     made while the connection takes more): every later write would otherwise go
     through Tornado's `RequestHandler.write` and `flush` in Python (output
@@ -168,7 +162,7 @@ class EventStream(ParkedPoll):
 
     __slots__ = ("_target", "count", "ended", "waited", "written")
 
-    def __init__(self, server: PollApi, client: ClientDescriptor, target: StreamTarget) -> None:
+    def __init__(self, server: PollApi, client: ClientDescriptor, target: DirectTarget) -> None:
         super().__init__(server)
         self._client = client
         self._target = target
