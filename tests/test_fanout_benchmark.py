@@ -128,6 +128,18 @@ def test_quick_mode_measures_both_servers_and_every_delivery_checks(
             figures["small_rabbitmq_events_per_sec"]["nchan"]
             == nchan_small["endpoint"]["events_per_sec"]
         )
+        # RabbitMQ alone, in the run's vhost: the ceiling of that path here,
+        # every notice consumed once (measure raises otherwise).
+        alone = results["servers"]["eventq"]["rabbitmq_alone"]
+        assert "error" not in alone, alone
+        assert alone["notices"] > 0
+        assert alone["notices_per_sec"] == pytest.approx(alone["notices"] / alone["secs"])
+        assert alone["publisher_cpu_per_notice_us"] > 0
+        assert alone["consumer_cpu_per_notice_us"] > 0
+        ceiling = fanout.rabbitmq_ceiling(results)
+        assert ceiling is not None and ceiling.startswith("ceiling: RabbitMQ alone carried")
+    else:
+        assert "rabbitmq_alone" not in results["servers"]["eventq"]
 
     # The bars say met or MISSED from those ratios.
     assert len(results["bars"]) == 2 * len(config["fanout_sizes"]) + 4 + len(sources)

@@ -96,9 +96,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, cast
 
+import amqp_ceiling  # beside this script
 import nchan  # beside this script
 import orjson
 import pika
+import pika.exceptions
 import psycopg
 from broker import BrokerError, Vhost, broker_pid, process_cpu_secs  # beside this script
 from psycopg import conninfo
@@ -1828,6 +1830,26 @@ async def measure_small_events(
     )
 
 
+def rabbitmq_alone(
+    args: argparse.Namespace, url: str, messages: Messages, user_ids: Sequence[int]
+) -> dict[str, Any]:
+    """The notices of `small_events` through RabbitMQ with no server behind
+    it (amqp_ceiling.py), the same window, for as long: what any server
+    consuming them there could reach on this machine at most."""
+    one = [user_ids[1]]
+    everyone = list(user_ids)
+    log("RabbitMQ alone: the small events' notices to a bare pika consumer, no server")
+
+    def notice(seq: int) -> bytes:
+        return messages.notice(seq, everyone if seq % SMALL_TO_ALL == 0 else one)
+
+    try:
+        return amqp_ceiling.measure(url, notice, args.amqp_window, args.duration)
+    except (BrokerError, pika.exceptions.AMQPError) as exc:
+        log(f"RabbitMQ alone: not measured: {exc!r}")
+        return {"error": repr(exc)}
+
+
 async def drive(
     subject: Subject,
     recorder: Recorder,
@@ -2410,6 +2432,23 @@ def bars(config: dict[str, Any], compared: list[dict[str, Any]]) -> list[dict[st
     return out
 
 
+def rabbitmq_ceiling(results: dict[str, Any]) -> str | None:
+    """What RabbitMQ alone carried on this machine, as a share of the
+    notices nchan took through its endpoint: the most any server consuming
+    the notify queue could reach of nchan's small events here (both have
+    the same events per notice); None without both figures."""
+    alone = results["servers"]["eventq"].get("rabbitmq_alone")
+    peer = results["servers"].get("nchan", {}).get("small_events", {}).get("endpoint")
+    if not alone or "error" in alone or not peer or not peer["elapsed_secs"]:
+        return None
+    nchan_rate = peer["notices"] / peer["elapsed_secs"]
+    return (
+        f"ceiling: RabbitMQ alone carried {alone['notices_per_sec']:,.0f} notices/s, nchan took"
+        f" {nchan_rate:,.0f}/s through its endpoint: through RabbitMQ, a server reaches at most"
+        f" {alone['notices_per_sec'] / nchan_rate:.2f} of nchan's small events on this machine"
+    )
+
+
 def deliveries(results: dict[str, Any]) -> dict[str, Any]:
     """Every delivery check of the run, by server and scenario."""
     checks: dict[str, Any] = {}
@@ -2491,6 +2530,9 @@ def render(results: dict[str, Any]) -> str:
     out.write("\n")
     for bar in results["bars"]:
         out.write(bar["text"] + "\n")
+    ceiling = rabbitmq_ceiling(results)
+    if ceiling is not None:
+        out.write(ceiling + "\n")
     out.write("\n")
     for group, check in results["deliveries"].items():
         parts = []
@@ -2546,6 +2588,11 @@ def render(results: dict[str, Any]) -> str:
             )
             if window.get("broker_cpu_share") is not None:
                 out.write(f"    RabbitMQ's CPU share of a core: {window['broker_cpu_share']:.0%}\n")
+                alone = server.get("rabbitmq_alone")
+                if alone and "error" in alone:
+                    out.write(f"    RabbitMQ alone: not measured ({alone['error']})\n")
+                elif alone:
+                    out.write(f"    {amqp_ceiling.render(alone)}\n")
             if window["generator_cpu_share"] > 0.9:
                 out.write("  WARNING: the load generator was saturated\n")
             if window.get("paced_secs"):
@@ -2936,6 +2983,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             finally:
                 results["servers"]["eventq"]["warnings"] = server.warnings()
                 server.stop()
+            if vhost is not None:
+                results["servers"]["eventq"]["rabbitmq_alone"] = rabbitmq_alone(
+                    args, vhost.url, messages, user_ids
+                )
             if args.shards > 1:
                 shards = sharded_group(
                     database.url,
