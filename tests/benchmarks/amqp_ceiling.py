@@ -41,6 +41,8 @@ QUEUE = "eventq_bench_ceiling"
 # As eventq's consumer (server/delivery/consumer.py's PREFETCH).
 PREFETCH = 1000
 DRAIN_TIMEOUT_SECS = 30.0
+# A broker under a memory or disk alarm blocks publishers: fail, not hang.
+BLOCKED_TIMEOUT_SECS = 30.0
 
 
 def consume(url: str, queue_name: str) -> None:
@@ -66,6 +68,8 @@ def consume(url: str, queue_name: str) -> None:
         def flush() -> None:
             nonlocal taken, flushing
             flushing = False
+            if not channel.is_open:  # closed under us: the publisher sees no progress
+                return
             channel.basic_ack(last_tag, multiple=True)
             sys.stdout.write(f"{taken}\n")
             sys.stdout.flush()
@@ -88,7 +92,7 @@ def consume(url: str, queue_name: str) -> None:
             if not opened.done():
                 opened.set_exception(RuntimeError(f"could not connect: {reason!r}"))
 
-        AsyncioConnection(
+        connection = AsyncioConnection(
             pika.URLParameters(url),
             on_open_callback=on_open,
             on_open_error_callback=on_closed,
@@ -102,9 +106,13 @@ def consume(url: str, queue_name: str) -> None:
         sys.stdout.flush()
         reader = asyncio.StreamReader()
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        # Until the measuring process closes our stdin (or the broker us).
         await asyncio.wait(
             [asyncio.ensure_future(reader.read()), closed], return_when=asyncio.FIRST_COMPLETED
         )
+        if not closed.done():
+            connection.close()
+            await asyncio.wait([closed], timeout=5)
 
     asyncio.run(run())
 
@@ -114,7 +122,8 @@ class _Consumed:
 
     def __init__(self, process: subprocess.Popen[str]):
         self.count = 0
-        self.ready = threading.Event()
+        self.ready = threading.Event()  # set by its "ready" line, or when it ends
+        self.started = False  # by its "ready" line only
         self.changed = threading.Condition()
         self.process = process
         self.thread = threading.Thread(target=self._read, daemon=True)
@@ -124,10 +133,11 @@ class _Consumed:
         assert self.process.stdout is not None
         for line in self.process.stdout:
             if line.strip() == "ready":
+                self.started = True
                 self.ready.set()
                 continue
             with self.changed:
-                self.count += int(line)
+                self.count += int(line)  # anything else ends the count: the run fails
                 self.changed.notify_all()
         self.ready.set()  # it ended: `measure` sees that
 
@@ -142,7 +152,9 @@ def measure(
     `window` in flight until consumed; then every one is waited for. The
     notices a second, each side's CPU per notice (publisher, consumer, the
     broker), and whether the consumer took exactly what was published."""
-    connection = pika.BlockingConnection(pika.URLParameters(url))
+    parameters = pika.URLParameters(url)
+    parameters.blocked_connection_timeout = BLOCKED_TIMEOUT_SECS
+    connection = pika.BlockingConnection(parameters)
     try:
         channel = connection.channel()
         channel.queue_declare(QUEUE, durable=True)
@@ -155,7 +167,7 @@ def measure(
         )
         try:
             consumed = _Consumed(process)
-            if not consumed.ready.wait(30) or process.poll() is not None:
+            if not consumed.ready.wait(30) or not consumed.started:
                 raise BrokerError("the ceiling's consumer did not start")
             broker = broker_pid()
             broker_before = process_cpu_secs(broker)
@@ -200,9 +212,13 @@ def measure(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        channel.queue_delete(QUEUE)
+            if process.stdout is not None:
+                process.stdout.close()
+            if channel.is_open:
+                channel.queue_delete(QUEUE)
     finally:
-        connection.close()
+        if connection.is_open:
+            connection.close()
     if consumed.count != published:
         raise BrokerError(f"the ceiling's consumer took {consumed.count} of {published} notices")
     broker_cpu = (

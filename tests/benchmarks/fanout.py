@@ -1845,7 +1845,7 @@ def rabbitmq_alone(
 
     try:
         return amqp_ceiling.measure(url, notice, args.amqp_window, args.duration)
-    except (BrokerError, pika.exceptions.AMQPError) as exc:
+    except (BrokerError, OSError, pika.exceptions.AMQPError) as exc:
         log(f"RabbitMQ alone: not measured: {exc!r}")
         return {"error": repr(exc)}
 
@@ -2588,10 +2588,11 @@ def render(results: dict[str, Any]) -> str:
             )
             if window.get("broker_cpu_share") is not None:
                 out.write(f"    RabbitMQ's CPU share of a core: {window['broker_cpu_share']:.0%}\n")
-                alone = server.get("rabbitmq_alone")
-                if alone and "error" in alone:
+            alone = server.get("rabbitmq_alone")
+            if title == "small events via rabbitmq" and alone:
+                if "error" in alone:
                     out.write(f"    RabbitMQ alone: not measured ({alone['error']})\n")
-                elif alone:
+                else:
                     out.write(f"    {amqp_ceiling.render(alone)}\n")
             if window["generator_cpu_share"] > 0.9:
                 out.write("  WARNING: the load generator was saturated\n")
