@@ -28,14 +28,17 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pika
-from broker import BrokerError, Vhost, broker_pid, process_cpu_secs  # beside this script
-
-from generation.notice import NOTICE_ID_HEADER, PUBLISHED_HEADER
+from broker import (  # beside this script
+    BrokerError,
+    Vhost,
+    broker_pid,
+    process_cpu_secs,
+    publish_notice,
+)
 
 QUEUE = "eventq_bench_ceiling"
 # As eventq's consumer (server/delivery/consumer.py's PREFETCH).
@@ -183,21 +186,7 @@ def measure(
                 if published - consumed.count >= window:
                     raise BrokerError("the ceiling's consumer took nothing for 5 s")
                 published += 1
-                notice_id = uuid.uuid4().hex
-                channel.basic_publish(
-                    "",
-                    QUEUE,
-                    notice(published),
-                    pika.BasicProperties(
-                        content_type="application/json",
-                        delivery_mode=pika.DeliveryMode.Persistent,
-                        message_id=notice_id,
-                        headers={
-                            NOTICE_ID_HEADER: notice_id,
-                            PUBLISHED_HEADER: time.time_ns() // 1000,
-                        },
-                    ),
-                )
+                publish_notice(channel, QUEUE, notice(published))
             publisher_cpu = time.thread_time() - cpu_started
             window_secs = time.perf_counter() - started
             with consumed.changed:

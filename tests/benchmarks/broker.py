@@ -1,6 +1,7 @@
 """The RabbitMQ broker of this machine, for the benchmarks that publish
-through it (rabbitmq.py, fanout.py's small events): a vhost of a run's own,
-made and removed with rabbitmqctl, and the broker's CPU time."""
+through it (rabbitmq.py, fanout.py's small events, amqp_ceiling.py): a vhost
+of a run's own, made and removed with rabbitmqctl, the broker's CPU time,
+and a notice published as `send_event` publishes it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ import os
 import secrets
 import shutil
 import subprocess
+import time
+import uuid
 from pathlib import Path
+from typing import Any
+
+import pika
+
+from generation.notice import NOTICE_ID_HEADER, PUBLISHED_HEADER
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -70,3 +78,21 @@ def process_cpu_secs(pid: int | None) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def publish_notice(channel: Any, queue: str, body: bytes) -> None:
+    """Publish the notice `body` to `queue` on a pika blocking channel as
+    `send_event` does (persistent, its id and the publish time in the
+    headers), without waiting for a confirmation."""
+    notice_id = uuid.uuid4().hex
+    channel.basic_publish(
+        "",
+        queue,
+        body,
+        pika.BasicProperties(
+            content_type="application/json",
+            delivery_mode=pika.DeliveryMode.Persistent,
+            message_id=notice_id,
+            headers={NOTICE_ID_HEADER: notice_id, PUBLISHED_HEADER: time.time_ns() // 1000},
+        ),
+    )

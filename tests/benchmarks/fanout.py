@@ -90,7 +90,6 @@ import tempfile
 import threading
 import time
 import urllib.parse
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,12 +101,17 @@ import orjson
 import pika
 import pika.exceptions
 import psycopg
-from broker import BrokerError, Vhost, broker_pid, process_cpu_secs  # beside this script
+from broker import (  # beside this script
+    BrokerError,
+    Vhost,
+    broker_pid,
+    process_cpu_secs,
+    publish_notice,
+)
 from psycopg import conninfo
 
 from generation.accounts import HASH_HMAC, api_key_id, hash_api_key, new_api_key
 from generation.config import NOTIFY_QUEUE
-from generation.notice import NOTICE_ID_HEADER, PUBLISHED_HEADER
 from server.database.migrate import migrate
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -1305,21 +1309,7 @@ class AmqpPublisher:
                 channel.queue_declare(NOTIFY_QUEUE, passive=True)  # the server's
                 self.connected.set()
                 while (body := self.jobs.get()) is not None:
-                    notice_id = uuid.uuid4().hex
-                    channel.basic_publish(
-                        "",
-                        NOTIFY_QUEUE,
-                        body,
-                        pika.BasicProperties(
-                            content_type="application/json",
-                            delivery_mode=pika.DeliveryMode.Persistent,
-                            message_id=notice_id,
-                            headers={
-                                NOTICE_ID_HEADER: notice_id,
-                                PUBLISHED_HEADER: time.time_ns() // 1000,
-                            },
-                        ),
-                    )
+                    publish_notice(channel, NOTIFY_QUEUE, body)
             finally:
                 connection.close()
         except BaseException as exc:  # reported by `send` and `ready`
