@@ -1,5 +1,7 @@
-"""How many notices a second RabbitMQ itself carries on this machine, with no
-eventq behind it: the ceiling of any server that consumes its notices there.
+"""How many notices a second fanout.py's path through RabbitMQ carries on
+this machine with no eventq behind it: with that publisher and window, the
+ceiling of any server consuming the notify queue there (more publishers or
+a cheaper client than pika's blocking connection would carry more).
 
 The path is fanout.py's small events through RabbitMQ minus the server: a
 thread of this process publishes each notice as fanout.py's `AmqpPublisher`
