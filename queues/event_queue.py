@@ -198,6 +198,8 @@ class EventQueue:
     def _held(self) -> list[Item]:
         """The events of `_flat` as (id, payload) pairs, in id order."""
         flat = self._flat
+        if len(flat) == 2:  # most answers: one event, without two slices and a zip
+            return [(flat[0], flat[1])]
         return list(zip(flat[::2], flat[1::2], strict=True))
 
     def _materialize(self) -> None:
