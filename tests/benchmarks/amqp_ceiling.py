@@ -42,9 +42,9 @@ from broker import (  # beside this script
     publish_notice,
 )
 
+from server.delivery.consumer import PREFETCH
+
 QUEUE = "eventq_bench_ceiling"
-# As eventq's consumer (server/delivery/consumer.py's PREFETCH).
-PREFETCH = 1000
 DRAIN_TIMEOUT_SECS = 30.0
 # A broker under a memory or disk alarm blocks publishers: fail, not hang.
 BLOCKED_TIMEOUT_SECS = 30.0
@@ -105,7 +105,7 @@ def consume(url: str, queue_name: str) -> None:
             custom_ioloop=loop,
         )
         channel = await opened
-        channel.basic_qos(prefetch_count=PREFETCH)
+        channel.basic_qos(prefetch_count=PREFETCH)  # eventq's consumer's
         channel.basic_consume(queue_name, on_message, auto_ack=False)
         sys.stdout.write("ready\n")
         sys.stdout.flush()

@@ -1765,6 +1765,12 @@ SMALL_NOTICES_PER_SEC = 30_000
 SMALL_BACKLOG_READS = 2000
 
 
+def small_targets(seq: int, user_ids: Sequence[int]) -> Sequence[int] | None:
+    """Whom small event `seq` is for: every user (None) once in SMALL_TO_ALL
+    notices, else the second user (not the sender)."""
+    return None if seq % SMALL_TO_ALL == 0 else (user_ids[1],)
+
+
 async def measure_small_events(
     subject: Subject,
     recorder: Recorder,
@@ -1782,10 +1788,9 @@ async def measure_small_events(
     flight until read), for --duration s. `spy`: as for `drive`."""
     size = args.small_clients
     await resize(subject, size)
-    one = user_ids[1]
 
     def targets(seq: int) -> Sequence[int] | None:
-        return None if seq % SMALL_TO_ALL == 0 else (one,)
+        return small_targets(seq, user_ids)
 
     broker_cpu = None
     if source == "rabbitmq":
@@ -1823,15 +1828,13 @@ async def measure_small_events(
 def rabbitmq_alone(
     args: argparse.Namespace, url: str, messages: Messages, user_ids: Sequence[int]
 ) -> dict[str, Any]:
-    """The notices of `small_events` through RabbitMQ with no server behind
-    it (amqp_ceiling.py), the same window, for as long: what any server
-    consuming them there could reach on this machine at most."""
-    one = [user_ids[1]]
-    everyone = list(user_ids)
+    """The notices of `measure_small_events` through RabbitMQ with no server
+    behind it (amqp_ceiling.py), the same publisher and window, for as long:
+    with them, the most any server consuming the notify queue could reach."""
     log("RabbitMQ alone: the small events' notices to a bare pika consumer, no server")
 
     def notice(seq: int) -> bytes:
-        return messages.notice(seq, everyone if seq % SMALL_TO_ALL == 0 else one)
+        return messages.notice(seq, small_targets(seq, user_ids) or user_ids)
 
     try:
         return amqp_ceiling.measure(url, notice, args.amqp_window, args.duration)
@@ -2424,9 +2427,10 @@ def bars(config: dict[str, Any], compared: list[dict[str, Any]]) -> list[dict[st
 
 def rabbitmq_ceiling(results: dict[str, Any]) -> str | None:
     """What RabbitMQ alone carried on this machine, as a share of the
-    notices nchan took through its endpoint: the most any server consuming
-    the notify queue could reach of nchan's small events here (both have
-    the same events per notice); None without both figures."""
+    notices nchan took through its endpoint: with this publisher and window,
+    the most any server consuming the notify queue could reach of nchan's
+    small events here (both have the same events per notice); None without
+    both figures."""
     alone = results["servers"]["eventq"].get("rabbitmq_alone")
     peer = results["servers"].get("nchan", {}).get("small_events", {}).get("endpoint")
     if not alone or "error" in alone or not peer or not peer["elapsed_secs"]:
@@ -2434,8 +2438,8 @@ def rabbitmq_ceiling(results: dict[str, Any]) -> str | None:
     nchan_rate = peer["notices"] / peer["elapsed_secs"]
     return (
         f"ceiling: RabbitMQ alone carried {alone['notices_per_sec']:,.0f} notices/s, nchan took"
-        f" {nchan_rate:,.0f}/s through its endpoint: through RabbitMQ, a server reaches at most"
-        f" {alone['notices_per_sec'] / nchan_rate:.2f} of nchan's small events on this machine"
+        f" {nchan_rate:,.0f}/s through its endpoint: with this publisher and window, a server"
+        f" reaches at most {alone['notices_per_sec'] / nchan_rate:.2f} of nchan's small events here"
     )
 
 
