@@ -15,7 +15,13 @@ import tornado.web
 from server.handlers.base import NotFoundHandler, client_address, is_internal, log_access
 from server.handlers.domain import ROUTES as DOMAIN_ROUTES
 from server.handlers.events import EventsHandler
-from server.handlers.internal import NOTIFY_PATH, LeanNotify, NotifyHandler, StatsHandler
+from server.handlers.internal import (
+    NOTIFY_PATH,
+    LeanNotify,
+    NotifyHandler,
+    StatsHandler,
+    is_json,
+)
 from server.handlers.metrics import MetricsHandler
 from server.handlers.openapi import OpenApiHandler
 from server.handlers.pages import (
@@ -94,7 +100,7 @@ def make_application(server: ServerApi) -> tornado.web.Application:
     )
 
 
-# A notice's form, and the headers that send it to the full handler: a body
+# A notice's form (or JSON), and the headers that send it to the full handler: a body
 # in chunks or encoded, a forwarded request, one through a proxy (whose
 # client is not the peer).
 _FORM = "application/x-www-form-urlencoded"
@@ -167,17 +173,20 @@ class Dispatcher(tornado.httputil.HTTPServerConnectionDelegate):
         fields: Mapping[str, str],
         conn: tornado.httputil.HTTPConnection,
     ) -> LeanNotify | None:
-        """A `LeanNotify` for a notice posted as a form of a known length
-        within the internal limit, by a caller of this machine (or the
-        internal networks) with no proxy between; else None."""
+        """A `LeanNotify` for a notice posted as a form or as JSON, of a
+        known length within the internal limit, by a caller of this machine
+        (or the internal networks) with no proxy between; else None."""
         server = self.server
         if not self._plain(conn, start_line, fields):
             return None
         length = fields.get("content-length")
+        content_type = fields.get("content-type", "")
+        form = content_type.startswith(_FORM)
+        json = not form and is_json(content_type)
         if (
             length is None
             or not _NOT_LEAN_NOTIFY.isdisjoint(fields)
-            or not fields.get("content-type", "").startswith(_FORM)
+            or not (form or json)
             # ASCII digits only ("²" is a digit to str.isdigit), as many as
             # the full handler takes: anything else is its 400.
             or not (length.isascii() and length.isdigit() and len(length) <= 18)
@@ -188,7 +197,7 @@ class Dispatcher(tornado.httputil.HTTPServerConnectionDelegate):
         peer = getattr(context, "remote_ip", None) or ""
         if not is_internal(peer, server.settings.sharding):
             return None  # refused by the full handler, which logs it
-        return LeanNotify(server, conn)
+        return LeanNotify(server, conn, json, fields.get("authorization") if json else None)
 
     def lean_poll(
         self,

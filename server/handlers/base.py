@@ -255,17 +255,21 @@ class BaseHandler(tornado.web.RequestHandler):
 
     # -- input --------------------------------------------------------------
 
-    def params(self) -> Params:
-        """Query-string parameters, then form-body ones (which win)."""
+    def body(self) -> bytes:
+        """The request's body; 413 past the handler's limit."""
         if self._size > self.body_limit():
             raise ApiError(
                 f"Request body too large (limit: {self.body_limit()} bytes)",
                 "REQUEST_TOO_LARGE",
                 413,
             )
+        return b"".join(self._chunks)
+
+    def params(self) -> Params:
+        """Query-string parameters, then form-body ones (which win)."""
         return request_params(
             self.request.query_arguments,
-            b"".join(self._chunks),
+            self.body(),
             self.request.headers.get("Content-Type", ""),
             self.request.headers,
         )

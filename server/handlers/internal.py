@@ -7,6 +7,12 @@ X-Real-IP) is refused from its request head, before its body is read
 Then the secret, which is in the body: missing, 400; wrong, 403 "Access
 denied", as Zulip's internal endpoints answer. The secret is compared in constant time and never
 logged.
+
+The notify endpoint takes a notice in either of two forms: Zulip's, a form
+with `secret` and `data` (the notice's JSON), or eventq's own producers',
+the notice itself as the body (`Content-Type: application/json`, the body a
+RabbitMQ notice carries) with the secret in `Authorization: Bearer
+<secret>`, which spares the server decoding the notice out of a form.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import hmac
 import logging
 import time
+from typing import NoReturn
 
 import orjson
 import tornado.httputil
@@ -37,6 +44,8 @@ from server.interface import InternalApi
 app_log = logging.getLogger("tornado.application")
 
 NOTIFY_PATH = "/api/internal/notify_tornado"
+# The Content-Type of a notice sent as the body.
+JSON_TYPE = "application/json"
 
 
 def secret_given(params: Params, shared_secret: str) -> bool:
@@ -48,11 +57,35 @@ def secret_given(params: Params, shared_secret: str) -> bool:
     return hmac.compare_digest(secret.encode(), shared_secret.encode())
 
 
+def is_json(content_type: str) -> bool:
+    """Whether a request's Content-Type is JSON (a notice as the body)."""
+    return content_type.partition(";")[0].strip().lower() == JSON_TYPE
+
+
+def bearer_given(authorization: str | None, shared_secret: str) -> bool:
+    """Whether `Authorization: Bearer <secret>` names the shared secret
+    (compared in constant time); a JSON notice without it is refused (400)."""
+    scheme, _, secret = (authorization or "").strip().partition(" ")
+    secret = secret.strip()
+    if scheme.lower() != "bearer" or not secret:
+        raise ApiError(
+            "A notice sent as JSON needs the shared secret in 'Authorization: Bearer <secret>'",
+            "REQUEST_VARIABLE_MISSING",
+            var_name="secret",
+        )
+    return hmac.compare_digest(secret.encode(), shared_secret.encode())
+
+
 def notify(server: InternalApi, params: Params) -> bytes:
-    """Deliver the notice in `data`; the success answer's body."""
+    """Deliver the notice in the form's `data`; the success answer's body."""
     data = params.raw("data")
     if data is None:
         raise missing_argument("data")
+    return deliver_notice(server, data)
+
+
+def deliver_notice(server: InternalApi, data: bytes | str) -> bytes:
+    """Deliver the notice `data` (its JSON); the success answer's body."""
     try:
         notice = parse_notice(data)
         report = server.deliver(notice, len(data))
@@ -79,6 +112,19 @@ class NotifyHandler(InternalHandler):
 
     def post(self) -> None:
         self.server.notify_paths["full"] += 1
+        headers = self.request.headers
+        if is_json(headers.get("Content-Type", "")):
+            body = self.body()
+            if "Content-Encoding" in headers:
+                raise ApiError(
+                    "Unsupported Content-Encoding: send the notice unencoded",
+                    "UNSUPPORTED_MEDIA_TYPE",
+                    415,
+                )
+            if not bearer_given(headers.get("Authorization"), self.server.shared_secret):
+                self.refuse_caller(body_read=True)
+            self.write_body(deliver_notice(self.server, body))
+            return
         params = self.params()
         self.check_secret(params)
         self.write_body(notify(self.server, params))
@@ -90,13 +136,18 @@ class LeanNotify(tornado.httputil.HTTPMessageDelegate):
     body of at most the internal limit, from a caller of this machine or the
     internal networks, no proxy between. `routes.Dispatcher` decides from the
     head and hands every other request to `NotifyHandler`, which answers
-    the same way."""
+    the same way. `authorization`: the request's Authorization header for a
+    notice sent as JSON, None for a form."""
 
-    __slots__ = ("chunks", "conn", "counted", "server", "started")
+    __slots__ = ("authorization", "chunks", "conn", "counted", "json", "server", "started")
 
-    def __init__(self, server: InternalApi, conn: Connection):
+    def __init__(
+        self, server: InternalApi, conn: Connection, json: bool, authorization: str | None
+    ):
         self.server = server
         self.conn = conn
+        self.json = json
+        self.authorization = authorization
         self.chunks: list[bytes] = []
         self.started = time.time()
         # In flight from its head on, as the full handler's `prepare` counts
@@ -115,13 +166,15 @@ class LeanNotify(tornado.httputil.HTTPMessageDelegate):
             chunks = self.chunks
             body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             self.chunks = []
-            params = request_params({}, body, "application/x-www-form-urlencoded")
-            if not secret_given(params, server.shared_secret):
-                internal_log.warning(
-                    "internal request to %s from %s refused", NOTIFY_PATH, remote_ip(self.conn)
-                )
-                raise ApiError("Access denied", "BAD_REQUEST", 403)
-            answer = notify(server, params)
+            if self.json:
+                if not bearer_given(self.authorization, server.shared_secret):
+                    self._refuse()
+                answer = deliver_notice(server, body)
+            else:
+                params = request_params({}, body, "application/x-www-form-urlencoded")
+                if not secret_given(params, server.shared_secret):
+                    self._refuse()
+                answer = notify(server, params)
         except ApiError as error:
             self._write(error.status_code, orjson.dumps(error.body()), error.headers)
         except Exception:
@@ -134,6 +187,12 @@ class LeanNotify(tornado.httputil.HTTPMessageDelegate):
             self._write(500, INTERNAL_ERROR, None)
         else:
             self._write(200, answer, None)
+
+    def _refuse(self) -> NoReturn:
+        internal_log.warning(
+            "internal request to %s from %s refused", NOTIFY_PATH, remote_ip(self.conn)
+        )
+        raise ApiError("Access denied", "BAD_REQUEST", 403)
 
     def on_connection_close(self) -> None:
         self.chunks = []  # still reading its body: nothing was done

@@ -21,7 +21,8 @@ scenarios, and every figure is printed for both with their ratio:
   limiter is configured as in production with a limit no client reaches
   (RATE_LIMIT below). Notices are `message` events of a stream message, with
   per-user flags (the sender's ["read"], the others' []), injected with
-  `POST /api/internal/notify_tornado`. A client that leaves deletes its
+  `POST /api/internal/notify_tornado` as send_event posts them without a
+  broker (`notify_head`). A client that leaves deletes its
   queue (`DELETE /api/v1/events`), so that a smaller scenario does not also
   feed the queues of a larger one.
 - nginx + nchan (tests/benchmarks/nchan.py, which describes its config): one
@@ -590,6 +591,17 @@ class HttpConnection(asyncio.Protocol):
             self.transport.close()
 
 
+def notify_head(secret: str) -> bytes:
+    """The head of a notify_tornado request as eventq's producers send one
+    without a broker (generation/send.py): the notice is the JSON body, the
+    secret a bearer token. Its Content-Length's value follows."""
+    return (
+        f"POST /api/internal/notify_tornado HTTP/1.1\r\nHost: {HOST}\r\n"
+        f"Content-Type: application/json\r\nAuthorization: Bearer {secret}\r\n"
+        "Content-Length: "
+    ).encode()
+
+
 def post_request(path: str, form: str) -> bytes:
     body = form.encode()
     head = (
@@ -1017,15 +1029,10 @@ class Bench:
         return self.seq
 
     def notice_request(self, users: list[int]) -> Callable[[int], bytes]:
-        quote = urllib.parse.quote
-        secret = quote(self.server.secret, safe="")
-        prefix = f"secret={secret}&data=" + quote('{"event":{"type":"bench","seq":', safe="")
-        middle = quote(',"t":', safe="")
-        suffix = quote('},"users":' + json.dumps(users, separators=(",", ":")) + "}", safe="")
-        head = (
-            f"POST /api/internal/notify_tornado HTTP/1.1\r\nHost: {HOST}\r\n"
-            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: "
-        ).encode()
+        prefix = '{"event":{"type":"bench","seq":'
+        middle = ',"t":'
+        suffix = '},"users":' + json.dumps(users, separators=(",", ":")) + "}"
+        head = notify_head(self.server.secret)
 
         def build(seq: int) -> bytes:
             body = f"{prefix}{seq}{middle}{time.time()!r}{suffix}".encode()
@@ -1496,16 +1503,11 @@ class EventqSubject(Bench):
         return {member: self._notice_builder(ids) for member, ids in sorted(split.items())}
 
     def _notice_builder(self, user_ids: list[int]) -> Callable[[int], bytes]:
-        secret = urllib.parse.quote(self.server.secret, safe="")
-        head = (
-            f"POST /api/internal/notify_tornado HTTP/1.1\r\nHost: {HOST}\r\n"
-            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: "
-        ).encode()
+        head = notify_head(self.server.secret)
         notice = self.messages.notice
 
         def build(seq: int) -> bytes:
-            data = urllib.parse.quote_from_bytes(notice(seq, user_ids), safe="")
-            body = f"secret={secret}&data={data}".encode()
+            body = notice(seq, user_ids)
             return b"%s%d\r\n\r\n%s" % (head, len(body), body)
 
         return build

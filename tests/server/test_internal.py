@@ -5,13 +5,15 @@ secret, 403 "Access denied")."""
 from __future__ import annotations
 
 import json
+import re
 import socket
+import subprocess
 import urllib.parse
 
 import pytest
 import requests
 
-from tests.support import SECRET, external_address, raw_exchange, wait_for
+from tests.support import REPO, SECRET, external_address, raw_exchange, wait_for
 
 ACCESS_DENIED = {"result": "error", "msg": "Access denied", "code": "BAD_REQUEST"}
 # EVENTQ_MAX_INTERNAL_REQUEST_BYTES' default; a body just under it is no 413.
@@ -270,6 +272,131 @@ def test_a_lean_notice_is_delivered_and_answered_as_the_full_handlers(server, ap
     assert lean.json() == {"result": "success", "msg": "", "queues": 1}
     _same_answer(lean, full)
     assert client.events(queue_id, -1) == [{"type": "test", "id": 0}, {"type": "test", "id": 1}]
+
+
+def _notify_json_both_ways(
+    server, body: bytes, headers: dict[str, str]
+) -> tuple[requests.Response, ...]:
+    """A notice sent as JSON with `headers`, to the lean path and then
+    through a proxy (the full handler)."""
+    url = f"{server.url}/api/internal/notify_tornado"
+    sent = {"Content-Type": "application/json", **headers}
+    before = _notify_paths(server)
+    lean = requests.post(url, data=body, headers=sent, timeout=10)
+    full = requests.post(url, data=body, headers={**sent, **PROXIED}, timeout=10)
+    after = _notify_paths(server)
+    assert (after["lean"] - before["lean"], after["full"] - before["full"]) == (1, 1)
+    return lean, full
+
+
+BEARER = {"Authorization": f"Bearer {SECRET}"}
+
+
+def test_a_notice_sent_as_json_is_delivered_both_ways(server, api):
+    client = api()
+    queue_id = client.register()["queue_id"]
+    notice = json.dumps({"event": {"type": "test"}, "users": [client.user.user_id]}).encode()
+    lean, full = _notify_json_both_ways(server, notice, BEARER)
+    assert lean.status_code == 200
+    assert lean.json() == {"result": "success", "msg": "", "queues": 1}
+    _same_answer(lean, full)
+    # A charset parameter and the scheme's case change nothing.
+    url = f"{server.url}/api/internal/notify_tornado"
+    headers = {
+        "Content-Type": "Application/JSON; charset=utf-8",
+        "Authorization": f"bearer {SECRET}",
+    }
+    assert requests.post(url, data=notice, headers=headers, timeout=10).status_code == 200
+    assert client.events(queue_id, -1) == [{"type": "test", "id": i} for i in range(3)]
+    assert SECRET not in server.settled_log()
+
+
+NO_SECRET = {
+    "result": "error",
+    "msg": "A notice sent as JSON needs the shared secret in 'Authorization: Bearer <secret>'",
+    "code": "REQUEST_VARIABLE_MISSING",
+    "var_name": "secret",
+}
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "status", "answer"),
+    [
+        pytest.param(b'{"event": {"type": "x"}, "users": []}', {}, 400, NO_SECRET, id="no-secret"),
+        pytest.param(
+            b'{"event": {"type": "x"}, "users": []}',
+            {"Authorization": f"Basic {SECRET}"},
+            400,
+            NO_SECRET,
+            id="not-bearer",
+        ),
+        pytest.param(
+            b'{"event": {"type": "x"}, "users": []}',
+            {"Authorization": "Bearer "},
+            400,
+            NO_SECRET,
+            id="empty-bearer",
+        ),
+        pytest.param(
+            b'{"event": {"type": "x"}, "users": []}',
+            {"Authorization": "Bearer guess"},
+            403,
+            ACCESS_DENIED,
+            id="a-wrong-secret",
+        ),
+        pytest.param(b"", BEARER, 400, None, id="empty"),
+        pytest.param(b"secret=x&data={}", BEARER, 400, None, id="a-form"),
+        pytest.param(b"{}", BEARER, 400, None, id="a-bad-notice"),
+        pytest.param(b"\xff", BEARER, 400, None, id="not-utf-8"),
+    ],
+)
+def test_a_json_notice_is_refused_the_same_way_both_ways(server, body, headers, status, answer):
+    lean, full = _notify_json_both_ways(server, body, headers)
+    assert lean.status_code == status
+    if answer is not None:
+        assert lean.json() == answer
+    else:
+        assert lean.json()["msg"].startswith("Invalid notice: ")
+    _same_answer(lean, full)
+    assert "guess" not in server.settled_log()
+
+
+def test_a_json_notice_with_an_encoded_body_is_refused(server):
+    url = f"{server.url}/api/internal/notify_tornado"
+    headers = {"Content-Type": "application/json", "Content-Encoding": "br", **BEARER}
+    response = requests.post(url, data=b"\x0b\x00\x80{}\x03", headers=headers, timeout=10)
+    assert response.status_code == 415
+    assert response.json()["code"] == "UNSUPPORTED_MEDIA_TYPE"
+
+
+def _readme_curl() -> str:
+    """The README's curl command that posts a notice as JSON."""
+    readme = (REPO / "README.md").read_text()
+    blocks = re.findall(r"```sh\n(curl .*?)```", readme, re.S)
+    [command] = [block for block in blocks if "notify_tornado" in block]
+    return command
+
+
+def test_the_readmes_curl_command_delivers_a_notice(server, api, tmp_path):
+    client = api()
+    queue_id = client.register()["queue_id"]
+    command = _readme_curl()
+    assert "Authorization: Bearer" in command
+    command = command.replace("http://127.0.0.1:9800", server.url)
+    command = command.replace('"users": [2]', f'"users": [{client.user.user_id}]')
+    (tmp_path / "var" / "state").mkdir(parents=True)
+    (tmp_path / "var" / "state" / "shared_secret").write_text(SECRET + "\n")
+    done = subprocess.run(
+        ["bash", "-c", command],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=30,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"result": "success", "msg": "", "queues": 1}
+    assert client.events(queue_id, -1) == [{"type": "test", "hello": "world", "id": 0}]
 
 
 def _notice_request(body: bytes, extra: bytes = b"") -> tuple[bytes, bytes]:

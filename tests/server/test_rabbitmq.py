@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import subprocess
 import sys
 import threading
 import urllib.parse
+from typing import ClassVar
 
 import pika
 import psycopg
@@ -335,16 +337,84 @@ def test_without_a_broker_send_event_posts_to_the_server(start_server, world):
     user = world.user()
     client = Api(server, user)
     queue_id = client.register()["queue_id"]
+    lean_before = server.stats()["notify_paths"]["lean"]
     send_event(
         user.realm_id, {"type": "direct"}, [user.user_id], config=server.producer(amqp_url="")
     )
     assert client.events(queue_id, -1) == [{"type": "direct", "id": 0}]
+    assert server.stats()["notify_paths"]["lean"] == lean_before + 1
     wrong = server.producer(amqp_url="", configured_secret="wrong")
     with pytest.raises(PublishError, match="refused the notice \\(403\\)"):
         send_event(user.realm_id, {"type": "direct"}, [user.user_id], config=wrong)
     gone = server.producer(amqp_url="", notify_url="http://127.0.0.1:1/api/internal/notify_tornado")
     with pytest.raises(PublishError, match="unreachable"):
         send_event(user.realm_id, {"type": "direct"}, [user.user_id], config=gone)
+    client.close()
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Takes one POST and keeps its headers and body."""
+
+    seen: ClassVar[list[tuple[dict[str, str], bytes]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.seen.append(({k.lower(): v for k, v in self.headers.items()}, body))
+        answer = b'{"result": "success", "msg": "", "queues": 0}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("secret", "sent_as"),
+    [("s3cret-token_x", "json"), ("two words", "json"), ("sécret", "form"), (" padded", "form")],
+)
+def test_without_a_broker_the_notice_is_the_body_unless_no_header_can_carry_the_secret(
+    secret, sent_as
+):
+    recorder = http.server.HTTPServer(("127.0.0.1", 0), _Recorder)
+    _Recorder.seen = []
+    thread = threading.Thread(target=recorder.handle_request, daemon=True)
+    thread.start()
+    try:
+        config = ProducerConfig(
+            amqp_url="",
+            notify_url=f"http://127.0.0.1:{recorder.server_port}/api/internal/notify_tornado",
+            configured_secret=secret,
+            event_log=False,
+        )
+        send_event(1, {"type": "x"}, [5], config=config)
+        thread.join(10)
+    finally:
+        recorder.server_close()
+    [(headers, body)] = _Recorder.seen
+    if sent_as == "json":
+        assert headers["content-type"] == "application/json"
+        assert headers["authorization"] == f"Bearer {secret}"
+        assert json.loads(body) == {"event": {"type": "x"}, "users": [5], "realm_id": 1}
+    else:
+        assert headers["content-type"] == "application/x-www-form-urlencoded"
+        assert "authorization" not in headers
+        form = urllib.parse.parse_qs(body.decode())
+        assert form["secret"] == [secret]
+        assert json.loads(form["data"][0])["users"] == [5]
+
+
+def test_a_secret_no_header_carries_reaches_a_server_as_a_form(start_server, world):
+    secret = "un secret partagé"
+    server = start_server(EVENTQ_AMQP_URL="", EVENTQ_SHARED_SECRET=secret)
+    user = world.user()
+    client = Api(server, user)
+    queue_id = client.register()["queue_id"]
+    config = server.producer(amqp_url="", configured_secret=secret)
+    send_event(user.realm_id, {"type": "direct"}, [user.user_id], config=config)
+    assert client.events(queue_id, -1) == [{"type": "direct", "id": 0}]
     client.close()
 
 
