@@ -53,9 +53,13 @@ class Telling:
         outcome: str,
         waited_secs: float,
     ) -> None:
-        if self.observers:
+        # Each observer's responder (compiled ones called with no Python
+        # frame between), not `Observers.responded`, which would add one.
+        responders = self.observers.responders
+        if responders:
             wall = time.time()
-            self.observers.responded(client, items, response_bytes, outcome, waited_secs, wall)
+            for respond in responders:
+                respond(client, items, response_bytes, outcome, waited_secs, wall)
 
     def registered(self, client: ClientDescriptor, latency_secs: float) -> None:
         if self.observers:

@@ -47,8 +47,8 @@ from server.observability.logfiles import (
     prune,
     try_compact,
 )
-from server.observability.observe import Observer, PollOutcome
-from server.observability.pollrecords import poll_records
+from server.observability.observe import Observer, PollOutcome, Responder
+from server.observability.pollrecords import RecordBuffer
 
 if TYPE_CHECKING:
     from server.config import Settings
@@ -103,13 +103,12 @@ class DeliveryLog(Observer):
             log_dir, shard, write=write, roll_secs=roll_secs, max_file_bytes=max_file_bytes
         )
         self.written = 0
-        self.dropped = 0
         self.files_compacted = 0
-        # Records the loop appended and the writer has not taken; never longer
-        # than max_pending. Swapped out whole by the writer under `_lock`,
-        # which the loop holds for one append or extend.
-        self._pending: list[Record] = []
-        self._lock = threading.Lock()
+        # Records the loop added and the writer has not taken; never more
+        # than max_pending. The writer swaps its list out whole under its
+        # lock, which the loop holds for one extend. Its `responded` is the
+        # server's hook for each answer (`responder`), compiled.
+        self._buffer = RecordBuffer(shard, max_pending)
         # Records the writer took and has not written (or dropped) yet.
         self._taking = 0
         self._stopping = threading.Event()
@@ -119,9 +118,8 @@ class DeliveryLog(Observer):
         self._unreported = 0
         self._warned_at = float("-inf")
         self._pruned_hour = -1
-        # Records dropped by the loop because the buffer was full (counted in
-        # `dropped` too), and how many of them the writer has reported.
-        self.overflowed = 0
+        # How many of the records the loop dropped because the buffer was
+        # full (`overflowed`) the writer has reported.
         self._overflow_reported = 0
         self._overflow_warned_at = float("-inf")
         # `spool.closed_files` at the last compaction: more means files to compact.
@@ -129,7 +127,17 @@ class DeliveryLog(Observer):
 
     @property
     def pending(self) -> int:
-        return len(self._pending) + self._taking
+        return len(self._buffer.records) + self._taking
+
+    @property
+    def dropped(self) -> int:
+        """Records lost: the loop's past `max_pending`, the writer's failures."""
+        return self._buffer.dropped
+
+    @property
+    def overflowed(self) -> int:
+        """Records the loop dropped because `max_pending` were waiting."""
+        return self._buffer.overflowed
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -188,8 +196,9 @@ class DeliveryLog(Observer):
         self._prune(time.time())
 
     def _cycle(self, final: bool) -> None:
-        with self._lock:
-            batch, self._pending = self._pending, []
+        buffer = self._buffer
+        with buffer.lock:
+            batch, buffer.records = buffer.records, []
             self._taking = len(batch)
         try:
             if batch:
@@ -275,8 +284,7 @@ class DeliveryLog(Observer):
             )
 
     def _count_dropped(self, count: int) -> None:
-        with self._lock:
-            self.dropped += count
+        self._buffer.count_dropped(count)
 
     def _warn_disk(self, what: str, exc: OSError, lost: int) -> None:
         """A rate-limited warning an operator can act on."""
@@ -326,14 +334,7 @@ class DeliveryLog(Observer):
     # -- the observer hooks (IO loop) ------------------------------------------
 
     def _add(self, records: Sequence[Record]) -> None:
-        with self._lock:
-            room = self.max_pending - len(self._pending)
-            if len(records) <= room:
-                self._pending.extend(records)
-            else:
-                self._pending.extend(records[: max(room, 0)])
-                self.dropped += len(records) - max(room, 0)
-                self.overflowed += len(records) - max(room, 0)
+        self._buffer.add(records)
 
     def responded(
         self,
@@ -344,9 +345,10 @@ class DeliveryLog(Observer):
         waited_secs: float,
         now: float,
     ) -> None:
-        self._add(
-            poll_records(self.shard, client, items, response_bytes, outcome, waited_secs, now)
-        )
+        self._buffer.responded(client, items, response_bytes, outcome, waited_secs, now)
+
+    def responder(self) -> Responder:
+        return self._buffer.responded
 
     def _record(self, kind: str, now: float, **fields: Any) -> Record:
         """A record of a rarer kind, by column name (the hot path, `responded`,

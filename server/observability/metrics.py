@@ -36,7 +36,8 @@ from queues.registry import DeliveryReport, EndReason
 from server.database.background_status import STATES
 from server.interface import MetricsApi
 from server.observability.notification_figures import NotificationFigures
-from server.observability.observe import Observer, PollOutcome
+from server.observability.observe import Observer, PollOutcome, Responder
+from server.observability.pollrecords import PollCounts
 
 if TYPE_CHECKING:
     # Its type only: the notifications' room is above this one (tests/test_layout.py).
@@ -77,9 +78,9 @@ class Metrics(Observer):
         # Moved by every answered poll: plain numbers, exported at scrape
         # time (`_PollCounters`); a prometheus_client Counter takes a lock
         # and a label lookup per increment.
-        self.polls: dict[str, int] = {}
-        self.events_sent = 0
-        self.response_bytes = 0
+        # Answers by outcome, and the events and bytes they carried: counted
+        # by `counts.responded`, the server's hook for each (`responder`).
+        self.counts = PollCounts()
         registry.register(_PollCounters(self, time.time()))
         self.poll_errors = Counter(
             "eventq_poll_errors",
@@ -137,6 +138,19 @@ class Metrics(Observer):
                     self._delivered_by_type[event_type] = child
             child.inc(report.queues)
 
+    @property
+    def polls(self) -> dict[str, int]:
+        """Answers by outcome."""
+        return self.counts.outcomes
+
+    @property
+    def events_sent(self) -> int:
+        return self.counts.events_sent
+
+    @property
+    def response_bytes(self) -> int:
+        return self.counts.response_bytes
+
     def responded(
         self,
         client: ClientDescriptor,
@@ -146,10 +160,10 @@ class Metrics(Observer):
         waited_secs: float,
         now: float,
     ) -> None:
-        polls = self.polls
-        polls[outcome] = polls.get(outcome, 0) + 1
-        self.events_sent += len(items)
-        self.response_bytes += response_bytes
+        self.counts.responded(client, items, response_bytes, outcome, waited_secs, now)
+
+    def responder(self) -> Responder:
+        return self.counts.responded
 
     def poll_failed(
         self, user_id: int, realm_id: int, queue_id: str | None, code: str, now: float

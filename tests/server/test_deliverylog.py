@@ -29,7 +29,7 @@ from server.config import ConfigError, Settings
 from server.observability import logfiles
 from server.observability.deliverylog import DeliveryLog
 from server.observability.logfiles import Record, Spool, compact, encode_record, prune
-from server.observability.observe import make_origin
+from server.observability.observe import Observers, make_origin
 from tests.logrecords import payload, push, queue_client
 from tests.support import error, ok, run_eventq, wait_for
 
@@ -224,6 +224,28 @@ def test_a_full_buffer_drops_and_counts(tmp_path, caplog):
         stop(log)
     assert (log.written, log.dropped) == (5, 4)
     assert "4 records dropped because 5 were already waiting" in caplog.text
+
+
+def test_the_servers_hook_is_the_compiled_buffers_and_records_as_responded_does(tmp_path):
+    """What the server calls for each answer (`responder`, through
+    `Observers.responders`) records what `responded` records, into the
+    same bounded buffer."""
+    log = DeliveryLog(tmp_path, "s", max_pending=3)
+    observers = Observers([log])
+    [respond] = observers.responders
+    assert respond == log.responder()
+    assert respond.__self__ is not log  # the buffer's own, not a frame of DeliveryLog
+    client = make_client()
+    items = push(client, payload("message"))
+    now = time.time()
+    respond(client, items, 10, "events", 0.5, now)
+    log.responded(client, items, 10, "events", 0.5, now)
+    assert (log.pending, log.dropped, log.overflowed) == (3, 1, 1)
+    log.start()
+    stop(log)
+    got = rows(tmp_path)
+    assert sorted(row["kind"] for row in got) == ["delivery", "delivery", "poll"]
+    assert {row["waited_secs"] for row in got if row["kind"] == "poll"} == {0.5}
 
 
 # -- files ----------------------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import Any
 from queues.registry import DeliveryReport
 from server.handlers.register import _covered
 from server.observability.observe import Observer, Observers, is_origin, make_origin
+from tests.logrecords import queue_client
 
 
 class Recorder(Observer):
@@ -51,6 +52,33 @@ def test_each_call_reaches_every_member_in_the_order_they_were_added():
         ("second", "notice_delivered", "message", report, 12.0),
         ("first", "notice_retried", "n1", 2, "boom"),
         ("second", "notice_retried", "n1", 2, "boom"),
+    ]
+
+
+class Answers(Observer):
+    def __init__(self, name: str, calls: list[tuple[Any, ...]]) -> None:
+        self.name = name
+        self.calls = calls
+
+    def responded(self, client, items, response_bytes, outcome, waited_secs, now) -> None:
+        self.calls.append((self.name, outcome, response_bytes, waited_secs, now))
+
+
+def test_an_observers_responded_is_its_responder_unless_it_names_another():
+    calls: list[tuple[Any, ...]] = []
+    first, second = Answers("first", calls), Answers("second", calls)
+    observers = Observers([first])
+    observers.add(second)
+    assert observers.responders == (first.responded, second.responded)
+    client = queue_client("q1", 7, 3)
+    observers.responded(client, [], 5, "empty", 1.5, 9.0)
+    for respond in observers.responders:  # as the server calls them
+        respond(client, [], 6, "heartbeat", 0.0, 10.0)
+    assert calls == [
+        ("first", "empty", 5, 1.5, 9.0),
+        ("second", "empty", 5, 1.5, 9.0),
+        ("first", "heartbeat", 6, 0.0, 10.0),
+        ("second", "heartbeat", 6, 0.0, 10.0),
     ]
 
 
