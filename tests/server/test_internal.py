@@ -223,18 +223,22 @@ def _notify_paths(server) -> dict[str, int]:
     return paths
 
 
-def _notify_both_ways(server, form: dict[str, str | bytes]) -> tuple[requests.Response, ...]:
-    """`form` posted to notify_tornado as a producer does (the lean path),
-    then through a proxy (the full handler)."""
+def _post_both_ways(server, body: bytes, headers: dict[str, str]) -> tuple[requests.Response, ...]:
+    """`body` posted to notify_tornado with `headers` as a producer does (the
+    lean path), then through a proxy (the full handler)."""
     url = f"{server.url}/api/internal/notify_tornado"
-    body = urllib.parse.urlencode(form).encode()
-    form_type = {"Content-Type": "application/x-www-form-urlencoded"}
     before = _notify_paths(server)
-    lean = requests.post(url, data=body, headers=form_type, timeout=10)
-    full = requests.post(url, data=body, headers={**form_type, **PROXIED}, timeout=10)
+    lean = requests.post(url, data=body, headers=headers, timeout=10)
+    full = requests.post(url, data=body, headers={**headers, **PROXIED}, timeout=10)
     after = _notify_paths(server)
     assert (after["lean"] - before["lean"], after["full"] - before["full"]) == (1, 1)
     return lean, full
+
+
+def _notify_both_ways(server, form: dict[str, str | bytes]) -> tuple[requests.Response, ...]:
+    """`form` posted both ways."""
+    body = urllib.parse.urlencode(form).encode()
+    return _post_both_ways(server, body, {"Content-Type": "application/x-www-form-urlencoded"})
 
 
 def _same_answer(lean: requests.Response, full: requests.Response) -> None:
@@ -277,16 +281,8 @@ def test_a_lean_notice_is_delivered_and_answered_as_the_full_handlers(server, ap
 def _notify_json_both_ways(
     server, body: bytes, headers: dict[str, str]
 ) -> tuple[requests.Response, ...]:
-    """A notice sent as JSON with `headers`, to the lean path and then
-    through a proxy (the full handler)."""
-    url = f"{server.url}/api/internal/notify_tornado"
-    sent = {"Content-Type": "application/json", **headers}
-    before = _notify_paths(server)
-    lean = requests.post(url, data=body, headers=sent, timeout=10)
-    full = requests.post(url, data=body, headers={**sent, **PROXIED}, timeout=10)
-    after = _notify_paths(server)
-    assert (after["lean"] - before["lean"], after["full"] - before["full"]) == (1, 1)
-    return lean, full
+    """A notice sent as JSON with `headers`, both ways."""
+    return _post_both_ways(server, body, {"Content-Type": "application/json", **headers})
 
 
 BEARER = {"Authorization": f"Bearer {SECRET}"}
