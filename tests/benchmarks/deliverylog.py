@@ -12,8 +12,9 @@ DeliveryLog) are driven as the server drives them.
 
 Phases:
 
-1. loop cost: `DeliveryLog.responded` with realistic items (message events
-   of about 600 bytes, stamped with an Origin as the server does), for
+1. loop cost: the delivery log's responder (what the server calls for each
+   answer) with realistic items (message events of about 600 bytes,
+   stamped with an Origin as the server does), for
    responses of 1, 10 and 100 events and for a heartbeat; microseconds per
    call and per delivery record, minus the cost of calling an observer that
    does nothing. The writer is not running, so only the loop's work counts.
@@ -116,17 +117,19 @@ def client_with(items: int, user: int = 1234) -> tuple[ClientDescriptor, list[It
 def per_call_us(
     observer: Observer, client: ClientDescriptor, items: list[Item], calls: int
 ) -> float:
-    """Best of 5 runs of `calls` responded() calls, microseconds per call."""
+    """Best of 5 runs of `calls` calls of the observer's responder (what the
+    server calls for each answer), microseconds per call."""
     best = float("inf")
     outcome = "events" if items and items[0][1].type != "heartbeat" else "heartbeat"
+    respond = observer.responder()
     for _ in range(5):
         now = time.time()
         started = time.perf_counter()
         for _ in range(calls):
-            observer.responded(client, items, 4321, outcome, 0.5, now)
+            respond(client, items, 4321, outcome, 0.5, now)
         best = min(best, time.perf_counter() - started)
         if isinstance(observer, DeliveryLog):
-            observer._pending.clear()  # not timed: the writer's job
+            observer._buffer.records.clear()  # not timed: the writer's job
     return best / calls * 1e6
 
 
@@ -223,7 +226,7 @@ def fanout(directory: Path, clients: int, rounds: int) -> dict[str, Any]:
             for user in range(clients)
         ]
         users = list(range(clients))
-        observers: list[Observer] = [] if log is None else [log]
+        responders = [] if log is None else [log.responder()]
         samples = []
         for n in range(rounds):
             for client in queues:
@@ -234,16 +237,16 @@ def fanout(directory: Path, clients: int, rounds: int) -> dict[str, Any]:
             for client in queues:
                 items = client.event_queue.contents()
                 body = events_body(items)
-                for observer in observers:
-                    observer.responded(client, items, len(body), "events", 0.1, wall)
+                for respond in responders:
+                    respond(client, items, len(body), "events", 0.1, wall)
                 client.event_queue.prune(items[-1][0])
             if log is not None and with_encoding:
-                pending = log._pending
+                pending = log._buffer.records
                 for start in range(0, len(pending), ENCODE_CHUNK):
                     encode_records(pending[start : start + ENCODE_CHUNK])
             samples.append(time.process_time() - started)
             if log is not None:
-                log._pending.clear()
+                log._buffer.records.clear()
         return statistics.median(samples) / clients * 1e6
 
     log = DeliveryLog(directory, "bench", max_pending=10**9)
@@ -292,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print("loop cost of DeliveryLog.responded (observer call overhead subtracted)")
+    print("loop cost of the delivery log's responder (observer call overhead subtracted)")
     for row in report["loop_cost"]:
         per_record = row["us_per_delivery_record"]
         print(
