@@ -75,25 +75,53 @@ def publish_encoded(
         secret = config.secret()
     except SecretMissing as exc:
         raise PublishError(str(exc)) from None
-    if secret.isascii() and secret.isprintable() and secret == secret.strip():
-        # The notice as the body, as the broker carries it: the server need
-        # not decode it out of a form.
-        data = body
-        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {secret}"}
-    else:  # a configured secret no header can carry: Zulip's form
-        data = urllib.parse.urlencode({"secret": secret, "data": body.decode()}).encode()
-        headers = {"Content-Type": "application/x-www-form-urlencoded"}
-    request = urllib.request.Request(  # noqa: S310
-        config.notify_url, data=data, method="POST", headers=headers
-    )
+    as_json = secret.isascii() and secret.isprintable() and secret == secret.strip()
     try:
-        with urllib.request.urlopen(request, timeout=config.confirm_timeout_secs) as response:  # noqa: S310
-            response.read()
+        try:
+            _post(config, *(_json_post if as_json else _form_post)(secret, body))
+        except urllib.error.HTTPError as exc:
+            if not as_json or exc.code != 415:
+                raise
+            # A server from before notices as JSON (during an upgrade): the form.
+            exc.close()
+            _post(config, *_form_post(secret, body))
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode("utf-8", "replace")[:500]
         raise PublishError(f"the server refused the notice ({exc.code}): {detail}") from exc
     except (urllib.error.URLError, OSError) as exc:
         raise PublishError(f"the server at {config.notify_url} is unreachable: {exc}") from exc
+
+
+def _json_post(secret: str, body: bytes) -> tuple[bytes, dict[str, str]]:
+    """The notice as the body, as the broker carries it (the server need not
+    decode it out of a form), the secret in a header."""
+    return body, {"Content-Type": "application/json", "Authorization": f"Bearer {secret}"}
+
+
+def _form_post(secret: str, body: bytes) -> tuple[bytes, dict[str, str]]:
+    """Zulip's form: for a configured secret no header can carry, or a server
+    that takes only forms."""
+    form = urllib.parse.urlencode({"secret": secret, "data": body.decode()}).encode()
+    return form, {"Content-Type": "application/x-www-form-urlencoded"}
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """The notify endpoint never redirects: a redirect is refused (an
+    HTTPError), not followed with the secret's header to another address."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+_opener = urllib.request.build_opener(_NoRedirects)
+
+
+def _post(config: ProducerConfig, data: bytes, headers: dict[str, str]) -> None:
+    request = urllib.request.Request(  # noqa: S310
+        config.notify_url, data=data, method="POST", headers=headers
+    )
+    with _opener.open(request, timeout=config.confirm_timeout_secs) as response:
+        response.read()
 
 
 def publish_notice(

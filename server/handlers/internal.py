@@ -4,8 +4,9 @@ machine or, with several shards, the sharding config's internal networks.
 A caller from anywhere else (behind our nginx: the address it forwards in
 X-Real-IP) is refused from its request head, before its body is read
 (`BaseHandler.prepare`): 403 "Access denied", and the connection closes.
-Then the secret, which is in the body: missing, 400; wrong, 403 "Access
-denied", as Zulip's internal endpoints answer. The secret is compared in constant time and never
+Then the secret, in the body (or, for a notice sent as JSON, in the
+Authorization header): missing, 400; wrong, 403 "Access denied", as
+Zulip's internal endpoints answer. The secret is compared in constant time and never
 logged.
 
 The notify endpoint takes a notice in either of two forms: Zulip's, a form
@@ -64,16 +65,21 @@ def is_json(content_type: str) -> bool:
 
 def bearer_given(authorization: str | None, shared_secret: str) -> bool:
     """Whether `Authorization: Bearer <secret>` names the shared secret
-    (compared in constant time); a JSON notice without it is refused (400)."""
-    scheme, _, secret = (authorization or "").strip().partition(" ")
-    secret = secret.strip()
-    if scheme.lower() != "bearer" or not secret:
+    (compared in constant time); a JSON notice without it is refused (400).
+    A header's value is its bytes read as Latin-1, so a UTF-8 secret sent
+    as such compares as its bytes."""
+    parts = (authorization or "").split(None, 1)
+    if len(parts) != 2 or parts[0].lower() != "bearer" or not parts[1].strip():
         raise ApiError(
             "A notice sent as JSON needs the shared secret in 'Authorization: Bearer <secret>'",
             "REQUEST_VARIABLE_MISSING",
             var_name="secret",
         )
-    return hmac.compare_digest(secret.encode(), shared_secret.encode())
+    try:
+        given = parts[1].strip().encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return hmac.compare_digest(given, shared_secret.encode())
 
 
 def notify(server: InternalApi, params: Params) -> bytes:
@@ -133,7 +139,7 @@ class NotifyHandler(InternalHandler):
 class LeanNotify(tornado.httputil.HTTPMessageDelegate):
     """`POST /api/internal/notify_tornado` in its common case, without
     Tornado's routing and `RequestHandler` (server/handlers/lean.py): a form
-    body of at most the internal limit, from a caller of this machine or the
+    or JSON body of at most the internal limit, from a caller of this machine or the
     internal networks, no proxy between. `routes.Dispatcher` decides from the
     head and hands every other request to `NotifyHandler`, which answers
     the same way. `authorization`: the request's Authorization header for a

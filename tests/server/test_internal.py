@@ -303,7 +303,16 @@ def test_a_notice_sent_as_json_is_delivered_both_ways(server, api):
         "Authorization": f"bearer {SECRET}",
     }
     assert requests.post(url, data=notice, headers=headers, timeout=10).status_code == 200
-    assert client.events(queue_id, -1) == [{"type": "test", "id": i} for i in range(3)]
+    # Nor does a tab, or more than one space, after the scheme.
+    for spaced in (f"Bearer\t{SECRET}", f"Bearer   {SECRET} "):
+        headers = {"Content-Type": "application/json", "Authorization": spaced}
+        assert requests.post(url, data=notice, headers=headers, timeout=10).status_code == 200
+    assert client.events(queue_id, -1) == [{"type": "test", "id": i} for i in range(5)]
+    # A type that only looks like JSON is neither form nor JSON.
+    headers = {"Content-Type": "application/json-seq", **BEARER}
+    other = requests.post(url, data=notice, headers=headers, timeout=10)
+    assert other.status_code == 415
+    assert other.json()["code"] == "UNSUPPORTED_MEDIA_TYPE"
     assert SECRET not in server.settled_log()
 
 

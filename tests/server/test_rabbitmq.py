@@ -15,6 +15,7 @@ import pika
 import psycopg
 import pyarrow.dataset as ds
 import pytest
+import requests
 
 from generation import eventlog
 from generation.config import ProducerConfig
@@ -353,22 +354,68 @@ def test_without_a_broker_send_event_posts_to_the_server(start_server, world):
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
-    """Takes one POST and keeps its headers and body."""
+    """Keeps each POST's headers and body, and answers the next of
+    `answers` (status, extra headers): a success when none is left."""
 
     seen: ClassVar[list[tuple[dict[str, str], bytes]]] = []
+    answers: ClassVar[list[tuple[int, dict[str, str]]]] = []
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         self.seen.append(({k.lower(): v for k, v in self.headers.items()}, body))
-        answer = b'{"result": "success", "msg": "", "queues": 0}'
-        self.send_response(200)
+        status, extra = self.answers.pop(0) if self.answers else (200, {})
+        answer = b'{"result": "success", "msg": "", "queues": 0}' if status == 200 else b"{}"
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(answer)))
+        for name, value in extra.items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(answer)
 
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+
+def _send_to_recorder(
+    secret: str, answers: list[tuple[int, dict[str, str]]] | None = None
+) -> tuple[list[tuple[dict[str, str], bytes]], Exception | None]:
+    """send_event without a broker to a _Recorder answering `answers`: the
+    requests it took, and what send_event raised."""
+    recorder = http.server.HTTPServer(("127.0.0.1", 0), _Recorder)
+    _Recorder.seen, _Recorder.answers = [], list(answers or [])
+    thread = threading.Thread(target=recorder.serve_forever, daemon=True)
+    thread.start()
+    raised: Exception | None = None
+    try:
+        config = ProducerConfig(
+            amqp_url="",
+            notify_url=f"http://127.0.0.1:{recorder.server_port}/api/internal/notify_tornado",
+            configured_secret=secret,
+            event_log=False,
+        )
+        try:
+            send_event(1, {"type": "x"}, [5], config=config)
+        except PublishError as exc:
+            raised = exc
+    finally:
+        recorder.shutdown()
+        recorder.server_close()
+        thread.join(10)
+    return _Recorder.seen, raised
+
+
+def _sent_as(headers: dict[str, str], body: bytes, secret: str) -> str:
+    if headers["content-type"] == "application/json":
+        assert headers["authorization"] == f"Bearer {secret}"
+        assert json.loads(body) == {"event": {"type": "x"}, "users": [5], "realm_id": 1}
+        return "json"
+    assert headers["content-type"] == "application/x-www-form-urlencoded"
+    assert "authorization" not in headers
+    form = urllib.parse.parse_qs(body.decode())
+    assert form["secret"] == [secret]
+    assert json.loads(form["data"][0])["users"] == [5]
+    return "form"
 
 
 @pytest.mark.parametrize(
@@ -378,32 +425,24 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
 def test_without_a_broker_the_notice_is_the_body_unless_no_header_can_carry_the_secret(
     secret, sent_as
 ):
-    recorder = http.server.HTTPServer(("127.0.0.1", 0), _Recorder)
-    _Recorder.seen = []
-    thread = threading.Thread(target=recorder.handle_request, daemon=True)
-    thread.start()
-    try:
-        config = ProducerConfig(
-            amqp_url="",
-            notify_url=f"http://127.0.0.1:{recorder.server_port}/api/internal/notify_tornado",
-            configured_secret=secret,
-            event_log=False,
-        )
-        send_event(1, {"type": "x"}, [5], config=config)
-        thread.join(10)
-    finally:
-        recorder.server_close()
-    [(headers, body)] = _Recorder.seen
-    if sent_as == "json":
-        assert headers["content-type"] == "application/json"
-        assert headers["authorization"] == f"Bearer {secret}"
-        assert json.loads(body) == {"event": {"type": "x"}, "users": [5], "realm_id": 1}
-    else:
-        assert headers["content-type"] == "application/x-www-form-urlencoded"
-        assert "authorization" not in headers
-        form = urllib.parse.parse_qs(body.decode())
-        assert form["secret"] == [secret]
-        assert json.loads(form["data"][0])["users"] == [5]
+    [(headers, body)], raised = _send_to_recorder(secret)
+    assert raised is None
+    assert _sent_as(headers, body, secret) == sent_as
+
+
+def test_a_server_that_takes_only_forms_gets_the_notice_again_as_one():
+    """An older server (an upgrade under way) answers a JSON body 415."""
+    seen, raised = _send_to_recorder("s3cret", [(415, {})])
+    assert raised is None
+    assert [_sent_as(headers, body, "s3cret") for headers, body in seen] == ["json", "form"]
+
+
+def test_a_redirect_is_refused_not_followed_with_the_secret():
+    elsewhere = {"Location": "http://127.0.0.1:1/elsewhere"}
+    seen, raised = _send_to_recorder("s3cret", [(302, elsewhere)])
+    assert len(seen) == 1
+    assert isinstance(raised, PublishError)
+    assert "refused the notice (302)" in str(raised)
 
 
 def test_a_secret_no_header_carries_reaches_a_server_as_a_form(start_server, world):
@@ -414,7 +453,22 @@ def test_a_secret_no_header_carries_reaches_a_server_as_a_form(start_server, wor
     queue_id = client.register()["queue_id"]
     config = server.producer(amqp_url="", configured_secret=secret)
     send_event(user.realm_id, {"type": "direct"}, [user.user_id], config=config)
-    assert client.events(queue_id, -1) == [{"type": "direct", "id": 0}]
+    # By hand, the secret's UTF-8 bytes in the header work too.
+    notice = {"event": {"type": "by-hand"}, "users": [user.user_id]}
+    by_hand = requests.post(
+        f"{server.url}/api/internal/notify_tornado",
+        data=json.dumps(notice),
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": ("Bearer " + secret).encode(),
+        },
+        timeout=10,
+    )
+    assert by_hand.status_code == 200, by_hand.text
+    assert client.events(queue_id, -1) == [
+        {"type": "direct", "id": 0},
+        {"type": "by-hand", "id": 1},
+    ]
     client.close()
 
 
