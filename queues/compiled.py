@@ -7,8 +7,10 @@ the same modules run compiled: mypyc turns their type annotations into C
 types and their calls to each other into C calls, and the server spends
 6-16 % less CPU per delivered event (docs/architecture.md, "Compiled
 modules"). A build that cannot compile (no C compiler, `EVENTQ_COMPILE=0`)
-installs them as Python. `generation` does not import `queues`, so none of
-its modules is compiled: nothing would guard them.
+installs them as Python. One module of `generation` is compiled, the
+notice's parsing and validation (`generation.notice`: every notice the
+server takes passes through it), so `generation` imports this module, and
+nothing else of `queues`, to install the guard first.
 
 A compiled module is an extension file beside its source, which Python's
 import prefers. Once the source changes (an edit, a `git checkout`) the
@@ -40,6 +42,7 @@ from types import ModuleType
 # module or test subclasses stays out of it: an interpreted class cannot
 # inherit from a compiled one.
 COMPILED = (
+    "generation.notice",
     "queues.client",
     "queues.event_queue",
     "queues.narrow",

@@ -101,3 +101,41 @@ def test_a_changed_source_runs_every_compiled_module_from_source(tmp_path):
     assert described.startswith("Python: the compiled modules are stale (queues.narrow)\n")
     assert "compiled modules differ from their source (queues.narrow)" in described
     assert "rebuild with `pip install -e .`" in described
+
+
+# A producer's process: `generation` alone, nothing of the server's first.
+NOTICE_FIRST = """\
+import generation.notice as g
+print(g.__file__)
+"""
+
+
+def test_a_producer_importing_the_notice_first_is_guarded_too(tmp_path):
+    """`generation.notice` is compiled; `generation` installs the guard
+    before it is imported, so a stale build runs its source even in a
+    process that imports nothing else of ours."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("EVENTQ_", "PYTHON"))}
+
+    def notice_file(root: Path, **env: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", NOTICE_FIRST],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            env={**clean, **env},
+            timeout=60,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    assert notice_file(REPO).endswith(".so")
+    assert notice_file(REPO, EVENTQ_PURE_PYTHON="1") == str(REPO / "generation" / "notice.py")
+    # A copy whose queues/narrow.py changed: every compiled module is stale.
+    for package in ("queues", "generation"):
+        shutil.copytree(
+            REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    assert notice_file(tmp_path).endswith(".so")
+    with (tmp_path / "queues" / "narrow.py").open("a") as source:
+        source.write("\nCHANGED = True\n")
+    assert notice_file(tmp_path) == str(tmp_path / "generation" / "notice.py")
