@@ -26,12 +26,12 @@ print(c.describe())
 """
 
 
-def where(root: Path, **env: str) -> tuple[list[str], str]:
-    """The files `WHERE` printed, its last line, and what it logged, run
-    with `root` first on the path."""
+def run_python(script: str, root: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`script` run with `root` first on the path, in an environment of
+    none of ours but `env`."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("EVENTQ_", "PYTHON"))}
-    done = subprocess.run(
-        [sys.executable, "-c", WHERE],
+    return subprocess.run(
+        [sys.executable, "-c", script],
         capture_output=True,
         text=True,
         cwd=root,
@@ -39,6 +39,12 @@ def where(root: Path, **env: str) -> tuple[list[str], str]:
         timeout=60,
         check=True,
     )
+
+
+def where(root: Path, **env: str) -> tuple[list[str], str]:
+    """The files `WHERE` printed, its last line, and what it logged, run
+    with `root` first on the path."""
+    done = run_python(WHERE, root, **env)
     *files, described = done.stdout.splitlines()
     return files, described + "\n" + done.stderr
 
@@ -114,19 +120,9 @@ def test_a_producer_importing_the_notice_first_is_guarded_too(tmp_path):
     """`generation.notice` is compiled; `generation` installs the guard
     before it is imported, so a stale build runs its source even in a
     process that imports nothing else of ours."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("EVENTQ_", "PYTHON"))}
 
     def notice_file(root: Path, **env: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-c", NOTICE_FIRST],
-            capture_output=True,
-            text=True,
-            cwd=root,
-            env={**clean, **env},
-            timeout=60,
-            check=True,
-        )
-        return done.stdout.strip()
+        return run_python(NOTICE_FIRST, root, **env).stdout.strip()
 
     assert notice_file(REPO).endswith(".so")
     assert notice_file(REPO, EVENTQ_PURE_PYTHON="1") == str(REPO / "generation" / "notice.py")
