@@ -74,12 +74,14 @@ NOTIFY_KINDS = ("email", "push")
 def make_notice(
     event: Mapping[str, Any],
     users: Sequence[object],
-    realm_id: int | None = None,
+    realm_id: object = None,
     notify: object = None,
 ) -> Notice:
     """Validate the parts of a notice; raises `BadNotice` saying what is wrong.
     The notice holds copies of `event` and of the users' objects: the caller
-    may change its own afterwards."""
+    may change its own afterwards. `realm_id`: an int or None (declared
+    `object` so that anything else is this function's `BadNotice`, not the
+    compiled module's TypeError)."""
     return _validated(event, users, realm_id, notify, None, copy=True)
 
 

@@ -15,8 +15,8 @@ nothing else of `queues`, to install the guard first.
 A compiled module is an extension file beside its source, which Python's
 import prefers. Once the source changes (an edit, a `git checkout`) the
 extension is stale: the build wrote the hash of each source it compiled
-(`MANIFEST`), and `install`, run by `queues` and `server` before any of
-these modules is imported, loads all of them from their source
+(`MANIFEST`), and `install`, run by `queues`, `generation` and `server`
+before any of these modules is imported, loads all of them from their source
 when one source differs, or when `EVENTQ_PURE_PYTHON=1`, and logs why. All,
 not only the changed ones: compiled modules call each other's code directly.
 

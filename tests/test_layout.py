@@ -82,6 +82,25 @@ def test_packages_import_only_what_the_design_allows(package):
                 assert name in ALLOWED[package], f"{relative} imports {name}"
 
 
+def test_generation_takes_only_the_guard_of_queues():
+    """`generation/__init__.py` may import `queues.compiled`, nothing else of it."""
+    tree = ast.parse((REPO / "generation" / "__init__.py").read_text())
+    taken = {
+        (node.module, alias.name)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("queues")
+        for alias in node.names
+    }
+    taken |= {
+        (alias.name, None)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if alias.name.startswith("queues")
+    }
+    assert taken <= {("queues", "compiled"), ("queues.compiled", "install")}, taken
+
+
 def test_nothing_imports_the_server():
     for package in ("queues", "generation", "apply_events"):
         for path in modules(package):

@@ -788,7 +788,11 @@ def steady_rate(timeline: Sequence[tuple[float, int, int | None]], total: int) -
 
 # Where a sample of the server falls on the consumer path: the first step one
 # of whose (function, file) is in the stack; steps under `_on_message` are
-# indented.
+# indented. py-spy sees Python frames only: a step whose module runs
+# compiled (queues/compiled.py: parse_notice, registry.deliver, the
+# consumer) reads about 0 % and its time falls to the step around it; run
+# the server with EVENTQ_PURE_PYTHON=1 for this breakdown, or perf for the
+# compiled build (tests/benchmarks/README.md).
 CONSUMER_PATH = (
     ("  parse_notice (orjson + validation)", ("parse_notice", "generation/notice.py")),
     ("  parse_notice (orjson + validation)", ("make_notice", "generation/notice.py")),

@@ -193,6 +193,12 @@ def test_make_notice_rejects_a_non_mapping_event():
         make_notice([("type", "realm")], [1])  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("realm_id", ["5", 5.0, True, [5]])
+def test_make_notice_rejects_a_realm_id_that_is_not_an_int(realm_id):
+    with pytest.raises(BadNotice, match="realm_id is not an integer"):
+        make_notice({"type": "realm"}, [1], realm_id)
+
+
 def test_bad_notice_is_a_value_error():
     assert issubclass(BadNotice, ValueError)
 
