@@ -37,7 +37,7 @@ from server.handlers.base import (
     log_access,
 )
 from server.handlers.lean import INTERNAL_ERROR, Connection, http_date, remote_ip, write_answer
-from server.http.params import Params, request_params
+from server.http.params import FORM_TYPES, Params, request_params
 from server.http.responses import success_body
 from server.interface import InternalApi
 
@@ -131,6 +131,13 @@ class NotifyHandler(InternalHandler):
                 self.refuse_caller(body_read=True)
             self.write_body(deliver_notice(self.server, body))
             return
+        if self.body() and not headers.get("Content-Type", "").startswith(FORM_TYPES):
+            raise ApiError(
+                "Unsupported Content-Type: send the notice as JSON (application/json)"
+                " or as a form of 'secret' and 'data'",
+                "UNSUPPORTED_MEDIA_TYPE",
+                415,
+            )
         params = self.params()
         self.check_secret(params)
         self.write_body(notify(self.server, params))

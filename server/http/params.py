@@ -58,7 +58,7 @@ def form_fields(body: bytes) -> dict[str, list[bytes]] | None:
     return fields
 
 
-_FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
 def request_params(
@@ -72,7 +72,7 @@ def request_params(
     request's, for Tornado's refusal of an encoded form."""
     raw: dict[str, list[bytes]] = {k: list(v) for k, v in query.items()}
     if body:
-        if not content_type.startswith(_FORM_TYPES):
+        if not content_type.startswith(FORM_TYPES):
             raise ApiError(
                 "Unsupported Content-Type: send parameters form-encoded"
                 " (application/x-www-form-urlencoded)",
@@ -81,7 +81,7 @@ def request_params(
             )
         body_args = (
             form_fields(body)
-            if content_type.startswith(_FORM_TYPES[0])
+            if content_type.startswith(FORM_TYPES[0])
             and (headers is None or "Content-Encoding" not in headers)
             else None
         )

@@ -312,7 +312,12 @@ def test_a_notice_sent_as_json_is_delivered_both_ways(server, api):
     headers = {"Content-Type": "application/json-seq", **BEARER}
     other = requests.post(url, data=notice, headers=headers, timeout=10)
     assert other.status_code == 415
-    assert other.json()["code"] == "UNSUPPORTED_MEDIA_TYPE"
+    assert other.json() == {
+        "result": "error",
+        "msg": "Unsupported Content-Type: send the notice as JSON (application/json)"
+        " or as a form of 'secret' and 'data'",
+        "code": "UNSUPPORTED_MEDIA_TYPE",
+    }
     assert SECRET not in server.settled_log()
 
 
